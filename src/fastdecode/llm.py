@@ -1,0 +1,240 @@
+"""The Python API: `load()` a model, then `generate`, `stream` or `chat` with it."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional, Sequence, Union
+
+import torch
+
+from .compile import make_steps
+from .config import PRESETS, ModelArgs, get_preset
+from .errors import FastDecodeError
+from .generate import Completion, GenerationConfig, GenerationRun, run_generation
+from .model import Transformer, init_random_weights
+from .sampling import SamplingParams
+from .tokenizer import ByteTokenizer, Tokenizer
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_MAX_BATCH_SIZE = 8
+
+Prompts = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]]]
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+
+
+def resolve_dtype(dtype: Union[None, str, torch.dtype], device: torch.device) -> torch.dtype:
+    """None picks float32 on CPU (bf16 matmuls are slow there) and bfloat16 elsewhere."""
+    if dtype is None:
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if isinstance(dtype, torch.dtype) and dtype in _DTYPES.values():
+        return dtype
+    if isinstance(dtype, str) and dtype.lower() in _DTYPES:
+        return _DTYPES[dtype.lower()]
+    raise FastDecodeError(f"unsupported dtype {dtype!r}; accepted: float32, bfloat16, float16")
+
+
+def resolve_device(device: Union[str, torch.device]) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise FastDecodeError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N, mps") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise FastDecodeError(f"device {device!r} requested but CUDA is not available here; use device=cpu")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise FastDecodeError(f"device {device!r} requested but MPS is not available here; use device=cpu")
+    if dev.type not in ("cpu", "cuda", "mps"):
+        raise FastDecodeError(f"unsupported device {device!r}; accepted: cpu, cuda, cuda:N, mps")
+    return dev
+
+
+@dataclass
+class _Loaded:
+    model: Transformer
+    tokenizer: Tokenizer
+    source: str
+
+
+def _load_weights(name: str, device: torch.device, dtype: torch.dtype) -> _Loaded:
+    if name in PRESETS:
+        args = get_preset(name)
+        model = init_random_weights(Transformer(args), seed=0).to(device=device, dtype=dtype)
+        model.init_rope(device)
+        return _Loaded(model, ByteTokenizer(args.vocab_size), f"preset:{name}")
+    from . import checkpoints  # real checkpoint support lives apart from the core
+
+    path = checkpoints.resolve_checkpoint_name(name)
+    if path is None:
+        path = name
+        if not os.path.exists(path):
+            raise FastDecodeError(
+                f"model {name!r} is not a preset, a known checkpoint or an existing path; presets: "
+                f"{', '.join(sorted(PRESETS))}; checkpoints: {DEFAULT_MODEL}")
+    ckpt = checkpoints.load_checkpoint(path, dtype=dtype, device=device)
+    with torch.device("meta"):
+        model = Transformer(ckpt.args)
+    model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
+    model.init_rope(device)
+    return _Loaded(model, ckpt.tokenizer, str(path))
+
+
+def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu",
+         dtype: Union[None, str, torch.dtype] = None, compile: str = "none",
+         max_seq_len: Optional[int] = None, max_batch_size: Optional[int] = None,
+         cache: str = "static") -> "LLM":
+    """Load a model by preset name, known checkpoint name or path (.gguf file or
+    Hugging Face directory). None loads the default, SmolLM2-135M-Instruct."""
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    if cache not in ("static", "dynamic"):
+        raise FastDecodeError(f"unknown cache {cache!r}; accepted: static, dynamic")
+    t0 = time.perf_counter()
+    loaded = _load_weights(model or DEFAULT_MODEL, dev, dt)
+    m = loaded.model.eval().requires_grad_(False)
+    limit = m.args.max_seq_len
+    if max_seq_len is None:
+        max_seq_len = limit
+    elif isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= limit:
+        raise FastDecodeError(f"max_seq_len={max_seq_len!r} is out of range; accepted: 1..{limit} for this model")
+    if max_batch_size is None:
+        max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    elif isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
+        raise FastDecodeError(f"max_batch_size={max_batch_size!r} is out of range; accepted: an integer >= 1")
+    llm = LLM(m, loaded.tokenizer, compile=compile, max_seq_len=max_seq_len,
+              max_batch_size=max_batch_size, cache=cache, source=loaded.source)
+    llm.load_seconds = time.perf_counter() - t0
+    return llm
+
+
+class LLM:
+    """A loaded model with its tokenizer, ready to generate."""
+
+    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, compile: str = "none",
+                 max_seq_len: int, max_batch_size: int, cache: str = "static", source: str = ""):
+        self.model, self.tokenizer = model, tokenizer
+        self.args: ModelArgs = model.args
+        self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
+        self.cache, self.source, self.compile = cache, source, compile
+        self.steps = make_steps(model, compile)
+        self.load_seconds = 0.0
+        if tokenizer.vocab_size > self.args.vocab_size:
+            raise FastDecodeError(
+                f"{source}: tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary is "
+                f"{self.args.vocab_size}")
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.tok_embeddings.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.tok_embeddings.weight.dtype
+
+    @property
+    def weight_bytes_per_token(self) -> int:
+        """Bytes of weights one decode step reads: all matrices except the embedding
+        table, of which one row is read (tied models read it whole as the output head)."""
+        total = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        if self.model.output is not None:
+            total -= self.model.tok_embeddings.weight.numel() * self.model.tok_embeddings.weight.element_size()
+        return total
+
+    # -- requests ------------------------------------------------------------
+
+    def encode_prompts(self, prompts: Prompts) -> list[list[int]]:
+        """Normalize str / list[str] / list[int] / list[list[int]] into lists of ids."""
+        if isinstance(prompts, torch.Tensor):
+            prompts = prompts.tolist()
+        if isinstance(prompts, str):
+            prompts = [prompts]
+        if not isinstance(prompts, (list, tuple)) or len(prompts) == 0:
+            raise FastDecodeError("prompts must be a non-empty str, list of str, list of ids or list of id lists")
+        if all(_is_id(p) for p in prompts):
+            prompts = [list(prompts)]
+        out = []
+        for i, p in enumerate(prompts):
+            if isinstance(p, str):
+                if not p:
+                    raise FastDecodeError(f"prompt {i} is empty")
+                ids = self.tokenizer.encode(p)
+            elif isinstance(p, (list, tuple)) and all(_is_id(t) for t in p):
+                ids = [int(t) for t in p]
+            else:
+                raise FastDecodeError(
+                    f"prompt {i} has type {type(p).__name__}; accepted: str or a list of int token ids")
+            if not ids:
+                raise FastDecodeError(f"prompt {i} is empty")
+            bad = next((t for t in ids if not 0 <= t < self.args.vocab_size), None)
+            if bad is not None:
+                raise FastDecodeError(
+                    f"prompt {i} has token id {bad}, outside the vocabulary [0, {self.args.vocab_size})")
+            out.append(ids)
+        return out
+
+    def start(self, prompts: Prompts, params: SamplingParams, config: GenerationConfig) -> GenerationRun:
+        """Validate and start a generation; iterate the result to run it."""
+        ids = self.encode_prompts(prompts)
+        if len(ids) > self.max_batch_size:
+            raise FastDecodeError(f"batch of {len(ids)} prompts exceeds max_batch_size={self.max_batch_size}")
+        for i, p in enumerate(ids):
+            if len(p) + config.max_new_tokens > self.max_seq_len:
+                raise FastDecodeError(
+                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={config.max_new_tokens} it needs "
+                    f"{len(p) + config.max_new_tokens} > max_seq_len={self.max_seq_len}")
+        return run_generation(
+            self.model, self.tokenizer, ids, params, config, prefill_step=self.steps.prefill,
+            decode_step=self.steps.decode, pad_id=self.tokenizer.pad_id, max_seq_len=self.max_seq_len,
+            cache_kind=self.cache)
+
+    def generate(self, prompts: Prompts, **options: Any) -> list[Completion]:
+        """One Completion per prompt, in order. Options: the fields of
+        SamplingParams and GenerationConfig (max_new_tokens, temperature, top_k,
+        top_p, min_p, repetition_penalty, seed, stop, ignore_eos, ...)."""
+        run = self.start(prompts, *split_options(options))
+        for _ in run:
+            pass
+        return run.completions
+
+    def stream(self, prompt: Union[str, Sequence[int]], **options: Any) -> Iterator[str]:
+        """Yield the completion of one prompt as text pieces, each valid UTF-8."""
+        if not isinstance(prompt, str) and not (isinstance(prompt, (list, tuple)) and all(_is_id(t) for t in prompt)):
+            raise FastDecodeError("stream takes one prompt: a str or a list of int token ids")
+        run = self.start(prompt, *split_options(options))
+        for step in run:
+            if step.pieces[0]:
+                yield step.pieces[0]
+
+    def chat(self, messages: list[dict], **options: Any) -> Completion:
+        """Render `messages` with the checkpoint's chat template and return the assistant's reply."""
+        return self.generate([self.chat_prompt(messages)], **options)[0]
+
+    def chat_prompt(self, messages: list[dict]) -> list[int]:
+        """Token ids of `messages` rendered with the chat template, ready for the reply."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+
+_SAMPLING_FIELDS = set(SamplingParams.__dataclass_fields__)
+_CONFIG_FIELDS = set(GenerationConfig.__dataclass_fields__)
+
+
+def split_options(options: dict[str, Any]) -> tuple[SamplingParams, GenerationConfig]:
+    """Build (SamplingParams, GenerationConfig) from keyword options; unknown keys fail."""
+    unknown = set(options) - _SAMPLING_FIELDS - _CONFIG_FIELDS
+    if unknown:
+        raise FastDecodeError(
+            f"unknown option(s) {', '.join(sorted(unknown))}; accepted: "
+            f"{', '.join(sorted(_SAMPLING_FIELDS | _CONFIG_FIELDS))}")
+    params = SamplingParams(**{k: v for k, v in options.items() if k in _SAMPLING_FIELDS})
+    config = GenerationConfig(**{k: v for k, v in options.items() if k in _CONFIG_FIELDS})
+    return params, config
+
+
+def _is_id(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
