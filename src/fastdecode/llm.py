@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import os
 import time
 from dataclasses import dataclass
@@ -15,7 +17,7 @@ from .errors import FastDecodeError
 from .generate import Completion, GenerationConfig, GenerationRun, run_generation
 from .model import Transformer, init_random_weights
 from .sampling import SamplingParams
-from .tokenizer import ByteTokenizer, Tokenizer
+from .tokenizer import BYTE_CHAT_TEMPLATE, ByteTokenizer, Tokenizer
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_MAX_BATCH_SIZE = 8
@@ -66,7 +68,7 @@ def _load_weights(name: str, device: torch.device, dtype: torch.dtype) -> _Loade
         args = get_preset(name)
         model = init_random_weights(Transformer(args), seed=0).to(device=device, dtype=dtype)
         model.init_rope(device)
-        return _Loaded(model, ByteTokenizer(args.vocab_size), f"preset:{name}")
+        return _Loaded(model, ByteTokenizer(args.vocab_size, chat_template=BYTE_CHAT_TEMPLATE), f"preset:{name}")
     from . import checkpoints  # real checkpoint support lives apart from the core
 
     path = checkpoints.resolve_checkpoint_name(name)
@@ -190,7 +192,7 @@ class LLM:
         return run_generation(
             self.model, self.tokenizer, ids, params, config, prefill_step=self.steps.prefill,
             decode_step=self.steps.decode, pad_id=self.tokenizer.pad_id, max_seq_len=self.max_seq_len,
-            cache_kind=self.cache)
+            cache_kind=self.cache, decode_tokens=self.steps.chunk)
 
     def generate(self, prompts: Prompts, **options: Any) -> list[Completion]:
         """One Completion per prompt, in order. Options: the fields of
@@ -222,6 +224,25 @@ class LLM:
 
 _SAMPLING_FIELDS = set(SamplingParams.__dataclass_fields__)
 _CONFIG_FIELDS = set(GenerationConfig.__dataclass_fields__)
+
+
+def _option_parameters() -> list[inspect.Parameter]:
+    """The keyword-only options of generate/stream/chat, with the dataclasses' defaults."""
+    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+            for cls in (GenerationConfig, SamplingParams) for f in dataclasses.fields(cls)]
+
+
+def _document_options(method):
+    """Show the real option names and defaults in help() and IDEs; the dataclasses stay the one source."""
+    sig = inspect.signature(method)
+    params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    method.__signature__ = sig.replace(parameters=params + _option_parameters())
+    return method
+
+
+for _name in ("generate", "stream", "chat"):
+    if hasattr(LLM, _name):
+        _document_options(getattr(LLM, _name))
 
 
 def split_options(options: dict[str, Any]) -> tuple[SamplingParams, GenerationConfig]:

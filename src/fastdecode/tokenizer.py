@@ -45,6 +45,14 @@ class Tokenizer:
         return render_chat_template(self, messages, add_generation_prompt=add_generation_prompt)
 
 
+# A minimal ChatML-like template for the byte-level presets, so chat paths can be
+# tested on the tiny model (real checkpoints bring their own template).
+BYTE_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
 class ByteTokenizer(Tokenizer):
     """UTF-8 bytes as ids 0-255, then <bos>=256, <eos>=257, <pad>=258.
 

@@ -1,0 +1,23 @@
+import pytest
+import torch
+
+import fastdecode
+from fastdecode.config import get_preset
+from fastdecode.model import Transformer, init_random_weights
+
+
+@pytest.fixture(scope="session")
+def tiny_llm():
+    return fastdecode.load("tiny")
+
+
+def make_model(**changes) -> Transformer:
+    """Tiny random model, optionally with changed ModelArgs fields."""
+    args = get_preset("tiny").replace(**changes)
+    return init_random_weights(Transformer(args), seed=0).eval()
+
+
+@pytest.fixture(autouse=True)
+def _no_grad():
+    with torch.no_grad():
+        yield

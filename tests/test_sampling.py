@@ -1,0 +1,152 @@
+import math
+
+import pytest
+import torch
+
+from fastdecode import FastDecodeError, SamplingParams
+from fastdecode.sampling import (PenaltyState, apply_penalties, draw_noise, logits_to_probs, make_generator,
+                                 min_p_mask, sample, top_k_mask, top_p_mask)
+
+# -- references written from the definitions, one row at a time in plain Python --
+
+
+def ref_top_k_keep(row, k):
+    order = sorted(range(len(row)), key=lambda i: -row[i])
+    return set(order[:k])
+
+
+def ref_top_p_keep(probs, p):
+    """Smallest prefix of tokens by descending probability whose mass reaches p."""
+    order = sorted(range(len(probs)), key=lambda i: -probs[i])
+    keep, mass = set(), 0.0
+    for i in order:
+        keep.add(i)
+        mass += probs[i]
+        if mass >= p:
+            break
+    return keep
+
+
+def ref_min_p_keep(probs, min_p):
+    top = max(probs)
+    return {i for i, q in enumerate(probs) if q >= min_p * top}
+
+
+def rows(seed, B=6, V=50):
+    # Distinct values so the definitions have no ties.
+    return torch.randn(B, V, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("k", [1, 3, 17, 50, 80])
+def test_top_k_mask(k):
+    logits = rows(0)
+    drop = top_k_mask(logits, k)
+    for r in range(logits.shape[0]):
+        kept = {i for i in range(logits.shape[1]) if not drop[r, i]}
+        assert kept == ref_top_k_keep(logits[r].tolist(), k)
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.9, 0.999, 1.0])
+def test_top_p_mask(p):
+    probs = torch.softmax(rows(1) * 2, dim=-1)
+    drop = top_p_mask(probs, p)
+    for r in range(probs.shape[0]):
+        kept = {i for i in range(probs.shape[1]) if not drop[r, i]}
+        assert kept == ref_top_p_keep(probs[r].tolist(), p)
+
+
+@pytest.mark.parametrize("min_p", [0.0, 0.01, 0.1, 0.5, 0.99])
+def test_min_p_mask(min_p):
+    probs = torch.softmax(rows(2) * 2, dim=-1)
+    drop = min_p_mask(probs, min_p)
+    for r in range(probs.shape[0]):
+        kept = {i for i in range(probs.shape[1]) if not drop[r, i]}
+        assert kept == ref_min_p_keep(probs[r].tolist(), min_p)
+
+
+def test_penalties_follow_their_definitions():
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
+    state = PenaltyState.from_prompts([[0]], 4, "cpu")
+    state.update(torch.tensor([3]))
+    state.update(torch.tensor([3]))
+    p = SamplingParams(repetition_penalty=2.0, frequency_penalty=0.5, presence_penalty=0.25)
+    got = apply_penalties(logits, p, state)
+    # token 0: seen in prompt -> 2/2; token 3: generated twice -> 3/2 - 2*0.5 - 0.25
+    expected = torch.tensor([[1.0, -1.0, 0.5, 1.5 - 1.0 - 0.25]])
+    torch.testing.assert_close(got, expected)
+    neg = apply_penalties(torch.tensor([[-2.0, 0, 0, 0]]), SamplingParams(repetition_penalty=2.0), state)
+    assert neg[0, 0] == -4.0  # negative logits are multiplied
+
+
+def empirical(logits, params, n=20000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    batch = logits.expand(n, -1)
+    tokens = sample(batch, params, draw_noise(g, batch.shape, "cpu"))
+    return torch.bincount(tokens, minlength=logits.shape[-1]).double() / n
+
+
+@pytest.mark.parametrize("params", [
+    SamplingParams(temperature=1.0), SamplingParams(temperature=0.5), SamplingParams(temperature=2.0),
+    SamplingParams(temperature=1.0, top_k=3), SamplingParams(temperature=0.7, top_p=0.8),
+    SamplingParams(temperature=1.0, min_p=0.2),
+])
+def test_sampling_frequencies_match_distribution(params):
+    logits = torch.tensor([[1.0, 0.5, 0.0, -0.5, -1.0, 2.0, 0.2, -2.0]])
+    # Expected distribution from the definitions: softmax(logits / T), then filters, renormalized.
+    p = torch.softmax(logits[0].double() / params.temperature, -1).tolist()
+    keep = set(range(len(p)))
+    if params.top_k:
+        keep &= ref_top_k_keep(logits[0].tolist(), params.top_k)
+    q = [p[i] if i in keep else 0.0 for i in range(len(p))]
+    q = [x / sum(q) for x in q]
+    if params.top_p < 1:
+        keep &= ref_top_p_keep(q, params.top_p)
+    if params.min_p > 0:
+        keep &= ref_min_p_keep(q, params.min_p)
+    q = [q[i] if i in keep else 0.0 for i in range(len(q))]
+    expected = torch.tensor([x / sum(q) for x in q], dtype=torch.float64)
+    n = 20000
+    freq = empirical(logits, params, n)
+    # Each frequency is Binomial(n, p)/n: allow 5 standard deviations (false alarm ~1e-6 per cell).
+    tol = 5 * torch.sqrt(expected * (1 - expected) / n) + 1e-12
+    assert ((freq - expected).abs() <= tol).all(), (freq, expected)
+    assert (freq[expected == 0] == 0).all()
+
+
+def test_greedy_is_argmax():
+    logits = rows(3).float()
+    assert torch.equal(sample(logits, SamplingParams(temperature=0)), logits.argmax(-1))
+
+
+def test_banned_tokens_never_sampled():
+    logits = torch.zeros(1000, 5)
+    logits[:, 2] = 10.0
+    banned = torch.tensor([False, False, True, False, False])
+    g = torch.Generator().manual_seed(0)
+    out = sample(logits, SamplingParams(temperature=1.0), draw_noise(g, logits.shape, "cpu"), banned=banned)
+    assert not (out == 2).any()
+    assert not (sample(logits, SamplingParams(temperature=0), banned=banned) == 2).any()
+
+
+def test_seeded_generator_reproduces():
+    a = draw_noise(make_generator(SamplingParams(seed=7), "cpu"), (3, 10), "cpu")
+    b = draw_noise(make_generator(SamplingParams(seed=7), "cpu"), (3, 10), "cpu")
+    c = draw_noise(make_generator(SamplingParams(seed=8), "cpu"), (3, 10), "cpu")
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_logits_to_probs_normalized():
+    probs = logits_to_probs(rows(4).float(), SamplingParams(temperature=0.9, top_k=10, top_p=0.7, min_p=0.05))
+    torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[0]))
+
+
+@pytest.mark.parametrize("field, value", [
+    ("temperature", -0.1), ("temperature", math.inf), ("temperature", "hot"), ("top_k", 0), ("top_k", 2.5),
+    ("top_p", 0.0), ("top_p", 1.5), ("min_p", 1.0), ("min_p", -0.1), ("repetition_penalty", 0.0),
+    ("frequency_penalty", 2.5), ("presence_penalty", -3.0), ("seed", "abc"), ("top_p", float("nan")),
+])
+def test_invalid_params_name_field_value_and_range(field, value):
+    with pytest.raises(FastDecodeError) as e:
+        SamplingParams(**{field: value})
+    msg = str(e.value)
+    assert field in msg and "\n" not in msg
