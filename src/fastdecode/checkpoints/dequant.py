@@ -1,100 +1,104 @@
-"""Dequantize GGML tensor types to float with vectorized torch ops.
+"""Dequantize GGML tensor types to float with vectorized numpy ops.
 
 Every quantized type is a sequence of fixed-size blocks; we view the raw bytes
 as `[n_blocks, block_bytes]` and decode all blocks at once. The layouts follow
 ggml's `block_q*` structs (little-endian, fp16 scales). Correctness is checked
 against `gguf.quants.dequantize` in the tests, which is written independently.
+
+numpy rather than torch: these are byte-sized elementwise ops, where torch's
+intra-op threads cost more than they gain, badly so when cores are busy.
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-_Decoder = Callable[[torch.Tensor], torch.Tensor]  # [n, block_bytes] uint8 -> [n, block_size] f32
+_Decoder = Callable[[np.ndarray], np.ndarray]  # [n, block_bytes] uint8 -> [n, block_size] f32
 
 
-def _f16(b: torch.Tensor, at: int) -> torch.Tensor:
+def _f16(b: np.ndarray, at: int) -> np.ndarray:
     """The fp16 field at byte `at` of every block, as [n, 1] float32."""
-    return b[:, at:at + 2].contiguous().view(torch.float16).float()
+    return np.ascontiguousarray(b[:, at:at + 2]).view(np.float16).astype(np.float32)
 
 
-def _nibbles(qs: torch.Tensor) -> torch.Tensor:
+def _nibbles(qs: np.ndarray) -> np.ndarray:
     """[n, 16] bytes -> [n, 32]: ggml puts the low nibbles first, then the high ones."""
-    return torch.cat([qs & 0x0F, qs >> 4], dim=-1)
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
 
 
-def _bits32(qh: torch.Tensor) -> torch.Tensor:
+def _bits32(qh: np.ndarray) -> np.ndarray:
     """[n, 4] bytes of a little-endian uint32 -> its 32 bits, bit j at column j."""
-    shifts = torch.arange(8, dtype=torch.uint8, device=qh.device)
-    return ((qh.unsqueeze(-1) >> shifts) & 1).reshape(qh.shape[0], 32)
+    shifts = np.arange(8, dtype=np.uint8)
+    return ((qh[..., None] >> shifts) & 1).reshape(qh.shape[0], 32)
 
 
-def _q4_0(b: torch.Tensor) -> torch.Tensor:
-    return _f16(b, 0) * (_nibbles(b[:, 2:18]).float() - 8)
+def _q4_0(b: np.ndarray) -> np.ndarray:
+    return _f16(b, 0) * (_nibbles(b[:, 2:18]).astype(np.float32) - 8)
 
 
-def _q4_1(b: torch.Tensor) -> torch.Tensor:
-    return _f16(b, 0) * _nibbles(b[:, 4:20]).float() + _f16(b, 2)
+def _q4_1(b: np.ndarray) -> np.ndarray:
+    return _f16(b, 0) * _nibbles(b[:, 4:20]).astype(np.float32) + _f16(b, 2)
 
 
-def _q5_0(b: torch.Tensor) -> torch.Tensor:
+def _q5_0(b: np.ndarray) -> np.ndarray:
     q = _nibbles(b[:, 6:22]) | (_bits32(b[:, 2:6]) << 4)
-    return _f16(b, 0) * (q.float() - 16)
+    return _f16(b, 0) * (q.astype(np.float32) - 16)
 
 
-def _q5_1(b: torch.Tensor) -> torch.Tensor:
+def _q5_1(b: np.ndarray) -> np.ndarray:
     q = _nibbles(b[:, 8:24]) | (_bits32(b[:, 4:8]) << 4)
-    return _f16(b, 0) * q.float() + _f16(b, 2)
+    return _f16(b, 0) * q.astype(np.float32) + _f16(b, 2)
 
 
-def _q8_0(b: torch.Tensor) -> torch.Tensor:
-    return _f16(b, 0) * b[:, 2:34].contiguous().view(torch.int8).float()
+def _q8_0(b: np.ndarray) -> np.ndarray:
+    return _f16(b, 0) * np.ascontiguousarray(b[:, 2:34]).view(np.int8).astype(np.float32)
 
 
-def _k_scales(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _k_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Unpack the 12-byte field of Q4_K/Q5_K into 8 six-bit scales and 8 six-bit mins."""
     lo, mid, hi = s[:, 0:4], s[:, 4:8], s[:, 8:12]
-    scales = torch.cat([lo & 63, (hi & 0x0F) | ((lo >> 6) << 4)], dim=-1)
-    mins = torch.cat([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], dim=-1)
-    return scales.float(), mins.float()
+    scales = np.concatenate([lo & 63, (hi & 0x0F) | ((lo >> 6) << 4)], axis=-1)
+    mins = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1)
+    return scales.astype(np.float32), mins.astype(np.float32)
 
 
-def _k_nibbles(qs: torch.Tensor) -> torch.Tensor:
+def _k_nibbles(qs: np.ndarray) -> np.ndarray:
     """[n, 128] bytes -> [n, 8, 32]: each 32-byte chunk holds sub-block 2c (low) and 2c+1 (high)."""
     qs = qs.reshape(-1, 4, 1, 32)
-    return torch.cat([qs & 0x0F, qs >> 4], dim=2).reshape(-1, 8, 32)
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=2).reshape(-1, 8, 32)
 
 
-def _q4_k(b: torch.Tensor) -> torch.Tensor:
+def _q4_k(b: np.ndarray) -> np.ndarray:
     scales, mins = _k_scales(b[:, 4:16])
-    q = _k_nibbles(b[:, 16:144]).float()
-    out = (_f16(b, 0) * scales).unsqueeze(-1) * q - (_f16(b, 2) * mins).unsqueeze(-1)
+    q = _k_nibbles(b[:, 16:144]).astype(np.float32)
+    out = (_f16(b, 0) * scales)[..., None] * q - (_f16(b, 2) * mins)[..., None]
     return out.reshape(-1, 256)
 
 
-def _q5_k(b: torch.Tensor) -> torch.Tensor:
+def _q5_k(b: np.ndarray) -> np.ndarray:
     scales, mins = _k_scales(b[:, 4:16])
     # Bit k of qh[l] is the fifth bit of element l of sub-block k.
-    shifts = torch.arange(8, dtype=torch.uint8, device=b.device).view(1, 8, 1)
-    high = (b[:, 16:48].unsqueeze(1) >> shifts) & 1
-    q = (_k_nibbles(b[:, 48:176]) | (high << 4)).float()
-    out = (_f16(b, 0) * scales).unsqueeze(-1) * q - (_f16(b, 2) * mins).unsqueeze(-1)
+    shifts = np.arange(8, dtype=np.uint8).reshape(1, 8, 1)
+    high = (b[:, None, 16:48] >> shifts) & 1
+    q = (_k_nibbles(b[:, 48:176]) | (high << 4)).astype(np.float32)
+    out = (_f16(b, 0) * scales)[..., None] * q - (_f16(b, 2) * mins)[..., None]
     return out.reshape(-1, 256)
 
 
-def _q6_k(b: torch.Tensor) -> torch.Tensor:
+def _q6_k(b: np.ndarray) -> np.ndarray:
     n = b.shape[0]
     # Two halves of 128 values; in each, 64 bytes of low nibbles and 32 of 2-bit pairs.
     ql = b[:, 0:128].reshape(n, 2, 1, 2, 32)
-    low = torch.cat([ql & 0x0F, ql >> 4], dim=2).reshape(n, 2, 4, 32)
-    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=b.device).view(1, 1, 4, 1)
+    low = np.concatenate([ql & 0x0F, ql >> 4], axis=2).reshape(n, 2, 4, 32)
+    shifts = np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 1, 4, 1)
     high = (b[:, 128:192].reshape(n, 2, 1, 32) >> shifts) & 3
-    q = (low | (high << 4)).float().reshape(n, 16, 16) - 32
-    scales = b[:, 192:208].contiguous().view(torch.int8).float().unsqueeze(-1)  # one per 16 values
-    return (_f16(b, 208).unsqueeze(-1) * scales * q).reshape(n, 256)
+    q = (low | (high << 4)).astype(np.float32).reshape(n, 16, 16) - 32
+    scales = np.ascontiguousarray(b[:, 192:208]).view(np.int8).astype(np.float32)[..., None]  # one per 16 values
+    return (_f16(b, 208)[..., None] * scales * q).reshape(n, 256)
 
 
 _DECODERS: dict[T, _Decoder] = {
@@ -110,17 +114,18 @@ def is_supported(qtype: T) -> bool:
     return qtype in _FLOATS or qtype in _DECODERS
 
 
-def dequantize(raw: torch.Tensor, qtype: T, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+def dequantize(raw: np.ndarray, qtype: T, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """Decode the uint8 bytes `raw` of one tensor of type `qtype` to `shape` in `dtype`.
 
     The caller checks `is_supported(qtype)` and the byte count first.
     """
     raw = raw.reshape(-1)
     if qtype in _FLOATS:
-        return raw.view(_FLOATS[qtype]).reshape(shape).to(dtype)
+        # A copy: the file's memory map is read-only and torch wants writable memory.
+        return torch.from_numpy(raw.copy()).view(_FLOATS[qtype]).reshape(shape).to(dtype)
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
     values = _DECODERS[qtype](raw.reshape(-1, block_bytes))
-    return values.reshape(shape).to(dtype)
+    return torch.from_numpy(values).reshape(shape).to(dtype)
 
 
 def nbytes(qtype: T, n_elements: int) -> int:

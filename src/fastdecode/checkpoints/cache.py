@@ -1,0 +1,162 @@
+"""A user-visible cache of GGUF checkpoints converted to safetensors.
+
+Parsing a GGUF's metadata and dequantizing its tensors takes seconds; reading
+the converted copy back takes a fraction of that. Each entry is a directory
+
+    <root>/converted/<file stem>-<key>/
+        model.safetensors     weights in the requested dtype, our key names
+        tokenizer_state.json  the tokenizer plus BOS/EOS/chat settings
+        meta.json             format version, key, source, ModelArgs, file sizes
+
+keyed by (format version, absolute source path, size, mtime, dtype). An entry is
+written in a temporary directory and renamed into place, so a crash never
+leaves a half-written entry under its real name; meta.json records the sizes of
+the other files and is checked on every read, and an entry that fails any check
+is deleted and rebuilt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from ..config import ModelArgs
+from ..errors import FastDecodeError
+from .hf_tokenizer import HFTokenizer
+from .keys import check_state_dict
+
+FORMAT_VERSION = 1
+_FILES = ("model.safetensors", "tokenizer_state.json")
+_STALE_TMP_SECONDS = 3600
+log = logging.getLogger("fastdecode.checkpoints")
+
+
+def cache_root() -> Path:
+    """`$FASTDECODE_CACHE`, else `~/.cache/fastdecode`."""
+    env = os.environ.get("FASTDECODE_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "fastdecode"
+
+
+def clear_cache() -> Path:
+    """Delete every converted checkpoint; returns the directory that was cleared."""
+    target = cache_root() / "converted"
+    shutil.rmtree(target, ignore_errors=True)
+    return target
+
+
+def entry_dir(source: Path, dtype: torch.dtype) -> Path:
+    source = source.resolve()
+    st = source.stat()
+    ident = f"{FORMAT_VERSION}|{source}|{st.st_size}|{st.st_mtime_ns}|{dtype}"
+    key = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:16]
+    return cache_root() / "converted" / f"{source.stem}-{key}"
+
+
+@dataclasses.dataclass
+class Entry:
+    args: ModelArgs
+    state_dict: dict[str, torch.Tensor]
+    tokenizer: HFTokenizer
+
+
+class CorruptEntry(Exception):
+    """A cache entry failed a check; the message says which."""
+
+
+def read_entry(directory: Path, source: Path) -> Optional[Entry]:
+    """The entry at `directory`, None if there is none, or CorruptEntry."""
+    meta_path = directory / "meta.json"
+    if not directory.exists():
+        return None
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        if meta.get("format") != FORMAT_VERSION or meta.get("source") != str(source.resolve()):
+            raise CorruptEntry("meta.json does not describe this source")
+        for name in _FILES:
+            size = (directory / name).stat().st_size
+            if size != meta["sizes"][name]:
+                raise CorruptEntry(f"{name} has {size} bytes, expected {meta['sizes'][name]}")
+        args = ModelArgs.from_dict(meta["args"])
+        state_dict = load_file(str(directory / "model.safetensors"))
+        check_state_dict(state_dict, args, str(directory))
+        tokenizer = _read_tokenizer(directory / "tokenizer_state.json")
+    except CorruptEntry:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, SafetensorError) as e:
+        # ValueError covers JSON errors and FastDecodeError from the checks.
+        raise CorruptEntry(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    return Entry(args, state_dict, tokenizer)
+
+
+def _read_tokenizer(path: Path) -> HFTokenizer:
+    state = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        return HFTokenizer.from_dict(state)
+    except Exception as e:  # the tokenizers library raises plain Exception on bad JSON
+        raise CorruptEntry(f"{path.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
+    """Write `entry` atomically; False (with a warning) if the cache is not writable."""
+    root = directory.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _remove_stale_tmp(root)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    except OSError as e:
+        log.warning("not caching the converted checkpoint: cannot write %s (%s)", root, e.strerror or e)
+        return False
+    try:
+        state = {k: v.detach().to("cpu").contiguous() for k, v in entry.state_dict.items()}
+        save_file(state, str(tmp / "model.safetensors"))
+        (tmp / "tokenizer_state.json").write_text(json.dumps(entry.tokenizer.to_dict()), encoding="utf-8")
+        meta = {
+            "format": FORMAT_VERSION,
+            "source": str(source.resolve()),
+            "args": dataclasses.asdict(entry.args),
+            "sizes": {name: (tmp / name).stat().st_size for name in _FILES},
+            "created": time.time(),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+        try:
+            os.rename(tmp, directory)
+        except OSError:
+            # Another process renamed its copy into place first; theirs is as good as ours.
+            if not (directory / "meta.json").exists():
+                raise
+        return True
+    except OSError as e:
+        log.warning("not caching the converted checkpoint: cannot write %s (%s)", root, e.strerror or e)
+        return False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a no-op once renamed
+
+
+def _remove_stale_tmp(root: Path) -> None:
+    """Clear temporary directories left by writers that were killed mid-write."""
+    now = time.time()
+    for p in root.glob(".tmp-*"):
+        try:
+            if now - p.stat().st_mtime > _STALE_TMP_SECONDS:
+                shutil.rmtree(p, ignore_errors=True)
+        except OSError:
+            pass
+
+
+def discard(directory: Path, reason: str) -> None:
+    log.warning("cache entry %s is corrupt (%s); rebuilding it", directory, reason)
+    shutil.rmtree(directory, ignore_errors=True)
+    if directory.exists():
+        raise FastDecodeError(f"{directory}: corrupt cache entry could not be removed; delete it by hand")

@@ -1,0 +1,125 @@
+"""Open a GGUF file with the `gguf` package and turn its failures into one-line errors.
+
+`gguf.GGUFReader` memory-maps the file and raises assorted numpy errors on bad
+input; we check what we can up front (existence, magic, size) and name the file
+and the problem for the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf.gguf_reader import ReaderTensor
+
+from ..errors import FastDecodeError
+from . import dequant
+
+GGUF_MAGIC = b"GGUF"
+
+
+class GGUFFile:
+    """Metadata and tensors of one GGUF file, validated on open."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        check_file(path)
+        with open(path, "rb") as f:
+            magic = f.read(4)
+        if magic != GGUF_MAGIC:
+            raise FastDecodeError(
+                f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r}); "
+                "pass a .gguf file or a Hugging Face checkpoint directory")
+        try:
+            self._reader = GGUFReader(path)
+        except ValueError as e:
+            raise FastDecodeError(f"{path}: {_describe_reader_error(e)}") from None
+        except (IndexError, OverflowError, TypeError, KeyError, UnicodeDecodeError) as e:
+            raise FastDecodeError(f"{path}: truncated or corrupt GGUF header ({type(e).__name__})") from None
+        if self._reader.byte_order == "S":
+            raise FastDecodeError(f"{path}: big-endian GGUF files are not supported")
+        self.tensors: dict[str, ReaderTensor] = {t.name: t for t in self._reader.tensors}
+        self._check_tensors()
+
+    def _check_tensors(self) -> None:
+        size = self.path.stat().st_size
+        for t in self._reader.tensors:
+            if t.data_offset + t.n_bytes > size:
+                raise FastDecodeError(
+                    f"{self.path}: truncated GGUF: tensor {t.name!r} ends at byte "
+                    f"{t.data_offset + t.n_bytes} but the file has {size} bytes"
+                )
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The metadata value at `key`: a str, int, float, bool or list of them."""
+        field = self._reader.fields.get(key)
+        if field is None:
+            return default
+        return _field_value(field)
+
+    def tensor(self, name: str, dtype: torch.dtype) -> torch.Tensor:
+        """The named tensor dequantized to `dtype`, in torch (row-major) shape.
+
+        Call `check_tensor_types` first.
+        """
+        t = self.tensors[name]
+        qtype = GGMLQuantizationType(int(t.tensor_type))
+        shape = tuple(reversed([int(d) for d in t.shape]))
+        raw = self._reader.data[t.data_offset:t.data_offset + t.n_bytes]
+        return dequant.dequantize(raw, qtype, shape, dtype)
+
+    def check_tensor_types(self) -> None:
+        """Fail on the first tensor whose type we cannot decode."""
+        for t in self._reader.tensors:
+            qtype = GGMLQuantizationType(int(t.tensor_type))
+            if not dequant.is_supported(qtype):
+                raise FastDecodeError(
+                    f"{self.path}: tensor {t.name!r} has unsupported type {qtype.name}; "
+                    f"supported: {', '.join(dequant.SUPPORTED_TYPES)}"
+                )
+
+
+def check_file(path: Path) -> None:
+    if not path.exists():
+        raise FastDecodeError(f"checkpoint not found: {path}")
+    if not path.is_file():
+        raise FastDecodeError(f"{path}: expected a .gguf file or a Hugging Face checkpoint directory")
+    if not os.access(path, os.R_OK):
+        raise FastDecodeError(f"{path}: file is not readable")
+
+
+def _describe_reader_error(e: ValueError) -> str:
+    text = str(e)
+    # The id shows as "99" or "np.uint32(99)" depending on numpy's version.
+    m = re.search(r"(\d+)\)? is not a valid GGMLQuantizationType", text)
+    if m:
+        return (f"unknown tensor type id {m.group(1)}; supported: "
+                f"{', '.join(dequant.SUPPORTED_TYPES)}")
+    if "version" in text:
+        return f"unsupported GGUF version ({text})"
+    # Everything else the reader trips over is a short read: reshape or slice past the end.
+    return "truncated or corrupt GGUF (the header or tensor data is cut short)"
+
+
+def _field_value(field: Any) -> Any:
+    types = field.types
+    if types[0] == GGUFValueType.ARRAY:
+        if types[-1] == GGUFValueType.STRING:
+            return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
+        return [v.item() for i in field.data for v in field.parts[i]]
+    if types[0] == GGUFValueType.STRING:
+        return bytes(field.parts[field.data[0]]).decode("utf-8", errors="replace")
+    value = field.parts[field.data[0]][0]
+    return bool(value) if types[0] == GGUFValueType.BOOL else value.item()
+
+
+def optional_int(value: Optional[Any], path: Path, key: str) -> Optional[int]:
+    if value is None:
+        return None
+    if isinstance(value, list):
+        raise FastDecodeError(f"{path}: per-layer {key} is not supported (got a list)")
+    return int(value)

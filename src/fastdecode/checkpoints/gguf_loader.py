@@ -1,0 +1,150 @@
+"""GGUF (llama.cpp) checkpoints: metadata -> `ModelArgs`, tensors -> our state dict."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Callable, Optional
+
+import torch
+
+from ..config import ModelArgs, RopeScaling
+from ..errors import FastDecodeError
+from .gguf_file import GGUFFile, optional_int
+
+# Architectures whose tensors we can map. llama.cpp writes Mistral as "llama".
+# Only "llama" has its Q/K rows permuted by the converter.
+SUPPORTED_ARCHS = ("llama", "qwen2")
+
+_GLOBAL_NAMES = {
+    "token_embd.weight": "tok_embeddings.weight",
+    "output_norm.weight": "norm.weight",
+    "output.weight": "output.weight",
+}
+_LAYER_NAMES = {
+    "attn_norm.weight": "attention_norm.weight",
+    "attn_q.weight": "attention.wq.weight",
+    "attn_k.weight": "attention.wk.weight",
+    "attn_v.weight": "attention.wv.weight",
+    "attn_q.bias": "attention.wq.bias",
+    "attn_k.bias": "attention.wk.bias",
+    "attn_v.bias": "attention.wv.bias",
+    "attn_output.weight": "attention.wo.weight",
+    "ffn_norm.weight": "ffn_norm.weight",
+    "ffn_gate.weight": "feed_forward.w1.weight",
+    "ffn_down.weight": "feed_forward.w2.weight",
+    "ffn_up.weight": "feed_forward.w3.weight",
+}
+_LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
+# Tensors that carry nothing our model needs: precomputed RoPE tables.
+_SKIPPED = {"rope_freqs.weight"}
+
+
+def our_name(gguf_name: str) -> Optional[str]:
+    """Our state-dict key for a GGUF tensor name, or None if we do not map it."""
+    if gguf_name in _GLOBAL_NAMES:
+        return _GLOBAL_NAMES[gguf_name]
+    m = _LAYER_RE.fullmatch(gguf_name)
+    if m and m.group(2) in _LAYER_NAMES:
+        return f"layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}"
+    return None
+
+
+def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Undo llama.cpp's Q/K row permutation back to Hugging Face's rotate_half order.
+
+    llama.cpp interleaves the two halves of each head's rows (pairs for its
+    rotary kernel); HF keeps the first half then the second half.
+    """
+    rows = w.shape[0]
+    return (w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:])
+             .transpose(1, 2).reshape(w.shape))
+
+
+def _llama3_scaling(f: GGUFFile, head_dim: int, theta: float) -> Optional[RopeScaling]:
+    """Recover Llama-3.1 RoPE scaling from the precomputed `rope_freqs` factors.
+
+    llama.cpp stores per-frequency divisors instead of the four parameters. We
+    take `factor` from the largest divisor, assume the standard remaining three
+    (1, 4, 8192; what every Llama 3.x ships) and check they reproduce the table.
+    """
+    if "rope_freqs.weight" not in f.tensors:
+        return None
+    table = f.tensor("rope_freqs.weight", torch.float32).double()
+    arch = f.get("general.architecture")
+    orig = int(f.get(f"{arch}.rope.scaling.original_context_length", 8192))
+    scaling = RopeScaling(factor=float(table.max()), low_freq_factor=1.0, high_freq_factor=4.0,
+                          original_max_position_embeddings=orig)
+    inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    wavelen = 2 * math.pi / inv_freq
+    low_wl = orig / scaling.low_freq_factor
+    high_wl = orig / scaling.high_freq_factor
+    smooth = (orig / wavelen - scaling.low_freq_factor) / (scaling.high_freq_factor - scaling.low_freq_factor)
+    expected = torch.where(wavelen < high_wl, 1.0,
+                           torch.where(wavelen > low_wl, scaling.factor, 1 / ((1 - smooth) / scaling.factor + smooth)))
+    if table.shape != expected.shape or not torch.allclose(table, expected, rtol=1e-3):
+        raise FastDecodeError(f"{f.path}: rope_freqs.weight is not a Llama-3 RoPE scaling table we recognise")
+    return scaling
+
+
+def gguf_model_args(f: GGUFFile) -> ModelArgs:
+    arch = f.get("general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise FastDecodeError(
+            f"{f.path}: unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
+
+    def need(key: str) -> int:
+        value = optional_int(f.get(f"{arch}.{key}"), f.path, key)
+        if value is None:
+            raise FastDecodeError(f"{f.path}: missing metadata key {arch}.{key}")
+        return value
+
+    if "token_embd.weight" not in f.tensors:
+        raise FastDecodeError(f"{f.path}: missing tensor token_embd.weight")
+    dim, n_heads = need("embedding_length"), need("attention.head_count")
+    n_kv_heads = optional_int(f.get(f"{arch}.attention.head_count_kv"), f.path, "head_count_kv") or n_heads
+    head_dim = optional_int(f.get(f"{arch}.attention.key_length"), f.path, "key_length") or dim // n_heads
+    rot = optional_int(f.get(f"{arch}.rope.dimension_count"), f.path, "rope.dimension_count")
+    if rot is not None and rot != head_dim:
+        raise FastDecodeError(f"{f.path}: partial rotary embeddings ({rot} of {head_dim} dims) are not supported")
+    scaling_type = f.get(f"{arch}.rope.scaling.type", "none")
+    if scaling_type not in ("none", "llama3"):
+        raise FastDecodeError(f"{f.path}: RoPE scaling {scaling_type!r} is not supported; supported: llama3")
+    theta = float(f.get(f"{arch}.rope.freq_base", 10000.0))
+    return ModelArgs(
+        dim=dim,
+        n_layers=need("block_count"),
+        n_heads=n_heads,
+        n_kv_heads=n_kv_heads,
+        head_dim=head_dim,
+        vocab_size=int(f.tensors["token_embd.weight"].shape[1]),
+        hidden_dim=need("feed_forward_length"),
+        norm_eps=float(f.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=theta,
+        rope_scaling=_llama3_scaling(f, head_dim, theta),
+        max_seq_len=int(f.get(f"{arch}.context_length", 2048)),
+        tie_embeddings="output.weight" not in f.tensors,
+        qkv_bias="blk.0.attn_q.bias" in f.tensors,
+    )
+
+
+def gguf_state_dict(f: GGUFFile, args: ModelArgs, dtype: torch.dtype,
+                    progress: Optional[Callable[[int, int], None]] = None) -> dict[str, torch.Tensor]:
+    """Dequantize every tensor to `dtype` (on CPU) under our key names."""
+    f.check_tensor_types()
+    names = [n for n in f.tensors if n not in _SKIPPED]
+    unknown = [n for n in names if our_name(n) is None]
+    if unknown:
+        raise FastDecodeError(f"{f.path}: unexpected tensor {unknown[0]!r} for a {f.get('general.architecture')} model")
+    permuted = f.get("general.architecture") == "llama"
+    out: dict[str, torch.Tensor] = {}
+    for i, name in enumerate(names):
+        t = f.tensor(name, dtype)
+        if permuted and ".attn_q." in name:
+            t = unpermute_rows(t, args.n_heads)
+        elif permuted and ".attn_k." in name:
+            t = unpermute_rows(t, args.n_kv_heads)
+        out[our_name(name)] = t.contiguous()
+        if progress is not None:
+            progress(i + 1, len(names))
+    return out

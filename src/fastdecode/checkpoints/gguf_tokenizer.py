@@ -1,0 +1,167 @@
+"""Build the tokenizer a GGUF file describes in its `tokenizer.ggml.*` metadata.
+
+A GGUF has no tokenizer.json: it stores the vocabulary, merges, token types and
+special ids. We rebuild the equivalent `tokenizers` pipeline the way transformers
+does for `from_pretrained(..., gguf_file=...)`, since that is our reference:
+  - "gpt2": byte-level BPE, split by the regex `tokenizer.ggml.pre` names
+    (GPT-2's own when the name is not one we know);
+  - "llama": SentencePiece-style BPE with byte fallback and a "▁" word prefix.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer as Backend
+
+from ..errors import FastDecodeError
+from .gguf_file import GGUFFile
+from .hf_tokenizer import HFTokenizer
+
+# llama.cpp token types (llama_token_type).
+CONTROL, USER_DEFINED = 3, 4
+
+SUPPORTED_MODELS = ("gpt2", "llama")
+
+_LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# `tokenizer.ggml.pre` names whose split regex differs from GPT-2's.
+_PRE_SPLITS = {
+    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "smaug-bpe", "dbrx", "falcon3"), _LLAMA3_SPLIT),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez"), _QWEN2_SPLIT),
+}
+
+
+def byte_alphabet() -> dict[int, str]:
+    """GPT-2's reversible byte -> printable character map used by byte-level BPE."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    mapping = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in mapping:
+            mapping[b] = chr(256 + extra)
+            extra += 1
+    return mapping
+
+
+def _byte_level(tokens: list[str], merges: list[tuple[str, str]], pre: Optional[str]) -> Backend:
+    spell = byte_alphabet()
+    alphabet = set(spell.values())
+    # A token written outside the byte alphabet is a raw string: spell out its bytes.
+    vocab = {
+        (t if set(t) <= alphabet else "".join(spell[b] for b in t.encode("utf-8"))): i
+        for i, t in enumerate(tokens)
+    }
+    backend = Backend(models.BPE(vocab=vocab, merges=merges, dropout=None, fuse_unk=False,
+                                 continuing_subword_prefix="", end_of_word_suffix=""))
+    split = _PRE_SPLITS.get(pre or "")
+    if split is None:
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        backend.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(split), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ])
+    backend.decoder = decoders.ByteLevel()
+    return backend
+
+
+def merges_from_scores(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
+    """Recover BPE merges from a SentencePiece vocabulary that lists none.
+
+    Every split of a token into two vocabulary pieces is a merge ranked by the
+    token's score (higher first); ties go to shorter left then right pieces.
+    """
+    vocab = {t: i for i, t in enumerate(tokens)}
+    found: list[tuple[str, str, float]] = []
+    for token, score in zip(tokens, scores):
+        pairs = [(token[:k], token[k:]) for k in range(1, len(token))
+                 if token[:k] in vocab and token[k:] in vocab]
+        pairs.sort(key=lambda p: (vocab[p[0]], vocab[p[1]]))
+        found.extend((left, right, score) for left, right in pairs)
+    found.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
+    return [(left, right) for left, right, _ in found]
+
+
+def _sentencepiece(tokens: list[str], merges: list[tuple[str, str]], add_space_prefix: bool) -> Backend:
+    vocab = {t: i for i, t in enumerate(tokens)}
+    backend = Backend(models.BPE(vocab=vocab, merges=merges, dropout=None, fuse_unk=True, byte_fallback=True))
+    backend.normalizer = None
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement="▁", prepend_scheme="first" if add_space_prefix else "never", split=False)
+    steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+    if add_space_prefix:
+        steps.append(decoders.Strip(content=" ", left=1))
+    backend.decoder = decoders.Sequence(steps)
+    return backend
+
+
+def _name(tokens: list[str], token_id: Optional[int]) -> Optional[str]:
+    return tokens[token_id] if token_id is not None and 0 <= token_id < len(tokens) else None
+
+
+def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
+    path: Path = f.path
+    kind = f.get("tokenizer.ggml.model")
+    tokens = f.get("tokenizer.ggml.tokens")
+    if kind is None or not tokens:
+        raise FastDecodeError(f"{path}: no tokenizer in the file (tokenizer.ggml.model/tokens missing)")
+    if kind not in SUPPORTED_MODELS:
+        raise FastDecodeError(
+            f"{path}: unsupported tokenizer type {kind!r}; supported: {', '.join(SUPPORTED_MODELS)}")
+    types = f.get("tokenizer.ggml.token_type") or [1] * len(tokens)
+    raw_merges = f.get("tokenizer.ggml.merges")
+    if raw_merges is not None:
+        merges = [tuple(m.split(" ", 1)) for m in raw_merges]
+    elif kind == "llama":
+        merges = merges_from_scores(tokens, f.get("tokenizer.ggml.scores") or [0.0] * len(tokens))
+    else:
+        raise FastDecodeError(f"{path}: gpt2 tokenizer without tokenizer.ggml.merges")
+
+    try:
+        if kind == "gpt2":
+            backend = _byte_level(tokens, merges, f.get("tokenizer.ggml.pre"))
+        else:
+            # transformers always prepends "▁"; llama.cpp honours add_space_prefix, and so do we.
+            backend = _sentencepiece(tokens, merges, bool(f.get("tokenizer.ggml.add_space_prefix", True)))
+    except Exception as e:  # the tokenizers library raises plain Exception, e.g. a merge of unknown tokens
+        raise FastDecodeError(f"{path}: cannot build the tokenizer ({str(e).splitlines()[0]})") from None
+    if kind == "gpt2":
+        alphabet = set(byte_alphabet().values())
+        # A "control" token outside the byte alphabet is a llama.cpp mislabel; adding it
+        # would grow the vocabulary past the model's, so it stays an ordinary token.
+        control = [t for t, k in zip(tokens, types) if k == CONTROL and set(t) <= alphabet]
+    else:
+        control = [t for t, k in zip(tokens, types) if k == CONTROL]
+
+    special = {
+        "bos_token": _name(tokens, f.get("tokenizer.ggml.bos_token_id")),
+        "eos_token": _name(tokens, f.get("tokenizer.ggml.eos_token_id")),
+        "unk_token": _name(tokens, f.get("tokenizer.ggml.unknown_token_id")),
+        "pad_token": _name(tokens, f.get("tokenizer.ggml.padding_token_id")),
+    }
+    named = [t for t in special.values() if t is not None and t not in control]
+    backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in [*control, *named]])
+    vocab = backend.get_vocab(with_added_tokens=False)
+    user = [t for t, k in zip(tokens, types) if k == USER_DEFINED and t in vocab]
+    if user:
+        backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
+
+    extra_eos = [f.get(f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom")]
+    return HFTokenizer(
+        backend,
+        special=special,
+        extra_eos_ids=[i for i in extra_eos if i is not None],
+        chat_template=f.get("tokenizer.chat_template"),
+        # SentencePiece vocabularies get BOS unless the file says otherwise (llama.cpp's rule).
+        add_bos=bool(f.get("tokenizer.ggml.add_bos_token", kind == "llama")),
+        add_eos=bool(f.get("tokenizer.ggml.add_eos_token", False)),
+    )

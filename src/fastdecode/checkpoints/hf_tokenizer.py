@@ -1,0 +1,163 @@
+"""The checkpoint's own tokenizer, on top of the `tokenizers` library.
+
+`HFTokenizer` wraps a `tokenizers.Tokenizer` built either from a GGUF file's
+metadata (see `gguf_tokenizer.py`) or from a Hugging Face `tokenizer.json`.
+Special-token strings in the text (e.g. `<|im_start|>`) are matched as added
+tokens by the library, as transformers does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Optional, Sequence
+
+from tokenizers import Tokenizer as Backend
+from tokenizers import processors
+
+from ..errors import FastDecodeError
+from ..tokenizer import Tokenizer
+
+SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+class HFTokenizer(Tokenizer):
+    """A `tokenizers` backend plus what the checkpoint says about BOS/EOS and chat.
+
+    Args:
+        backend: the tokenizer; its post-processor is replaced when `add_bos` or
+            `add_eos` is given, and otherwise decides what `encode` adds.
+        special: token strings by name (bos_token, eos_token, unk_token, pad_token).
+        extra_eos_ids: more ids that end a generation (end-of-turn and the like).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        special: dict[str, Optional[str]],
+        extra_eos_ids: Iterable[int] = (),
+        chat_template: Optional[str] = None,
+        add_bos: Optional[bool] = None,
+        add_eos: Optional[bool] = None,
+    ):
+        self.backend = backend
+        self.special_tokens_map = {k: special.get(k) for k in SPECIAL_NAMES}
+        self.chat_template = chat_template
+        self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
+        self.bos_id = self._id(self.special_tokens_map["bos_token"])
+        eos_id = self._id(self.special_tokens_map["eos_token"])
+        self.eos_ids = frozenset({*(int(i) for i in extra_eos_ids), *([eos_id] if eos_id is not None else [])})
+        pad_id = self._id(self.special_tokens_map["pad_token"])
+        self.pad_id = pad_id if pad_id is not None else (eos_id if eos_id is not None else 0)
+        if add_bos is not None or add_eos is not None:
+            self._set_post_processor(bool(add_bos), bool(add_eos))
+        self.add_bos = self._adds_bos()
+
+    def _id(self, token: Optional[str]) -> Optional[int]:
+        return None if token is None else self.backend.token_to_id(token)
+
+    def _set_post_processor(self, add_bos: bool, add_eos: bool) -> None:
+        # Same rule as transformers: a flag without its token is dropped.
+        bos, eos = self.special_tokens_map["bos_token"], self.special_tokens_map["eos_token"]
+        add_bos = add_bos and self._id(bos) is not None
+        add_eos = add_eos and self._id(eos) is not None
+        single = " ".join([*([f"{bos}:0"] if add_bos else []), "$A:0", *([f"{eos}:0"] if add_eos else [])])
+        pair = " ".join([single, *([f"{bos}:1"] if add_bos else []), "$B:1", *([f"{eos}:1"] if add_eos else [])])
+        tokens = [(t, self._id(t)) for t, on in ((bos, add_bos), (eos, add_eos)) if on]
+        self.backend.post_processor = processors.TemplateProcessing(
+            single=single, pair=pair, special_tokens=tokens)
+
+    def _adds_bos(self) -> bool:
+        if self.bos_id is None:
+            return False
+        ids = self.backend.encode("a", add_special_tokens=True).ids
+        return bool(ids) and ids[0] == self.bos_id
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        if not isinstance(text, str):
+            raise FastDecodeError(f"encode expects a str, got {type(text).__name__}")
+        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything needed to rebuild this tokenizer (used by the conversion cache)."""
+        return {
+            "backend": self.backend.to_str(),
+            "special": self.special_tokens_map,
+            "eos_ids": sorted(self.eos_ids),
+            "chat_template": self.chat_template,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "HFTokenizer":
+        # The saved backend already carries the post-processor decided at build time.
+        return cls(Backend.from_str(d["backend"]), special=d["special"],
+                   extra_eos_ids=d["eos_ids"], chat_template=d["chat_template"])
+
+
+def _token_str(value: Any) -> Optional[str]:
+    """tokenizer_config stores special tokens as strings or as AddedToken dicts."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise FastDecodeError(f"{path}: cannot read JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise FastDecodeError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _chat_template(directory: Path, config: dict[str, Any]) -> Optional[str]:
+    # Newer transformers save the template beside the config instead of inside it.
+    jinja = directory / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    if (directory / "chat_template.json").is_file():
+        template = _read_json(directory / "chat_template.json").get("chat_template")
+    else:
+        template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: use "default"
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def _generation_eos_ids(directory: Path) -> list[int]:
+    ids: list[int] = []
+    for name in ("config.json", "generation_config.json"):
+        if (directory / name).is_file():
+            value = _read_json(directory / name).get("eos_token_id")
+            ids.extend(value if isinstance(value, list) else [value] if isinstance(value, int) else [])
+    return [int(i) for i in ids]
+
+
+def tokenizer_from_hf_dir(directory: Path) -> HFTokenizer:
+    """Build the tokenizer of a Hugging Face checkpoint directory from tokenizer.json."""
+    path = directory / "tokenizer.json"
+    if not path.is_file():
+        extra = " (tokenizer.model alone is not supported)" if (directory / "tokenizer.model").exists() else ""
+        raise FastDecodeError(f"{directory}: no tokenizer.json{extra}; re-save the tokenizer with transformers")
+    try:
+        backend = Backend.from_file(str(path))
+    except Exception as e:  # the Rust side raises a plain Exception on malformed files
+        raise FastDecodeError(f"{path}: cannot parse tokenizer ({str(e).splitlines()[0]})") from None
+    config_path = directory / "tokenizer_config.json"
+    config = _read_json(config_path) if config_path.is_file() else {}
+    special = {name: _token_str(config.get(name)) for name in SPECIAL_NAMES}
+    # BOS/EOS come from tokenizer.json's post-processor alone: transformers (5.x)
+    # drops tokenizer_config's add_bos_token/add_eos_token when tokenizer.json exists.
+    return HFTokenizer(
+        backend,
+        special=special,
+        extra_eos_ids=_generation_eos_ids(directory),
+        chat_template=_chat_template(directory, config),
+    )

@@ -1,0 +1,57 @@
+"""The state-dict keys and shapes our `Transformer` expects, and a check against them.
+
+Loaders run this before handing weights to the model, so a wrong or partial
+checkpoint fails with one line naming the file and tensor rather than a long
+`load_state_dict` report.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..config import ModelArgs
+from ..errors import FastDecodeError
+
+
+def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
+    q_rows, kv_rows = args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim
+    shapes: dict[str, tuple[int, ...]] = {
+        "tok_embeddings.weight": (args.vocab_size, args.dim),
+        "norm.weight": (args.dim,),
+    }
+    if not args.tie_embeddings:
+        shapes["output.weight"] = (args.vocab_size, args.dim)
+    for i in range(args.n_layers):
+        p = f"layers.{i}."
+        shapes.update({
+            p + "attention_norm.weight": (args.dim,),
+            p + "attention.wq.weight": (q_rows, args.dim),
+            p + "attention.wk.weight": (kv_rows, args.dim),
+            p + "attention.wv.weight": (kv_rows, args.dim),
+            p + "attention.wo.weight": (args.dim, q_rows),
+            p + "ffn_norm.weight": (args.dim,),
+            p + "feed_forward.w1.weight": (args.hidden_dim, args.dim),
+            p + "feed_forward.w2.weight": (args.dim, args.hidden_dim),
+            p + "feed_forward.w3.weight": (args.hidden_dim, args.dim),
+        })
+        if args.qkv_bias:
+            shapes.update({
+                p + "attention.wq.bias": (q_rows,),
+                p + "attention.wk.bias": (kv_rows,),
+                p + "attention.wv.bias": (kv_rows,),
+            })
+    return shapes
+
+
+def check_state_dict(state_dict: dict[str, torch.Tensor], args: ModelArgs, source: str) -> None:
+    """Fail on the first missing, unexpected or mis-shaped tensor."""
+    expected = expected_shapes(args)
+    for key, shape in expected.items():
+        if key not in state_dict:
+            raise FastDecodeError(f"{source}: missing tensor for {key}")
+        got = tuple(state_dict[key].shape)
+        if got != shape:
+            raise FastDecodeError(f"{source}: tensor {key} has shape {list(got)}, expected {list(shape)}")
+    extra = sorted(set(state_dict) - set(expected))
+    if extra:
+        raise FastDecodeError(f"{source}: unexpected tensor {extra[0]} ({len(extra)} unexpected in all)")

@@ -1,0 +1,120 @@
+"""`load_checkpoint`: a .gguf file or a Hugging Face directory -> args, weights, tokenizer."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import torch
+
+from ..config import ModelArgs
+from ..errors import FastDecodeError
+from ..tokenizer import Tokenizer
+from . import cache
+from .gguf_file import GGUFFile
+from .gguf_loader import gguf_model_args, gguf_state_dict
+from .gguf_tokenizer import tokenizer_from_gguf
+from .hf_loader import hf_model_args, hf_state_dict, read_config
+from .hf_tokenizer import tokenizer_from_hf_dir
+from .keys import check_state_dict
+
+log = logging.getLogger("fastdecode.checkpoints")
+
+# progress(what, done, total), called as tensors are read; see fastdecode.progress for a bar.
+ProgressFn = Callable[[str, int, int], None]
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint, ready for `Transformer(args).load_state_dict(state_dict, assign=True)`."""
+
+    args: ModelArgs
+    state_dict: dict[str, torch.Tensor]  # our key names, in the requested dtype and device
+    tokenizer: Tokenizer
+    source: str  # the path it came from
+    load_seconds: float
+    format: str  # "gguf" or "hf"
+    cache_path: Optional[Path] = None  # the converted copy read or written, if any
+    from_cache: bool = False
+
+
+def load_checkpoint(path: Union[str, os.PathLike], *, dtype: torch.dtype,
+                    device: Union[str, torch.device] = "cpu", progress: Optional[ProgressFn] = None,
+                    use_cache: bool = True) -> Checkpoint:
+    """Load a .gguf file or a Hugging Face checkpoint directory.
+
+    GGUF files are converted once and kept in the cache (see `cache.py`) unless
+    `use_cache` is False. `progress(what, done, total)` is called as tensors load.
+    """
+    start = time.perf_counter()
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise FastDecodeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}")
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise FastDecodeError(f"checkpoint not found: {p}")
+    if p.is_dir():
+        args, state_dict, tokenizer = _load_hf(p, dtype, progress)
+        ckpt = Checkpoint(args, state_dict, tokenizer, str(p), 0.0, "hf")
+    else:
+        ckpt = _load_gguf(p, dtype, progress, use_cache)
+    ckpt.state_dict = {k: v.to(device) for k, v in ckpt.state_dict.items()}
+    ckpt.load_seconds = time.perf_counter() - start
+    log.info("loaded %s in %.2fs%s", p, ckpt.load_seconds,
+             f" (converted copy: {ckpt.cache_path})" if ckpt.cache_path else "")
+    return ckpt
+
+
+def _load_hf(directory: Path, dtype: torch.dtype, progress: Optional[ProgressFn]):
+    args = hf_model_args(read_config(directory), directory)
+    tokenizer = tokenizer_from_hf_dir(directory)
+    on_tensor = None if progress is None else (lambda done, total: progress("loading", done, total))
+    state_dict = hf_state_dict(directory, args, dtype, on_tensor)
+    check_state_dict(state_dict, args, str(directory))
+    _check_vocab(args, tokenizer, directory)
+    return args, state_dict, tokenizer
+
+
+def _convert_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn]) -> cache.Entry:
+    f = GGUFFile(path)
+    args = gguf_model_args(f)
+    tokenizer = tokenizer_from_gguf(f)
+    _check_vocab(args, tokenizer, path)
+    on_tensor = None if progress is None else (lambda done, total: progress("dequantizing", done, total))
+    state_dict = gguf_state_dict(f, args, dtype, on_tensor)
+    check_state_dict(state_dict, args, str(path))
+    return cache.Entry(args, state_dict, tokenizer)
+
+
+def _load_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn], use_cache: bool) -> Checkpoint:
+    if not use_cache:
+        entry = _convert_gguf(path, dtype, progress)
+        return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf")
+    directory = cache.entry_dir(path, dtype)
+    try:
+        entry = cache.read_entry(directory, path)
+    except cache.CorruptEntry as e:
+        cache.discard(directory, str(e))
+        entry = None
+    if entry is not None:
+        return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
+                          cache_path=directory, from_cache=True)
+    entry = _convert_gguf(path, dtype, progress)
+    written = cache.write_entry(directory, path, entry)
+    if written:
+        log.info("cached converted copy of %s at %s", path.name, directory)
+    return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
+                      cache_path=directory if written else None)
+
+
+def _check_vocab(args: ModelArgs, tok: Tokenizer, source: Path) -> None:
+    """Checked before any conversion is cached, so a mismatched file never enters the cache."""
+    n = args.vocab_size
+    if tok.vocab_size > n:
+        raise FastDecodeError(f"{source}: tokenizer has {tok.vocab_size} tokens but the model's vocabulary is {n}")
+    bad = [i for i in (tok.bos_id, *tok.eos_ids) if i is not None and not 0 <= i < n]
+    if bad:
+        raise FastDecodeError(f"{source}: special token id {bad[0]} is outside the model's vocabulary of {n}")

@@ -1,0 +1,145 @@
+"""The converted-GGUF cache: hit, miss, corruption, atomic writes, clearing."""
+
+import json
+import logging
+import os
+
+import pytest
+import torch
+
+from fastdecode.checkpoints import cache, clear_cache, load_checkpoint
+from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
+from tiny_checkpoints import gguf_tensors, hf_model, write_gguf
+
+
+@pytest.fixture
+def tiny_gguf(tmp_path):
+    return write_gguf(tmp_path / "tiny.gguf", gguf_tensors(hf_model()))
+
+
+def load(path, dtype=torch.float32):
+    return load_checkpoint(path, dtype=dtype, device="cpu")
+
+
+def entries():
+    root = cache.cache_root() / "converted"
+    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+
+
+def test_second_load_comes_from_the_cache(tiny_gguf):
+    first = load(tiny_gguf)
+    assert not first.from_cache and first.cache_path is not None and first.cache_path.is_dir()
+    assert str(first.cache_path).startswith(os.environ["FASTDECODE_CACHE"])
+    second = load(tiny_gguf)
+    assert second.from_cache and second.cache_path == first.cache_path
+    assert second.args == first.args
+    assert second.state_dict.keys() == first.state_dict.keys()
+    for k, v in first.state_dict.items():
+        assert torch.equal(second.state_dict[k], v), k
+    t1, t2 = first.tokenizer, second.tokenizer
+    text = "<|im_start|>user\nhello wörld 🤖<|im_end|>"
+    assert t2.encode(text) == t1.encode(text)
+    assert (t2.bos_id, t2.eos_ids, t2.pad_id, t2.add_bos, t2.chat_template) == (
+        t1.bos_id, t1.eos_ids, t1.pad_id, t1.add_bos, t1.chat_template)
+
+
+def test_key_covers_dtype_and_file_changes(tiny_gguf):
+    load(tiny_gguf)
+    load(tiny_gguf, dtype=torch.bfloat16)
+    assert len(entries()) == 2
+    os.utime(tiny_gguf, ns=(1, 1))  # a new mtime is a new file as far as the cache knows
+    assert not load(tiny_gguf).from_cache
+    assert len(entries()) == 3
+
+
+@pytest.mark.parametrize("damage", ["truncate_weights", "garbage_meta", "delete_meta", "bad_tokenizer",
+                                    "bad_backend"])
+def test_corrupt_entry_is_detected_and_rebuilt(tiny_gguf, damage, caplog):
+    entry = load(tiny_gguf).cache_path
+    if damage == "truncate_weights":
+        data = (entry / "model.safetensors").read_bytes()
+        (entry / "model.safetensors").write_bytes(data[: len(data) // 3])
+    elif damage == "garbage_meta":
+        (entry / "meta.json").write_text("{not json")
+    elif damage == "delete_meta":
+        (entry / "meta.json").unlink()
+    elif damage == "bad_backend":
+        path = entry / "tokenizer_state.json"
+        state = json.loads(path.read_text())
+        text = json.dumps({**state, "backend": "{}"})
+        path.write_text(text + " " * (path.stat().st_size - len(text)))  # keep the recorded size
+    else:
+        size = (entry / "tokenizer_state.json").stat().st_size
+        (entry / "tokenizer_state.json").write_text("x" * size)  # same size, unreadable
+    with caplog.at_level(logging.WARNING, logger="fastdecode.checkpoints"):
+        again = load(tiny_gguf)
+    assert not again.from_cache
+    assert "corrupt" in caplog.text
+    assert load(tiny_gguf).from_cache  # rebuilt and good again
+
+
+def test_same_size_weights_with_wrong_shapes_are_caught(tiny_gguf):
+    entry = load(tiny_gguf).cache_path
+    meta = json.loads((entry / "meta.json").read_text())
+    meta["args"]["hidden_dim"] = 32
+    (entry / "meta.json").write_text(json.dumps(meta))
+    assert not load(tiny_gguf).from_cache
+
+
+def test_failed_write_leaves_nothing_behind(tiny_gguf, monkeypatch, caplog):
+    def boom(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache, "save_file", boom)
+    with caplog.at_level(logging.WARNING, logger="fastdecode.checkpoints"):
+        ckpt = load(tiny_gguf)
+    assert ckpt.cache_path is None and ckpt.state_dict  # the load itself still works
+    assert "not caching" in caplog.text
+    assert entries() == []  # no entry and no temporary directory
+
+
+def test_interrupted_write_leaves_no_temporary_directory(tiny_gguf, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cache, "save_file", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load(tiny_gguf)
+    assert entries() == []
+
+
+def test_unwritable_cache_still_loads(tiny_gguf, tmp_path, monkeypatch):
+    blocker = tmp_path / "file-not-dir"
+    blocker.write_text("")
+    monkeypatch.setenv("FASTDECODE_CACHE", str(blocker))
+    assert load(tiny_gguf).cache_path is None
+
+
+def test_clear_cache(tiny_gguf):
+    load(tiny_gguf)
+    assert entries()
+    cleared = clear_cache()
+    assert not cleared.exists() and entries() == []
+
+
+def test_use_cache_false_writes_nothing(tiny_gguf):
+    load_checkpoint(tiny_gguf, dtype=torch.float32, device="cpu", use_cache=False)
+    assert entries() == []
+
+
+def test_a_rejected_file_is_not_cached(tmp_path):
+    from tiny_checkpoints import byte_level_tokens
+
+    from fastdecode.errors import FastDecodeError
+
+    path = write_gguf(tmp_path / "v.gguf", gguf_tensors(hf_model()), tokens=byte_level_tokens() + ["extra"])
+    with pytest.raises(FastDecodeError, match="tokenizer has"):
+        load(path)
+    assert entries() == []
+
+
+def test_dtype_must_be_a_torch_float_dtype(tiny_gguf):
+    from fastdecode.errors import FastDecodeError
+
+    with pytest.raises(FastDecodeError, match="dtype must be"):
+        load_checkpoint(tiny_gguf, dtype="float32", device="cpu")

@@ -1,0 +1,260 @@
+"""GGUF loading: metadata, Q/K un-permute, tied output, quantized tensors, bad input."""
+
+import shutil
+import struct
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+
+from fastdecode.checkpoints import load_checkpoint
+from fastdecode.checkpoints.gguf_loader import unpermute_rows
+from fastdecode.errors import FastDecodeError
+from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
+from tiny_checkpoints import VOCAB, byte_level_tokens, gguf_tensors, hf_model, llama_cpp_permute, write_gguf
+
+
+def build_ours(ckpt):
+    from fastdecode.model import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(ckpt.args)
+    model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
+    model.init_rope("cpu")
+    return model.eval()
+
+
+def hf_names(model):
+    """Our key -> the HF tensor it should equal."""
+    sd = model.state_dict()
+    out = {"tok_embeddings.weight": sd["model.embed_tokens.weight"], "norm.weight": sd["model.norm.weight"]}
+    pairs = {"attention_norm": "input_layernorm", "attention.wq": "self_attn.q_proj",
+             "attention.wk": "self_attn.k_proj", "attention.wv": "self_attn.v_proj",
+             "attention.wo": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+             "feed_forward.w1": "mlp.gate_proj", "feed_forward.w2": "mlp.down_proj", "feed_forward.w3": "mlp.up_proj"}
+    for i in range(model.config.num_hidden_layers):
+        for ours, theirs in pairs.items():
+            for kind in ("weight", "bias"):
+                key = f"model.layers.{i}.{theirs}.{kind}"
+                if key in sd:
+                    out[f"layers.{i}.{ours}.{kind}"] = sd[key]
+    if not model.config.tie_word_embeddings:
+        out["output.weight"] = sd["lm_head.weight"]
+    return out
+
+
+def test_unpermute_inverts_llama_cpp_permutation():
+    w = np.random.default_rng(0).standard_normal((4 * 16, 8)).astype(np.float32)
+    permuted = torch.from_numpy(llama_cpp_permute(w, 4))
+    assert not torch.equal(permuted, torch.from_numpy(w))
+    assert torch.equal(unpermute_rows(permuted, 4), torch.from_numpy(w))
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_llama_gguf_weights_equal_hf_weights(tmp_path, tie):
+    model = hf_model("llama", tie=tie)
+    path = write_gguf(tmp_path / "tiny.gguf", gguf_tensors(model))
+    ckpt = load_checkpoint(path, dtype=torch.float32, device="cpu", use_cache=False)
+    a = ckpt.args
+    assert (a.dim, a.n_layers, a.n_heads, a.n_kv_heads, a.head_dim, a.hidden_dim, a.vocab_size) == (
+        64, 2, 4, 2, 16, 96, VOCAB)
+    assert a.tie_embeddings is tie and a.qkv_bias is False and a.max_seq_len == 128
+    assert ckpt.format == "gguf" and ckpt.load_seconds > 0
+    expected = hf_names(model)
+    assert set(ckpt.state_dict) == set(expected)
+    for key, ref in expected.items():
+        assert torch.equal(ckpt.state_dict[key], ref), key
+
+
+def test_qwen2_gguf_has_biases_and_no_permutation(tmp_path):
+    model = hf_model("qwen2", tie=True)
+    path = write_gguf(tmp_path / "q.gguf", gguf_tensors(model, arch="qwen2"), arch="qwen2")
+    ckpt = load_checkpoint(path, dtype=torch.float32, device="cpu", use_cache=False)
+    assert ckpt.args.qkv_bias
+    for key, ref in hf_names(model).items():
+        assert torch.equal(ckpt.state_dict[key], ref), key
+
+
+def test_tiny_gguf_logits_match_transformers_loading_the_same_file(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    model = hf_model("llama", tie=False, seed=3)
+    path = write_gguf(tmp_path / "tiny.gguf", gguf_tensors(model))
+    ref = transformers.AutoModelForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file="tiny.gguf", dtype=torch.float32).eval()
+    ours = build_ours(load_checkpoint(path, dtype=torch.float32, device="cpu", use_cache=False))
+    tokens = torch.tensor([[5, 17, 200, 3, 99, 261, 42]])
+    with torch.no_grad():
+        diff = (ours(tokens, None) - ref(tokens).logits).abs().max().item()
+    assert diff <= 1e-4
+
+
+@pytest.mark.parametrize("qtype", [T.F16, T.Q8_0, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1], ids=lambda t: t.name)
+def test_quantized_model_tensors_dequantize_like_gguf(tmp_path, qtype):
+    model = hf_model("llama", tie=True)
+    tensors = gguf_tensors(model)
+    quant = {n: qtype for n, a in tensors.items() if a.ndim == 2}
+    path = write_gguf(tmp_path / "q.gguf", tensors, quant=quant)
+    ckpt = load_checkpoint(path, dtype=torch.float32, device="cpu", use_cache=False)
+    # The Q rows of layer 0 went through quantize -> dequantize -> un-permute.
+    q = tensors["blk.0.attn_q.weight"]
+    stored = q.astype(np.float16) if qtype == T.F16 else quants.quantize(q, qtype)
+    expected = unpermute_rows(torch.from_numpy(quants.dequantize(stored, qtype).astype(np.float32)), 4)
+    assert torch.equal(ckpt.state_dict["layers.0.attention.wq.weight"], expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_requested_dtype(tmp_path, dtype):
+    path = write_gguf(tmp_path / "t.gguf", gguf_tensors(hf_model()))
+    ckpt = load_checkpoint(path, dtype=dtype, device="cpu", use_cache=False)
+    assert {t.dtype for t in ckpt.state_dict.values()} == {dtype}
+
+
+# --- bad input: each one line naming the file and the problem ---------------------------------
+
+@pytest.fixture
+def good_gguf(tmp_path):
+    return write_gguf(tmp_path / "good.gguf", gguf_tensors(hf_model()))
+
+
+def one_line_error(path, match, **kwargs):
+    with pytest.raises(FastDecodeError, match=match) as info:
+        load_checkpoint(path, dtype=torch.float32, device="cpu", use_cache=False, **kwargs)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    return message
+
+
+def test_missing_file(tmp_path):
+    one_line_error(tmp_path / "nope.gguf", "not found")
+
+
+def test_wrong_magic(tmp_path, good_gguf):
+    data = bytearray(good_gguf.read_bytes())
+    data[:4] = b"GGML"
+    bad = tmp_path / "magic.gguf"
+    bad.write_bytes(bytes(data))
+    one_line_error(bad, "not a GGUF file")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.999, 0.01])
+def test_truncated_file(tmp_path, good_gguf, keep):
+    data = good_gguf.read_bytes()
+    bad = tmp_path / "cut.gguf"
+    bad.write_bytes(data[:max(8, int(len(data) * keep))])
+    one_line_error(bad, "truncated")
+
+
+def test_empty_file(tmp_path):
+    bad = tmp_path / "empty.gguf"
+    bad.write_bytes(b"")
+    one_line_error(bad, "not a GGUF file")
+
+
+def _type_field_offset(path, tensor_name):
+    """Byte offset of a tensor's type id in the tensor-info section."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(path)
+    t = next(t for t in reader.tensors if t.name == tensor_name)
+    before = t.field.parts[:4]  # name length, name, n_dims, dims
+    return t.field.offset + sum(int(p.nbytes) for p in before)
+
+
+def test_unknown_tensor_type(tmp_path, good_gguf):
+    at = _type_field_offset(good_gguf, "blk.0.attn_q.weight")
+    data = bytearray(good_gguf.read_bytes())
+    data[at:at + 4] = struct.pack("<I", 99)
+    bad = tmp_path / "type.gguf"
+    bad.write_bytes(bytes(data))
+    message = one_line_error(bad, "unknown tensor type id 99")
+    assert "Q4_K" in message  # lists what is supported
+
+
+def test_known_but_unsupported_tensor_type(tmp_path):
+    import gguf
+
+    from fastdecode.checkpoints.gguf_file import GGUFFile
+
+    path = tmp_path / "q2k.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((2, 84), dtype=np.uint8), raw_dtype=T.Q2_K)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(FastDecodeError, match="unsupported type Q2_K; supported: F32"):
+        GGUFFile(path).check_tensor_types()
+
+
+def test_unsupported_architecture(tmp_path):
+    path = write_gguf(tmp_path / "falcon.gguf", gguf_tensors(hf_model()), arch="falcon")
+    message = one_line_error(path, "unsupported architecture 'falcon'")
+    assert "llama" in message and "qwen2" in message
+
+
+def test_tokenizer_larger_than_model_vocabulary(tmp_path):
+    tokens = byte_level_tokens() + ["extra1", "extra2"]
+    path = write_gguf(tmp_path / "vocab.gguf", gguf_tensors(hf_model()), tokens=tokens)
+    one_line_error(path, f"tokenizer has {VOCAB + 2} tokens but the model's vocabulary is {VOCAB}")
+
+
+def test_unexpected_tensor(tmp_path):
+    tensors = gguf_tensors(hf_model())
+    tensors["blk.0.attn_sinks.weight"] = np.zeros(4, dtype=np.float32)
+    path = write_gguf(tmp_path / "extra.gguf", tensors)
+    one_line_error(path, "unexpected tensor 'blk.0.attn_sinks.weight'")
+
+
+def test_missing_tensor(tmp_path):
+    tensors = gguf_tensors(hf_model())
+    del tensors["blk.1.ffn_up.weight"]
+    path = write_gguf(tmp_path / "missing.gguf", tensors)
+    one_line_error(path, "missing tensor for layers.1.feed_forward.w3.weight")
+
+
+def test_directory_is_not_a_gguf(tmp_path, good_gguf):
+    shutil.copy(good_gguf, tmp_path / "copy.gguf")
+    with pytest.raises(FastDecodeError, match="config.json"):
+        load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+
+
+def llama3_factors(head_dim, theta, factor, low, high, orig):
+    """llama.cpp's rope_freqs table, written from its converter's formula."""
+    import math
+
+    out = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi / (theta ** (-i / head_dim))
+        if wavelen < orig / high:
+            out.append(1.0)
+        elif wavelen > orig / low:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def test_llama3_rope_scaling_is_recovered_from_rope_freqs(tmp_path):
+    tensors = gguf_tensors(hf_model())
+    tensors["rope_freqs.weight"] = llama3_factors(16, 10000.0, 8.0, 1.0, 4.0, 8192)
+    ckpt = load_checkpoint(write_gguf(tmp_path / "l3.gguf", tensors), dtype=torch.float32, use_cache=False)
+    s = ckpt.args.rope_scaling
+    assert (s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position_embeddings) == (8, 1, 4, 8192)
+    assert "rope_freqs.weight" not in ckpt.state_dict
+
+
+def test_unrecognised_rope_freqs_table(tmp_path):
+    tensors = gguf_tensors(hf_model())
+    tensors["rope_freqs.weight"] = llama3_factors(16, 10000.0, 8.0, 2.0, 3.0, 8192)
+    one_line_error(write_gguf(tmp_path / "odd.gguf", tensors), "not a Llama-3 RoPE scaling table")
+
+
+def test_progress_is_reported_per_tensor(good_gguf):
+    calls = []
+    load_checkpoint(good_gguf, dtype=torch.float32, device="cpu", use_cache=False,
+                    progress=lambda what, done, total: calls.append((what, done, total)))
+    total = calls[-1][2]
+    assert calls[-1] == ("dequantizing", total, total) and len(calls) == total

@@ -1,0 +1,142 @@
+"""Tokenizers rebuilt from GGUF metadata, against transformers reading the same file."""
+
+import gguf
+import pytest
+
+from fastdecode.checkpoints.gguf_file import GGUFFile
+from fastdecode.checkpoints.gguf_tokenizer import merges_from_scores, tokenizer_from_gguf
+from fastdecode.tokenizer import StreamDecoder
+from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
+from tiny_checkpoints import MERGES, byte_level_tokens
+
+transformers = pytest.importorskip("transformers")
+
+SPM_PIECES = [("▁", -1.0), ("a", -2.0), ("b", -2.1), ("c", -2.2), ("h", -2.3), ("e", -2.4), ("l", -2.5),
+              ("o", -2.6), ("he", -3.0), ("ll", -3.1), ("▁h", -3.2), ("▁he", -4.0), ("llo", -4.1),
+              ("▁hello", -5.0), ("▁a", -3.3), ("ab", -3.4), ("▁ab", -4.2)]
+
+TEXTS = ["hello", " hello abc", "hello\nworld", "ab ab  ab", "é and 🤖", "<s>hello</s>", "", "  ",
+         "x<|im_start|>y"]
+
+
+def write_spm_gguf(path, add_bos=None):
+    w = gguf.GGUFWriter(str(path), "llama")
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *(p for p, _ in SPM_PIECES)]
+    types = [2, 3, 3, *([6] * 256), *([1] * len(SPM_PIECES))]
+    scores = [0.0, 0.0, 0.0, *([0.0] * 256), *(s for _, s in SPM_PIECES)]
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_scores(scores)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_bpe_gguf(path, pre=None):
+    w = gguf.GGUFWriter(str(path), "llama")
+    tokens = byte_level_tokens()
+    w.add_tokenizer_model("gpt2")
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t.startswith("<|") else 1 for t in tokens])
+    w.add_token_merges([f"{a} {b}" for a, b in MERGES])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_uint32("tokenizer.ggml.eot_token_id", 0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def check_against_transformers(path):
+    ours = tokenizer_from_gguf(GGUFFile(path))
+    ref = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    for text in TEXTS:
+        ids = ref(text)["input_ids"]
+        assert ours.encode(text) == ids, text
+        assert ours.encode(text, add_special_tokens=False) == ref(text, add_special_tokens=False)["input_ids"]
+        assert ours.decode(ids) == ref.decode(ids, skip_special_tokens=True), text
+        assert ours.decode(ids, skip_special_tokens=False) == ref.decode(ids, skip_special_tokens=False), text
+    return ours
+
+
+@pytest.mark.parametrize("add_bos", [None, True, False])
+def test_sentencepiece_type_matches_transformers(tmp_path, add_bos):
+    ours = check_against_transformers(write_spm_gguf(tmp_path / "spm.gguf", add_bos))
+    # llama.cpp's rule: a SentencePiece vocabulary gets BOS unless the file says no.
+    assert ours.add_bos is (add_bos is not False)
+    assert (ours.encode("hello")[0] == 1) is ours.add_bos
+
+
+@pytest.mark.parametrize("pre", [None, "llama-bpe", "qwen2", "smollm"])
+def test_byte_level_type_matches_transformers(tmp_path, pre):
+    ours = check_against_transformers(write_bpe_gguf(tmp_path / "bpe.gguf", pre))
+    assert not ours.add_bos
+    assert ours.eos_ids == frozenset({0, 2})  # eos plus the end-of-turn id
+    assert ours.encode("<|im_start|>")[0] == 1  # special strings stay whole
+
+
+def test_merges_from_scores_prefers_higher_scores():
+    tokens = ["a", "b", "c", "ab", "bc", "abc"]
+    scores = [0, 0, 0, -1.0, -0.5, -2.0]
+    assert merges_from_scores(tokens, scores) == [("b", "c"), ("a", "b"), ("ab", "c"), ("a", "bc")]
+
+
+def test_unsupported_tokenizer_model(tmp_path):
+    from fastdecode.errors import FastDecodeError
+
+    w = gguf.GGUFWriter(str(tmp_path / "t5.gguf"), "llama")
+    w.add_tokenizer_model("t5")
+    w.add_token_list(["a"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(FastDecodeError, match="unsupported tokenizer type 't5'; supported: gpt2, llama"):
+        tokenizer_from_gguf(GGUFFile(tmp_path / "t5.gguf"))
+
+
+def test_streaming_never_emits_broken_utf8(tmp_path):
+    tok = tokenizer_from_gguf(GGUFFile(write_bpe_gguf(tmp_path / "bpe.gguf")))
+    text = "hé 🤖 日本 the world"
+    ids = tok.encode(text)
+    assert len(ids) > len(text.encode("utf-8")) // 2  # mostly single bytes: characters span tokens
+    stream = StreamDecoder(tok)
+    pieces = [stream.push([i]) for i in ids] + [stream.flush()]
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) == text
+
+
+def test_merge_of_unknown_tokens_is_a_one_line_error(tmp_path):
+    from fastdecode.errors import FastDecodeError
+
+    w = gguf.GGUFWriter(str(tmp_path / "bad.gguf"), "llama")
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(["a", "b"])
+    w.add_token_merges(["a q"])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(FastDecodeError, match="bad.gguf: cannot build the tokenizer"):
+        tokenizer_from_gguf(GGUFFile(tmp_path / "bad.gguf"))
+
+
+def test_streaming_sentencepiece_keeps_word_spaces(tmp_path):
+    tok = tokenizer_from_gguf(GGUFFile(write_spm_gguf(tmp_path / "spm.gguf")))
+    ids = tok.encode("hello ab hello é", add_special_tokens=False)
+    stream = StreamDecoder(tok)
+    pieces = [stream.push([i]) for i in ids] + [stream.flush()]
+    assert "".join(pieces) == tok.decode(ids) == "hello ab hello é"
+    assert all("\ufffd" not in p for p in pieces)

@@ -1,0 +1,165 @@
+"""Hugging Face directories: Llama, Mistral and Qwen2, single and sharded, against transformers."""
+
+import json
+
+import pytest
+import torch
+
+from fastdecode.checkpoints import load_checkpoint
+from fastdecode.errors import FastDecodeError
+from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
+from tiny_checkpoints import VOCAB, hf_model, write_hf_dir
+
+transformers = pytest.importorskip("transformers")
+
+TOKENS = torch.tensor([[1, 200, 17, 5, 261, 99, 42, 3]])
+
+
+def build_ours(ckpt):
+    from fastdecode.model import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(ckpt.args)
+    model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
+    model.init_rope("cpu")
+    return model.eval()
+
+
+@pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True)])
+def test_logits_match_transformers(tmp_path, arch, tie):
+    model = hf_model(arch, tie=tie, seed=1)
+    write_hf_dir(tmp_path, model)
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    assert ckpt.format == "hf" and ckpt.args.tie_embeddings is tie
+    assert ckpt.args.qkv_bias is (arch == "qwen2")
+    assert ("output.weight" in ckpt.state_dict) is (not tie)
+    with torch.no_grad():
+        diff = (build_ours(ckpt)(TOKENS, None) - model(TOKENS).logits).abs().max().item()
+    assert diff <= 1e-4
+
+
+def test_mistral_context_is_capped_at_its_sliding_window(tmp_path):
+    write_hf_dir(tmp_path, hf_model("mistral"))
+    assert load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args.max_seq_len == 64
+
+
+def test_sharded_checkpoint(tmp_path):
+    model = hf_model("llama", tie=False)
+    write_hf_dir(tmp_path, model, max_shard_size="40KB")
+    assert (tmp_path / "model.safetensors.index.json").exists()
+    assert not (tmp_path / "model.safetensors").exists()
+    ckpt = load_checkpoint(tmp_path, dtype=torch.bfloat16, device="cpu")
+    assert ckpt.state_dict["layers.1.feed_forward.w2.weight"].dtype == torch.bfloat16
+    assert torch.equal(ckpt.state_dict["output.weight"], model.lm_head.weight.detach().to(torch.bfloat16))
+
+
+def test_tokenizer_settings_come_from_the_directory(tmp_path):
+    write_hf_dir(tmp_path, hf_model(), template="<|im_start|> $A")
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
+    tok = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").tokenizer
+    assert tok.bos_id == 1 and tok.add_bos
+    assert tok.eos_ids == frozenset({0, 2})
+    assert tok.chat_template is not None and "<|im_start|>" in tok.chat_template
+    assert tok.encode("hello")[0] == 1
+    assert tok.encode("hello", add_special_tokens=False)[0] != 1
+
+
+@pytest.mark.parametrize("template,config", [
+    (None, {}),
+    (None, {"add_bos_token": True}),  # ignored by transformers 5 when tokenizer.json exists
+    ("<|im_start|> $A", {}),
+    ("<|im_start|> $A <|im_end|>", {"add_bos_token": False}),
+])
+def test_token_ids_match_transformers(tmp_path, template, config):
+    write_hf_dir(tmp_path, hf_model(), tokenizer_config=config, template=template)
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    tok = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").tokenizer
+    for text in ["hello world", " the  thorn\n\n", "<|im_start|>user\nhé 🤖<|im_end|>", ""]:
+        assert tok.encode(text) == ref(text)["input_ids"], text
+        assert tok.encode(text, add_special_tokens=False) == ref(text, add_special_tokens=False)["input_ids"]
+        ids = tok.encode(text)
+        assert tok.decode(ids) == ref.decode(ids, skip_special_tokens=True)
+        assert tok.decode(ids, skip_special_tokens=False) == ref.decode(ids, skip_special_tokens=False)
+
+
+def test_chat_template_file_takes_precedence(tmp_path):
+    write_hf_dir(tmp_path, hf_model())
+    (tmp_path / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+    tok = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").tokenizer
+    assert tok.apply_chat_template([{"role": "user", "content": "x"}]) == "x"
+
+
+# --- bad input ----------------------------------------------------------------------------------
+
+def error_of(path):
+    with pytest.raises(FastDecodeError) as info:
+        load_checkpoint(path, dtype=torch.float32, device="cpu")
+    assert "\n" not in str(info.value)
+    return str(info.value)
+
+
+def test_missing_config(tmp_path):
+    assert "no config.json" in error_of(tmp_path)
+
+
+def test_unsupported_architecture(tmp_path):
+    write_hf_dir(tmp_path, hf_model())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["architectures"] = ["GPT2LMHeadModel"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    message = error_of(tmp_path)
+    assert "unsupported architecture 'GPT2LMHeadModel'" in message and "Qwen2ForCausalLM" in message
+
+
+def test_missing_weights(tmp_path):
+    write_hf_dir(tmp_path, hf_model())
+    (tmp_path / "model.safetensors").unlink()
+    assert "no model.safetensors" in error_of(tmp_path)
+
+
+def test_truncated_safetensors(tmp_path):
+    write_hf_dir(tmp_path, hf_model())
+    data = (tmp_path / "model.safetensors").read_bytes()
+    (tmp_path / "model.safetensors").write_bytes(data[: len(data) // 2])
+    assert "cannot read safetensors" in error_of(tmp_path)
+
+
+def test_missing_tokenizer(tmp_path):
+    write_hf_dir(tmp_path, hf_model())
+    (tmp_path / "tokenizer.json").unlink()
+    assert "no tokenizer.json" in error_of(tmp_path)
+
+
+def test_tokenizer_vocabulary_larger_than_model(tmp_path):
+    write_hf_dir(tmp_path, hf_model(vocab_size=VOCAB - 10))
+    assert f"tokenizer has {VOCAB} tokens but the model's vocabulary is {VOCAB - 10}" in error_of(tmp_path)
+
+
+def test_llama3_rope_scaling_matches_transformers(tmp_path):
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+    model = tf.LlamaForCausalLM(config).eval()
+    write_hf_dir(tmp_path, model)
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    s = ckpt.args.rope_scaling
+    assert (s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position_embeddings) == (8, 1, 4, 32)
+    assert ckpt.args.rope_theta == 500000.0
+    tokens = torch.randint(0, VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        diff = (build_ours(ckpt)(tokens, None) - model(tokens).logits).abs().max().item()
+    assert diff <= 1e-4
+
+
+def test_unsupported_rope_scaling(tmp_path):
+    write_hf_dir(tmp_path, hf_model())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop("rope_parameters", None)
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert "RoPE scaling 'yarn' is not supported" in error_of(tmp_path)

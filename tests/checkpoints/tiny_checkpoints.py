@@ -1,0 +1,190 @@
+"""Tiny checkpoints written by the tests themselves: GGUF files and HF directories.
+
+The model is a random Hugging Face Llama/Mistral/Qwen2 from transformers; the
+GGUF writer applies llama.cpp's Q/K row permutation (as llama.cpp's converter
+does) so the loader's un-permute is tested against an independent reference.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+MERGES = [("h", "e"), ("l", "l"), ("Ġ", "t"), ("he", "ll"), ("Ġt", "h"), ("o", "r"), ("Ġ", "w")]
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def byte_level_tokens() -> list[str]:
+    """Specials, the 256 byte-alphabet characters, then one token per merge."""
+    from fastdecode.checkpoints.gguf_tokenizer import byte_alphabet
+
+    return [*SPECIALS, *byte_alphabet().values(), *(a + b for a, b in MERGES)]
+
+
+VOCAB = len(byte_level_tokens())  # 266
+
+
+def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB):
+    import transformers
+
+    common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                  rms_norm_eps=1e-5, tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2)
+    if arch == "llama":
+        return transformers.LlamaConfig(**common, rope_theta=10000.0)
+    if arch == "mistral":
+        return transformers.MistralConfig(**common, rope_theta=10000.0, sliding_window=64)
+    if arch == "qwen2":
+        return transformers.Qwen2Config(**common, rope_theta=10000.0)
+    raise ValueError(arch)
+
+
+def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: int = VOCAB):
+    import transformers
+
+    torch.manual_seed(seed)
+    cls = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
+           "qwen2": transformers.Qwen2ForCausalLM}[arch]
+    model = cls(hf_config(arch, tie, vocab_size)).eval()
+    with torch.no_grad():  # random norms too, so a swapped norm would show
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+    return model
+
+
+def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """HF rotate_half row order -> llama.cpp's interleaved order (its converter's formula)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+_GGUF_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight", "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.q_proj.bias": "attn_q.bias", "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.down_proj.weight": "ffn_down.weight", "mlp.up_proj.weight": "ffn_up.weight",
+}
+
+
+def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
+    """The HF model's weights under GGUF names, Q/K permuted for llama."""
+    cfg = model.config
+    out = {}
+    for name, t in model.state_dict().items():
+        a = t.float().numpy().copy()
+        if name == "model.embed_tokens.weight":
+            out["token_embd.weight"] = a
+        elif name == "model.norm.weight":
+            out["output_norm.weight"] = a
+        elif name == "lm_head.weight":
+            if not cfg.tie_word_embeddings:
+                out["output.weight"] = a
+        else:
+            _, _, i, rest = name.split(".", 3)
+            if arch == "llama" and rest.startswith("self_attn.q_proj"):
+                a = llama_cpp_permute(a, cfg.num_attention_heads)
+            elif arch == "llama" and rest.startswith("self_attn.k_proj"):
+                a = llama_cpp_permute(a, cfg.num_key_value_heads)
+            out[f"blk.{i}.{_GGUF_NAMES[rest]}"] = a
+    return out
+
+
+def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama", n_layers: int = 2,
+               quant: Optional[dict[str, "gguf.GGMLQuantizationType"]] = None, tokens: Optional[list[str]] = None,
+               add_bos: Optional[bool] = False, tokenizer_model: str = "gpt2", extra: Optional[dict] = None) -> Path:
+    """Write a tiny GGUF: llama-style metadata, a byte-level tokenizer and `tensors`.
+
+    `quant` maps tensor names to a type to store them in (quantized with gguf.quants).
+    """
+    from gguf import GGMLQuantizationType as T
+    from gguf import quants
+
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_uint32(f"{arch}.block_count", n_layers)
+    w.add_uint32(f"{arch}.context_length", 128)
+    w.add_uint32(f"{arch}.embedding_length", 64)
+    w.add_uint32(f"{arch}.feed_forward_length", 96)
+    w.add_uint32(f"{arch}.attention.head_count", 4)
+    w.add_uint32(f"{arch}.attention.head_count_kv", 2)
+    w.add_float32(f"{arch}.rope.freq_base", 10000.0)
+    w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
+    w.add_uint32(f"{arch}.rope.dimension_count", 16)
+    tokens = byte_level_tokens() if tokens is None else tokens
+    w.add_uint32(f"{arch}.vocab_size", len(tokens))
+    w.add_tokenizer_model(tokenizer_model)
+    w.add_token_list(tokens)
+    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    if tokenizer_model == "gpt2":
+        w.add_token_merges([f"{a} {b}" for a, b in MERGES])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_pad_token_id(2)
+    if add_bos is not None:
+        w.add_add_bos_token(add_bos)
+    w.add_chat_template(CHAT_TEMPLATE)
+    for key, value in (extra or {}).items():
+        if isinstance(value, str):
+            w.add_string(key, value)
+        else:
+            w.add_uint32(key, value)
+    for name, a in tensors.items():
+        qtype = (quant or {}).get(name, T.F32)
+        if qtype == T.F32:
+            w.add_tensor(name, a.astype(np.float32))
+        elif qtype == T.F16:
+            w.add_tensor(name, a.astype(np.float16))
+        else:
+            w.add_tensor(name, quants.quantize(a.astype(np.float32), qtype), raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_hf_dir(directory: Path, model, *, tokenizer_config: Optional[dict] = None,
+                 max_shard_size: Optional[str] = None, template: Optional[str] = None) -> Path:
+    """save_pretrained plus a byte-level BPE tokenizer.json built with `tokenizers`.
+
+    `template` is a TemplateProcessing `single` spec (e.g. "<|im_start|> $A") for
+    the tokenizer's post-processor; None leaves it without one.
+    """
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
+    model.save_pretrained(directory, **kwargs)
+    tokens = byte_level_tokens()
+    tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=MERGES))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
+    if template is not None:
+        tok.post_processor = processors.TemplateProcessing(
+            single=template, special_tokens=[(t, i) for i, t in enumerate(SPECIALS) if t in template])
+    tok.save(str(directory / "tokenizer.json"))
+    config = {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>", "chat_template": CHAT_TEMPLATE,
+              **(tokenizer_config or {})}
+    (directory / "tokenizer_config.json").write_text(json.dumps(config))
+    return directory
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Import into a test module: each test gets its own conversion cache, never the user's.
+
+    (Not in a conftest.py: a second `conftest` module would shadow tests/conftest.py
+    for the modules that import helpers from it.)
+    """
+    monkeypatch.setenv("FASTDECODE_CACHE", str(tmp_path / "fd-cache"))
