@@ -1,0 +1,81 @@
+"""`fastdecode bench [--config FILE] [key=value ...]`: measure, save, plot, print."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Optional
+
+from ..errors import FastDecodeError
+from ..llm import resolve_device
+from ..settings import describe_settings, is_override, load_settings
+from .options import BenchSettings
+from .plots import PlotsUnavailable, write_plots
+from .probe import measure_bandwidth
+from .report import BenchReport, format_table, machine_info
+from .runner import run_bench
+
+USAGE = """usage: fastdecode bench [--config FILE] [key=value ...]
+
+Measure fastdecode's modes, and the peers installed here, on every combination of
+batch size x new tokens x prompt length. Results go to <out>/results.json (written
+after every row) and <out>/*.png; the table is printed at the end.
+
+keys (defaults shown; lists take repeated keys, e.g. batch_sizes=1 batch_sizes=4):
+"""
+
+
+def parse_args(argv: list[str]) -> tuple[Optional[str], list[str], bool]:
+    """(config path, key=value overrides, help asked)."""
+    config, overrides = None, []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help"):
+            return config, overrides, True
+        if arg == "--config":
+            if i + 1 >= len(argv):
+                raise FastDecodeError("--config needs a file path")
+            config, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--config="):
+            config = arg.split("=", 1)[1]
+        elif is_override(arg):
+            overrides.append(arg)
+        else:
+            raise FastDecodeError(f"unexpected argument {arg!r}; accepted: --config FILE and key=value")
+        i += 1
+    return config, overrides, False
+
+
+def main(argv: list[str]) -> int:
+    try:
+        config, overrides, wants_help = parse_args(argv)
+        if wants_help:
+            print(USAGE + describe_settings(BenchSettings))
+            return 0
+        settings = load_settings(BenchSettings, overrides, config)
+        device = resolve_device(settings.device)  # a bad device fails the run, not every row
+    except FastDecodeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    report = BenchReport(settings.out, settings, machine_info(settings.device),
+                         command=shlex.join(["fastdecode", "bench", *argv]))
+    print(f"writing {report.path}", file=sys.stderr)
+    report.set_probe(measure_bandwidth(device, settings.probe_mib).to_dict())
+    interrupted = False
+    try:
+        run_bench(settings, report.add_row)
+    except KeyboardInterrupt:  # keep what was measured; the rows are already on disk
+        interrupted = True
+        print("interrupted; saving the rows measured so far", file=sys.stderr)
+    plots: list[str] = []
+    if settings.plots:
+        try:
+            plots = write_plots(report.data, report.dir)
+        except PlotsUnavailable as e:
+            print(f"plots skipped: {e}", file=sys.stderr)
+    report.finish(interrupted=interrupted, plots=plots)
+    print(format_table(report.data))
+    print(f"\nresults: {report.path}" + "".join(f"\nplot: {p}" for p in plots))
+    return 130 if interrupted else 0

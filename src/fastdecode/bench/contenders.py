@@ -1,0 +1,121 @@
+"""What the runner measures: a `Contender` loads once, then runs batches of prompts.
+
+Every contender reports the same `Timing`, taken the same way (wall clock with
+a device sync at each mark), so rows from fastdecode and from its peers compare
+directly.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from .. import metrics
+from ..generate import GenerationConfig
+from ..sampling import SamplingParams
+from .options import MODES, BenchSettings
+
+
+@dataclass
+class Timing:
+    """One generate call: `ttft_s` from the call to the first new token (prefill
+    and first sample), then one entry in `step_s` per further token."""
+
+    ttft_s: float
+    step_s: list[float]
+    peak_memory_bytes: Optional[int] = None
+
+    @property
+    def total_s(self) -> float:
+        return self.ttft_s + sum(self.step_s)
+
+
+class Contender:
+    """Base: `name` labels rows, `engine` groups them, `compiles` turns on compile figures."""
+
+    name: str = ""
+    engine: str = ""
+    compiles: bool = False
+    load_s: float = 0.0
+    load_compile_s: Optional[float] = None  # compile time spent inside load_s
+    weight_bytes_per_token: int = 0
+    vocab_size: int = 0
+
+    def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Drop the model so the next contender has the memory."""
+
+
+class StepClock:
+    """Marks a time (after a device sync) at each call; diffs give per-step times."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.marks: list[float] = []
+        self.start = 0.0
+
+    def begin(self) -> None:
+        self.marks.clear()
+        self.start = metrics.now(self.device)
+
+    def mark(self) -> None:
+        self.marks.append(metrics.now(self.device))
+
+    def timing(self, peak: Optional[int] = None) -> Timing:
+        if not self.marks:
+            raise RuntimeError("the generate call produced no tokens")
+        steps = [b - a for a, b in zip(self.marks, self.marks[1:])]
+        return Timing(ttft_s=self.marks[0] - self.start, step_s=steps, peak_memory_bytes=peak)
+
+
+class EngineContender(Contender):
+    """fastdecode itself in one of MODES, driven through `LLM.start` step by step."""
+
+    engine = "fastdecode"
+
+    def __init__(self, mode: str, s: BenchSettings):
+        import fastdecode
+
+        self.name = mode
+        self.compiles = MODES[mode].get("compile", "none") != "none"
+        before = compile_counters()
+        t0 = time.perf_counter()
+        self.llm = fastdecode.load(s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size,
+                                   max_seq_len=s.max_seq_len, **MODES[mode])
+        self.load_s = time.perf_counter() - t0
+        if self.compiles and before:  # a strategy may compile while loading
+            self.load_compile_s = compile_counters()["compile_s"] - before["compile_s"]
+        self.weight_bytes_per_token = self.llm.weight_bytes_per_token
+        self.vocab_size = self.llm.args.vocab_size
+        self.device = self.llm.device
+        self.dtype = str(self.llm.dtype).removeprefix("torch.")
+        self.source = self.llm.source
+
+    def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
+        run = self.llm.start(prompts, SamplingParams(temperature=0.0),
+                             GenerationConfig(max_new_tokens=new_tokens, ignore_eos=True))
+        clock = StepClock(self.device)
+        clock.begin()
+        for _ in run:
+            clock.mark()
+        return clock.timing(run.completions[0].peak_memory_bytes if run.completions else None)
+
+    def close(self) -> None:
+        self.llm = None
+
+
+def compile_counters() -> dict[str, float]:
+    """Dynamo's running totals (graphs built, frames compiled, seconds spent
+    compiling); the runner reports their differences across a row."""
+    try:
+        from torch._dynamo import utils
+    except ImportError:  # a torch build without dynamo
+        return {}
+    compiles = utils.compilation_time_metrics.get("_compile.compile_inner", [])
+    return {"graphs": int(utils.counters["stats"].get("unique_graphs", 0)),
+            "compiles": len(compiles), "compile_s": float(sum(compiles))}

@@ -1,0 +1,66 @@
+"""`BenchSettings`: what one `fastdecode bench` run measures, and the names it knows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..errors import FastDecodeError
+
+# fastdecode modes -> keyword arguments of fastdecode.load()
+MODES: dict[str, dict[str, str]] = {
+    "dynamic": {"cache": "dynamic"},
+    "static": {"cache": "static", "compile": "none"},
+    "static+compile": {"cache": "static", "compile": "decode"},
+    "compiled-generate": {"cache": "static", "compile": "generate"},
+}
+PEERS = ("hf-dynamic", "hf-static", "hf-static+compile", "llama.cpp")
+
+
+@dataclass
+class BenchSettings:
+    model: Optional[str] = field(default=None, metadata={
+        "help": "preset name, known checkpoint or path; none is the default model (SmolLM2-135M-Instruct GGUF)"})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:N or mps"})
+    dtype: Optional[str] = field(default=None, metadata={
+        "help": "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere"})
+    modes: list[str] = field(default_factory=lambda: list(MODES), metadata={
+        "help": "fastdecode modes: " + ", ".join(MODES)})
+    peers: list[str] = field(default_factory=lambda: list(PEERS), metadata={
+        "help": "peers measured in the same run when installed: " + ", ".join(PEERS) + "; peers= for none"})
+    batch_sizes: list[int] = field(default_factory=lambda: [1, 4], metadata={"help": "batch sizes"})
+    new_tokens: list[int] = field(default_factory=lambda: [16, 256], metadata={
+        "help": "tokens generated per sequence (EOS is ignored, so exactly this many)"})
+    prompt_lengths: list[int] = field(default_factory=lambda: [32], metadata={"help": "prompt lengths in tokens"})
+    runs: int = field(default=5, metadata={"help": "timed runs per row; medians are over these"})
+    warmup: int = field(default=1, metadata={
+        "help": "untimed runs before the timed ones (the first call is always timed on its own)"})
+    max_batch_size: int = field(default=8, metadata={"help": "max_batch_size given to load(); larger batches fail"})
+    max_seq_len: Optional[int] = field(default=None, metadata={"help": "cache capacity; none takes the model's"})
+    probe_mib: int = field(default=256, metadata={"help": "size of the memory-bandwidth probe buffer in MiB"})
+    threads: Optional[int] = field(default=None, metadata={
+        "help": "CPU threads for torch and llama.cpp; none keeps torch's default"})
+    out: str = field(default="bench-results", metadata={"help": "results folder (JSON and PNG plots)"})
+    plots: bool = field(default=True, metadata={"help": "write PNG plots (needs matplotlib)"})
+
+    def __post_init__(self) -> None:
+        for name in ("batch_sizes", "new_tokens", "prompt_lengths"):
+            values = getattr(self, name)
+            if not values:
+                raise FastDecodeError(f"{name} is empty; accepted: one or more integers >= 1")
+            bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, int) or v < 1), None)
+            if bad is not None:
+                raise FastDecodeError(f"{name} has {bad!r}; accepted: integers >= 1")
+        if self.runs < 1:
+            raise FastDecodeError(f"runs={self.runs} is out of range; accepted: an integer >= 1")
+        if self.warmup < 0:
+            raise FastDecodeError(f"warmup={self.warmup} is out of range; accepted: an integer >= 0")
+        if self.probe_mib < 1:
+            raise FastDecodeError(f"probe_mib={self.probe_mib} is out of range; accepted: an integer >= 1")
+        if self.threads is not None and self.threads < 1:
+            raise FastDecodeError(f"threads={self.threads} is out of range; accepted: an integer >= 1 or none")
+        if not self.modes and not self.peers:
+            raise FastDecodeError("modes and peers are both empty; name at least one of: "
+                                  + ", ".join(list(MODES) + list(PEERS)))
+        # Unknown modes and peers are not rejected here: each gets its own error row
+        # so the rest of the run still happens.

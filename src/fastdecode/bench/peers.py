@@ -1,0 +1,212 @@
+"""The peers users would pick instead, measured on the same weights in the same run.
+
+- Hugging Face transformers `generate` on the same checkpoint, with its dynamic
+  cache, its static cache, and its static cache under `torch.compile`;
+- llama.cpp through llama-cpp-python, on the same GGUF file.
+
+A peer that is not installed raises `PeerSkipped` with the command that installs it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from ..errors import FastDecodeError
+from .contenders import Contender, StepClock, Timing
+from .options import PEERS, BenchSettings
+
+INSTALL = {
+    "transformers": 'pip install "transformers>=4.45" accelerate',
+    "llama_cpp": "pip install llama-cpp-python",
+}
+
+
+class PeerSkipped(Exception):
+    """The peer cannot run here; the message says why and how to fix it."""
+
+
+@dataclass
+class Checkpoint:
+    """The files a peer loads: a GGUF file, or a Hugging Face directory."""
+
+    directory: Path
+    gguf_file: Optional[str]  # a file name inside `directory`, or None for an HF directory
+
+    @property
+    def gguf_path(self) -> Optional[Path]:
+        return self.directory / self.gguf_file if self.gguf_file else None
+
+
+def peer_checkpoint(model: Optional[str]) -> Checkpoint:
+    """The checkpoint behind `model` (a BenchSettings.model value), for the peers."""
+    from ..config import PRESETS
+    from ..llm import DEFAULT_MODEL
+
+    if model in PRESETS:
+        raise PeerSkipped(f"model {model!r} is a random-weight preset; peers need a checkpoint file")
+    path = _named_checkpoint(model or DEFAULT_MODEL) or Path(model or DEFAULT_MODEL)
+    if path.is_dir():
+        return Checkpoint(path, None)
+    if path.is_file() and path.suffix == ".gguf":
+        return Checkpoint(path.parent, path.name)
+    raise PeerSkipped(f"model {model!r} is not a GGUF file or a Hugging Face directory")
+
+
+def _named_checkpoint(name: str) -> Optional[Path]:
+    from .. import checkpoints
+
+    try:
+        found = checkpoints.resolve_checkpoint_name(name)
+    except FastDecodeError as e:  # e.g. the package holding the default GGUF is missing
+        raise PeerSkipped(str(e)) from None
+    return None if found is None else Path(found)
+
+
+def make_peer(name: str, s: BenchSettings, shared: dict[str, Any]) -> Contender:
+    """Build peer `name`; `shared` keeps one loaded HF model for the three HF peers."""
+    if name not in PEERS:
+        raise FastDecodeError(f"unknown peer {name!r}; accepted: {', '.join(PEERS)}")
+    ckpt = peer_checkpoint(s.model)
+    if name == "llama.cpp":
+        return LlamaCppPeer(s, ckpt)
+    return HFPeer(name, s, ckpt, shared)
+
+
+def _weight_bytes(model: torch.nn.Module, tied: bool) -> int:
+    """Bytes one decode step reads: every weight, minus the embedding table unless
+    it doubles as the output head (then it is read whole)."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    if not tied:
+        emb = model.get_input_embeddings().weight
+        total -= emb.numel() * emb.element_size()
+    return total
+
+
+class _HFClock:
+    """A transformers streamer: `put` is called once with the prompt, then once
+    per new token, so it marks the step boundaries."""
+
+    def __init__(self, clock: StepClock):
+        self.clock, self.seen_prompt = clock, False
+
+    def put(self, value: torch.Tensor) -> None:
+        if self.seen_prompt:
+            self.clock.mark()
+        self.seen_prompt = True
+
+    def end(self) -> None:
+        pass
+
+
+class HFPeer(Contender):
+    engine = "transformers"
+
+    def __init__(self, name: str, s: BenchSettings, ckpt: Checkpoint, shared: dict[str, Any]):
+        if importlib.util.find_spec("transformers") is None:
+            raise PeerSkipped(f"transformers is not installed; install with: {INSTALL['transformers']}")
+        from ..llm import resolve_device, resolve_dtype
+
+        self.name = name
+        self.device = resolve_device(s.device)
+        self.torch_dtype = resolve_dtype(s.dtype, self.device)
+        self.dtype = str(self.torch_dtype).removeprefix("torch.")
+        self.compiles = name == "hf-static+compile"
+        key = f"{ckpt.directory}|{ckpt.gguf_file}|{self.device}|{self.dtype}"
+        t0 = time.perf_counter()
+        if shared.get("hf_key") != key:
+            shared.clear()
+            shared["hf_key"], shared["hf_model"] = key, self._load(ckpt)
+        self.load_s = time.perf_counter() - t0  # 0 when an earlier HF peer loaded it
+        self.model = shared["hf_model"]
+        self.weight_bytes_per_token = _weight_bytes(self.model, bool(self.model.config.tie_word_embeddings))
+        self.vocab_size = int(self.model.config.vocab_size)
+        self.source = str(ckpt.gguf_path or ckpt.directory)
+        self.options = self._options(name)
+
+    def _load(self, ckpt: Checkpoint):
+        from transformers import AutoModelForCausalLM
+
+        extra = {"gguf_file": ckpt.gguf_file} if ckpt.gguf_file else {}
+        model = AutoModelForCausalLM.from_pretrained(str(ckpt.directory), dtype=self.torch_dtype, **extra)
+        return model.to(self.device).eval()
+
+    def _options(self, name: str) -> dict[str, Any]:
+        if name == "hf-dynamic":
+            return {"disable_compile": True}
+        # transformers compiles a static-cache forward by itself on GPUs; hf-static
+        # turns that off so the row measures the cache alone.
+        if name == "hf-static":
+            return {"cache_implementation": "static", "disable_compile": True}
+        from transformers import CompileConfig
+
+        mode = "reduce-overhead" if self.device.type == "cuda" else "default"  # CUDA graphs on CUDA
+        cfg = CompileConfig(fullgraph=False, mode=mode)
+        cfg._compile_all_devices = True  # transformers compiles only on accelerators unless told
+        return {"cache_implementation": "static", "compile_config": cfg}
+
+    def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
+        from .. import metrics
+
+        ids = torch.tensor(prompts, device=self.device)  # [B, T], equal lengths: no padding
+        metrics.reset_peak_memory(self.device)
+        clock = StepClock(self.device)
+        clock.begin()
+        with torch.inference_mode():
+            self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
+                                min_new_tokens=new_tokens, do_sample=False, streamer=_HFClock(clock),
+                                pad_token_id=0, **self.options)
+        return clock.timing(metrics.peak_memory_bytes(self.device))
+
+    def close(self) -> None:
+        self.model = None
+
+
+class LlamaCppPeer(Contender):
+    engine = "llama.cpp"
+
+    def __init__(self, s: BenchSettings, ckpt: Checkpoint):
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise PeerSkipped(f"llama-cpp-python is not installed; install with: {INSTALL['llama_cpp']}")
+        if ckpt.gguf_path is None:
+            raise PeerSkipped("llama.cpp needs a GGUF file; the model is a Hugging Face directory")
+        if s.device != "cpu":
+            raise PeerSkipped(f"llama.cpp peer runs on the CPU only here; device={s.device}")
+        from llama_cpp import Llama
+
+        self.name = "llama.cpp"
+        self.dtype = "gguf"
+        n_ctx = max(s.prompt_lengths) + max(s.new_tokens) + 8
+        threads = s.threads or torch.get_num_threads()
+        t0 = time.perf_counter()
+        self.llama = Llama(model_path=str(ckpt.gguf_path), n_ctx=n_ctx, n_batch=max(s.prompt_lengths),
+                           n_threads=threads, n_threads_batch=threads, verbose=False)
+        self.load_s = time.perf_counter() - t0
+        # llama.cpp computes on the quantized blocks, so a step reads the file's tensor data.
+        self.weight_bytes_per_token = os.path.getsize(ckpt.gguf_path)
+        self.vocab_size = int(self.llama.n_vocab())
+        self.source = str(ckpt.gguf_path)
+
+    def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
+        if len(prompts) != 1:
+            raise PeerSkipped("llama-cpp-python's Llama decodes one sequence at a time; batch size 1 only")
+        clock = StepClock(torch.device("cpu"))
+        self.llama.reset()  # forget the previous run's tokens, or the prompt would be reused
+        clock.begin()
+        produced = 0
+        # generate() never stops at EOS by itself, so it yields exactly what is taken.
+        for _ in self.llama.generate(prompts[0], top_k=1, temp=0.0, reset=False):
+            clock.mark()
+            produced += 1
+            if produced == new_tokens:
+                break
+        return clock.timing(None)
+
+    def close(self) -> None:
+        self.llama = None
