@@ -1,28 +1,48 @@
 """Compile strategies: functions that take the model and return the step callables.
 
 Each strategy returns a `Steps` pair; nothing here rebinds globals or mutates
-the model's forward. Inductor settings are applied inside the strategy.
+the model's forward. Inductor and Dynamo settings are applied around each
+compiled call, never at import time.
+
+Shapes, and why there are exactly four graphs per model (`decode` strategy):
+- prefill and decode are separate compiled functions, so their caches of
+  graphs never mix;
+- batch B, prompt length T and the cache's batch and length are marked
+  dynamic, so one graph serves every prompt length and every cache bucket;
+- Dynamo still specializes sizes of 1, so batch 1 and batch >= 2 get their
+  own graph (batch 1 keeps a fully static, fastest graph);
+- a one-token prompt runs through the decode graph (it is a decode step at
+  slot 0), so T == 1 never needs a prefill graph.
+`Steps.warmup()` compiles all four; after it no request recompiles.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, field
+from typing import Callable, Optional
 
 import torch
+from torch import Tensor
 
 from .errors import FastDecodeError
 from .generate import StepFn
+from .kernels.linear import use_gemv
+from .kv_cache import KVCache
 
-STRATEGIES = ("none",)
+STRATEGIES = ("none", "decode", "generate")
 
 
 @dataclass
 class Steps:
     """prefill: (tokens [B, T], input_pos [T], left_pad) -> logits [B, 1, V];
-    decode: the same with T == 1."""
+    decode: the same with T == 1. warmup() compiles every graph up front."""
 
     prefill: StepFn
     decode: StepFn
+    warmup: Callable[[], None] = field(default=lambda: None)
+    # Set by the `generate` strategy: decodes K tokens per call (see compiled_loop).
+    chunk: Optional[object] = None
 
 
 def eager_steps(model: torch.nn.Module) -> Steps:
@@ -32,8 +52,159 @@ def eager_steps(model: torch.nn.Module) -> Steps:
     return Steps(prefill=step, decode=step)
 
 
+def inductor_options(device: torch.device, native_linears: bool) -> dict:
+    """Inductor settings for CPU.
+
+    Freezing folds the weights into the graph as constants so Inductor can
+    prepack them for its BLAS linears; it needs inference mode, which
+    generation uses. With the native GEMV the linears are opaque custom ops
+    that prepacking cannot touch, so freezing would only add compile time.
+    (Measured on a contended machine only; see benchmarks/compile.md.)
+    """
+    if device.type == "cpu":
+        return {"freezing": not native_linears}
+    return {}
+
+
+@contextlib.contextmanager
+def dynamic_shapes_context():
+    """Let the KV cache buffers have dynamic sizes, and keep their sizes apart
+    from the batch and prompt sizes (no 'duck' unification of equal values)."""
+    with torch._dynamo.config.patch(force_parameter_static_shapes=False,
+                                    force_nn_module_property_static_shapes=False,
+                                    recompile_limit=64, accumulated_recompile_limit=1024), \
+            torch.fx.experimental._config.patch(use_duck_shape=False):
+        yield
+
+
+class CompiledSteps:
+    """The `decode` strategy: fullgraph-compiled prefill and decode steps."""
+
+    def __init__(self, model: torch.nn.Module, *, backend: str = "inductor", options: Optional[dict] = None,
+                 gemv: bool = True):
+        self.model = model
+        device = model.tok_embeddings.weight.device
+        # The native fp32 GEMV beats stock F.linear at decode (benchmarks/compile.md);
+        # use_gemv is a no-op where it does not apply or cannot be built.
+        self.gemv = gemv and use_gemv(model)
+        kwargs: dict = {"fullgraph": True, "backend": backend}
+        if backend == "inductor":
+            if device.type == "cuda":
+                kwargs["mode"] = "reduce-overhead"  # CUDA graphs
+            else:
+                kwargs["options"] = inductor_options(device, self.gemv) if options is None else options
+        self.compile_kwargs = kwargs
+
+        # Two functions, two code objects: Dynamo keeps their graphs apart.
+        def prefill_fn(tokens, input_pos, left_pad):
+            return model(tokens, input_pos, left_pad=left_pad, last_only=True)
+
+        def decode_fn(tokens, input_pos, left_pad):
+            return model(tokens, input_pos, left_pad=left_pad, last_only=True)
+
+        self._prefill = torch.compile(prefill_fn, **kwargs)
+        self._decode = torch.compile(decode_fn, **kwargs)
+        self._marked: Optional[Tensor] = None
+        self.warmed_up = False
+        self.extra_warmups: list[Callable[[tuple[int, ...]], None]] = []  # e.g. the chunk graphs
+
+    # -- the step callables ----------------------------------------------------
+
+    def prefill(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
+        B, T = tokens.shape
+        cache = self._cache()
+        if not self.warmed_up:
+            self.warmup()
+        if self._cache() is not cache or cache.batch_size != B:
+            # The graphs assume cache rows == batch rows; the cache holds no
+            # live state at the start of a request, so reallocating is safe.
+            self.setup_caches(B, cache.seq_len)
+        if T == 1:
+            return self.decode(tokens, input_pos, left_pad)
+        return self._call(self._prefill, tokens, input_pos, left_pad, dims=(0, 1))
+
+    def decode(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
+        return self._call(self._decode, tokens, input_pos, left_pad, dims=(0,))
+
+    def setup_caches(self, batch_size: int, seq_len: int) -> None:
+        # Outside inference mode, like generate's own allocation: buffers made
+        # inside would carry other dispatch keys and trigger a recompile.
+        with torch.inference_mode(False):
+            self.model.setup_caches(batch_size, seq_len)
+
+    def _cache(self) -> KVCache:
+        cache = self.model.kv_cache
+        if not isinstance(cache, KVCache):
+            raise FastDecodeError("compiled strategies need cache='static'; got a dynamic cache")
+        return cache
+
+    def _call(self, fn, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor], dims) -> Tensor:
+        B = tokens.shape[0]
+        with torch.inference_mode():
+            # Fresh inference tensors: inputs made inside and outside inference
+            # mode carry different dispatch keys, which Dynamo guards on.
+            tokens, input_pos = tokens.clone(), input_pos.clone()
+            left_pad = (torch.zeros(B, dtype=torch.long, device=tokens.device) if left_pad is None
+                        else left_pad.clone())
+            return self.call(fn, tokens, input_pos, left_pad, dynamic={0: dims, 1: (0,), 2: (0,)})
+
+    def call(self, fn, *args, dynamic: dict[int, tuple[int, ...]], **kwargs):
+        """Run compiled `fn` with dims `dynamic[i]` of args[i] marked dynamic
+        (sizes of 1 stay static: Dynamo specializes them anyway)."""
+        for i, dims in dynamic.items():
+            for d in dims:
+                if args[i] is not None and args[i].shape[d] > 1:
+                    torch._dynamo.mark_dynamic(args[i], d)
+        self._mark_cache()
+        with torch.inference_mode(), dynamic_shapes_context():
+            return fn(*args, **kwargs)
+
+    def _mark_cache(self) -> None:
+        cache = self._cache()
+        if cache.k_cache is self._marked:
+            return
+        for layer in self.model.layers:
+            c = layer.attention.kv_cache
+            for buf in (c.k_cache, c.v_cache):
+                if c.batch_size > 1:
+                    torch._dynamo.mark_dynamic(buf, 0)
+                torch._dynamo.mark_dynamic(buf, 2)
+        self._marked = cache.k_cache
+
+    # -- warm-up -----------------------------------------------------------------
+
+    def warmup(self, batch_sizes: tuple[int, ...] = (1, 2)) -> None:
+        """Compile every graph: prefill and decode at batch 1 and at batch >= 2.
+
+        Leaves the model with a fresh cache of the last warm-up shape.
+        """
+        self.warmed_up = True
+        model = self.model
+        device = model.tok_embeddings.weight.device
+        S = min(256, model.args.max_seq_len)
+        T = min(4, S - 1)
+        for B in batch_sizes:
+            self.setup_caches(B, S)
+            with torch.inference_mode():
+                tokens = torch.zeros(B, T, dtype=torch.long, device=device)
+                left_pad = torch.zeros(B, dtype=torch.long, device=device)
+                logits = self.prefill(tokens, torch.arange(T, device=device), left_pad)
+                token = logits[:, -1].argmax(-1)
+                self.decode(token[:, None], torch.tensor([T], device=device), left_pad)
+        for extra in self.extra_warmups:
+            extra(batch_sizes)
+        model.reset_caches()
+
+
 def make_steps(model: torch.nn.Module, strategy: str) -> Steps:
     """Return the step callables for `strategy` (one of STRATEGIES)."""
     if strategy == "none":
         return eager_steps(model)
+    if strategy == "decode":
+        c = CompiledSteps(model)
+        return Steps(prefill=c.prefill, decode=c.decode, warmup=c.warmup)
+    if strategy == "generate":
+        from .compiled_loop import make_generate_steps
+
+        return make_generate_steps(model)
     raise FastDecodeError(f"unknown compile strategy {strategy!r}; valid: {', '.join(STRATEGIES)}")

@@ -26,6 +26,9 @@ from .tokenizer import StreamDecoder, Tokenizer
 
 # (tokens [B, T], input_pos [T], left_pad [B] or None) -> logits [B, 1, V] of the last slot
 StepFn = Callable[[Tensor, Tensor, Optional[Tensor]], Tensor]
+# (token [B], start slot, n, left_pad, pick) -> the next n tokens [B], one at a time;
+# a compile strategy may supply one that decodes several steps per call.
+DecodeTokensFn = Callable[..., Iterator[Tensor]]
 
 
 @dataclass(frozen=True)
@@ -223,15 +226,18 @@ class GenerationRun:
 def run_generation(model: torch.nn.Module, tokenizer: Tokenizer, prompts: list[list[int]],
                    params: SamplingParams, cfg: GenerationConfig, *, prefill_step: StepFn,
                    decode_step: StepFn, pad_id: int, max_seq_len: int,
-                   cache_kind: str = "static") -> GenerationRun:
+                   cache_kind: str = "static", decode_tokens: Optional[DecodeTokensFn] = None) -> GenerationRun:
     """Generate for already-validated prompts (lists of ids). See module docstring."""
     run = GenerationRun(iter(()))
-    run.steps = _loop(run, model, tokenizer, prompts, params, cfg, prefill_step, decode_step,
+    if decode_tokens is None:
+        def decode_tokens(token, start, n, left_pad, pick):
+            return decode_n_tokens(decode_step, token, start, n, left_pad, pick)
+    run.steps = _loop(run, model, tokenizer, prompts, params, cfg, prefill_step, decode_tokens,
                       pad_id, max_seq_len, cache_kind)
     return run
 
 
-def _loop(run, model, tokenizer, prompts, params, cfg, prefill_step, decode_step, pad_id,
+def _loop(run, model, tokenizer, prompts, params, cfg, prefill_step, decode_tokens, pad_id,
           max_seq_len, cache_kind) -> Iterator[StepOutput]:
     device = next(model.parameters()).device
     B, T = len(prompts), max(len(p) for p in prompts)
@@ -258,7 +264,7 @@ def _loop(run, model, tokenizer, prompts, params, cfg, prefill_step, decode_step
     with torch.inference_mode():
         token = prefill(prefill_step, tokens, left_pad, pick)
         t_first = metrics.now(device)
-        decode = decode_n_tokens(decode_step, token, T, cfg.max_new_tokens - 1, left_pad, pick)
+        decode = decode_tokens(token, T, cfg.max_new_tokens - 1, left_pad, pick)
         n_steps = 0
         while True:
             is_eos = torch.isin(token, eos).tolist() if len(eos) else [False] * B

@@ -140,6 +140,8 @@ class Transformer(nn.Module):
         # Tied models read the embedding matrix directly; a shared Parameter
         # would not survive load_state_dict(assign=True).
         self.output = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)
+        # The output matmul; kernels.linear.use_gemv swaps in a faster one.
+        self.head_linear = F.linear
         self.register_buffer("rope_cos", torch.empty(0), persistent=False)
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
         if self.tok_embeddings.weight.device.type != "meta":
@@ -231,7 +233,7 @@ class Transformer(nn.Module):
             x = x[:, -1:]
         x = self.norm(x)
         weight = self.tok_embeddings.weight if self.output is None else self.output.weight
-        return F.linear(x, weight)
+        return self.head_linear(x, weight)
 
 
 def _fuse(state_dict: dict, prefix: str, parts: tuple[str, ...], fused: str) -> None:

@@ -1,0 +1,63 @@
+"""Measure one compile configuration in a fresh process; prints one JSON line.
+
+    .venv/bin/python benchmarks/compile_bench.py --model smollm2-135m --strategy decode \
+        --options '{"freezing": true}' --gemv 1 --batch 1 4 --new 48
+
+first_call_s is load + warm-up (every graph compiled) + the first generation;
+point TORCHINDUCTOR_CACHE_DIR at an empty folder for a cold number and run
+again for the warm-cache number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import fastdecode
+from fastdecode.compile import CompiledSteps, Steps, make_steps
+from fastdecode.kernels.linear import use_gemv
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--strategy", default="decode", choices=["none", "decode", "generate"])
+    p.add_argument("--options", default=None, help="Inductor options as JSON (decode strategy)")
+    p.add_argument("--gemv", type=int, default=1)
+    p.add_argument("--batch", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--new", type=int, default=48)
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--repeats", type=int, default=3)
+    a = p.parse_args()
+
+    t0 = time.perf_counter()
+    llm = fastdecode.load(a.model, max_batch_size=max(a.batch))
+    if a.strategy == "decode" and a.options is not None or (a.strategy == "decode" and not a.gemv):
+        c = CompiledSteps(llm.model, options=json.loads(a.options or "null"), gemv=bool(a.gemv))
+        llm.steps = Steps(c.prefill, c.decode, c.warmup)
+    elif a.strategy == "none":
+        if a.gemv:
+            use_gemv(llm.model)
+    else:
+        llm.steps = make_steps(llm.model, a.strategy)
+    llm.compile = a.strategy
+    llm.steps.warmup()
+    prompt = [[7 + (i % 50) for i in range(a.prompt)]]
+    llm.generate(prompt, max_new_tokens=4, temperature=0, ignore_eos=True)
+    first_call = time.perf_counter() - t0
+
+    rates = {}
+    for B in a.batch:
+        runs = [llm.generate(prompt * B, max_new_tokens=a.new, temperature=0, ignore_eos=True)[0].decode_tokens_per_s
+                for _ in range(a.repeats)]
+        rates[f"b{B}_tok_s"] = round(statistics.median(runs), 2)
+    print(json.dumps({"model": a.model, "strategy": a.strategy, "options": a.options, "gemv": a.gemv,
+                      "first_call_s": round(first_call, 1), **rates, "threads": torch.get_num_threads()}))
+
+
+if __name__ == "__main__":
+    main()
