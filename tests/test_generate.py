@@ -162,3 +162,12 @@ def test_generation_config_validation():
     assert GenerationConfig(stop="x").stop == ("x",)
     with pytest.raises(FastDecodeError):
         GenerationConfig(max_new_tokens=True)
+
+
+def test_iterating_a_run_does_not_leak_inference_mode(tiny_llm):
+    run = tiny_llm.start("leak", fastdecode.SamplingParams(temperature=0),
+                         GenerationConfig(max_new_tokens=4, ignore_eos=True))
+    next(iter(run))  # suspended mid-generation
+    assert not torch.is_inference_mode_enabled()
+    for _ in run:
+        assert not torch.is_inference_mode_enabled()

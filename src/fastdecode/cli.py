@@ -162,7 +162,11 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
     rate = first["decode_tokens_per_s"]
     batch = f" per sequence, {rate * n:.1f} total ({n} sequences)" if n > 1 else ""
     memory = "torch.cuda.max_memory_allocated" if llm.device.type == "cuda" else "process RSS"
+    loaded = f"model load:           {llm.load_seconds:.2f} s"
+    if llm.cache_path:
+        loaded += f" ({'from' if llm.from_cache else 'converted, cached at'} {llm.cache_path})"
     return "\n".join([
+        loaded,
         f"prompt tokens:        {prompt_tokens}",
         f"generated tokens:     {generated}",
         f"time to first token:  {first['time_to_first_token_s'] * 1e3:.1f} ms",

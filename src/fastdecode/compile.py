@@ -199,6 +199,7 @@ class CompiledSteps:
 def make_steps(model: torch.nn.Module, strategy: str) -> Steps:
     """Return the step callables for `strategy` (one of STRATEGIES)."""
     if strategy == "none":
+        use_gemv(model)  # no-op off fp32 CPU or without a compiler (then F.linear)
         return eager_steps(model)
     if strategy == "decode":
         c = CompiledSteps(model)

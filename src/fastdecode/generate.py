@@ -261,36 +261,39 @@ def _loop(run, model, tokenizer, prompts, params, cfg, prefill_step, decode_toke
 
     metrics.reset_peak_memory(device)
     t0 = metrics.now(device)
+    # Inference mode is entered per model call, never across a `yield`: a
+    # suspended generator would otherwise leave the caller's thread in it.
     with torch.inference_mode():
         token = prefill(prefill_step, tokens, left_pad, pick)
-        t_first = metrics.now(device)
-        decode = decode_tokens(token, T, cfg.max_new_tokens - 1, left_pad, pick)
-        n_steps = 0
-        while True:
-            is_eos = torch.isin(token, eos).tolist() if len(eos) else [False] * B
-            ids = token.tolist()  # the one host sync per step
-            pieces = [""] * B
-            for b in range(B):
-                if reasons[b] is not None:
-                    continue
-                if is_eos[b]:
-                    reasons[b] = "stop"
-                    pieces[b] = rows[b].finish()
-                    continue
-                out_ids[b].append(ids[b])
-                pieces[b] = rows[b].push(ids[b])
-                if rows[b].hit_stop:
-                    reasons[b] = "stop"
-                elif len(out_ids[b]) >= cfg.max_new_tokens:
-                    reasons[b] = "length"
-                    pieces[b] += rows[b].finish()
-            finished = [r is not None for r in reasons]
-            yield StepOutput(pieces, finished)
-            if all(finished):
-                break
+    t_first = metrics.now(device)
+    decode = decode_tokens(token, T, cfg.max_new_tokens - 1, left_pad, pick)
+    n_steps = 0
+    while True:
+        is_eos = torch.isin(token, eos).tolist() if len(eos) else [False] * B
+        ids = token.tolist()  # the one host sync per step
+        pieces = [""] * B
+        for b in range(B):
+            if reasons[b] is not None:
+                continue
+            if is_eos[b]:
+                reasons[b] = "stop"
+                pieces[b] = rows[b].finish()
+                continue
+            out_ids[b].append(ids[b])
+            pieces[b] = rows[b].push(ids[b])
+            if rows[b].hit_stop:
+                reasons[b] = "stop"
+            elif len(out_ids[b]) >= cfg.max_new_tokens:
+                reasons[b] = "length"
+                pieces[b] += rows[b].finish()
+        finished = [r is not None for r in reasons]
+        yield StepOutput(pieces, finished)
+        if all(finished):
+            break
+        with torch.inference_mode():
             token = next(decode)
-            n_steps += 1
-        t_end = metrics.now(device)
+        n_steps += 1
+    t_end = metrics.now(device)
 
     decode_rate = n_steps / (t_end - t_first) if n_steps and t_end > t_first else 0.0
     peak = metrics.peak_memory_bytes(device)

@@ -61,6 +61,8 @@ class _Loaded:
     model: Transformer
     tokenizer: Tokenizer
     source: str
+    cache_path: Optional[str] = None  # converted copy of a GGUF file, read or written
+    from_cache: bool = False
 
 
 def _load_weights(name: str, device: torch.device, dtype: torch.dtype) -> _Loaded:
@@ -79,11 +81,9 @@ def _load_weights(name: str, device: torch.device, dtype: torch.dtype) -> _Loade
                 f"model {name!r} is not a preset, a known checkpoint or an existing path; presets: "
                 f"{', '.join(sorted(PRESETS))}; checkpoints: {DEFAULT_MODEL}")
     ckpt = checkpoints.load_checkpoint(path, dtype=dtype, device=device)
-    with torch.device("meta"):
-        model = Transformer(ckpt.args)
-    model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
-    model.init_rope(device)
-    return _Loaded(model, ckpt.tokenizer, str(path))
+    model = Transformer.from_state_dict(ckpt.args, ckpt.state_dict)
+    cache_path = None if ckpt.cache_path is None else str(ckpt.cache_path)
+    return _Loaded(model, ckpt.tokenizer, str(path), cache_path, ckpt.from_cache)
 
 
 def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu",
@@ -111,6 +111,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     llm = LLM(m, loaded.tokenizer, compile=compile, max_seq_len=max_seq_len,
               max_batch_size=max_batch_size, cache=cache, source=loaded.source)
     llm.load_seconds = time.perf_counter() - t0
+    llm.cache_path, llm.from_cache = loaded.cache_path, loaded.from_cache
     return llm
 
 
@@ -125,6 +126,8 @@ class LLM:
         self.cache, self.source, self.compile = cache, source, compile
         self.steps = make_steps(model, compile)
         self.load_seconds = 0.0
+        self.cache_path: Optional[str] = None  # where a converted GGUF copy lives (clear_cache() removes it)
+        self.from_cache = False
         if tokenizer.vocab_size > self.args.vocab_size:
             raise FastDecodeError(
                 f"{source}: tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary is "

@@ -147,6 +147,15 @@ class Transformer(nn.Module):
         if self.tok_embeddings.weight.device.type != "meta":
             self.init_rope()
 
+    @classmethod
+    def from_state_dict(cls, args: ModelArgs, state_dict: dict[str, Tensor]) -> "Transformer":
+        """Build on the meta device and adopt the checkpoint's tensors (no random init, no copy)."""
+        with torch.device("meta"):
+            model = cls(args)
+        model.load_state_dict(state_dict, strict=True, assign=True)
+        model.init_rope(next(iter(state_dict.values())).device)
+        return model
+
     # -- buffers and caches -------------------------------------------------
 
     def init_rope(self, device: torch.device | str | None = None) -> None:

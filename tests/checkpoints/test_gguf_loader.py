@@ -19,11 +19,7 @@ from tiny_checkpoints import VOCAB, byte_level_tokens, gguf_tensors, hf_model, l
 def build_ours(ckpt):
     from fastdecode.model import Transformer
 
-    with torch.device("meta"):
-        model = Transformer(ckpt.args)
-    model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
-    model.init_rope("cpu")
-    return model.eval()
+    return Transformer.from_state_dict(ckpt.args, ckpt.state_dict).eval()
 
 
 def hf_names(model):

@@ -18,11 +18,7 @@ TOKENS = torch.tensor([[1, 200, 17, 5, 261, 99, 42, 3]])
 def build_ours(ckpt):
     from fastdecode.model import Transformer
 
-    with torch.device("meta"):
-        model = Transformer(ckpt.args)
-    model.load_state_dict(ckpt.state_dict, strict=True, assign=True)
-    model.init_rope("cpu")
-    return model.eval()
+    return Transformer.from_state_dict(ckpt.args, ckpt.state_dict).eval()
 
 
 @pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True)])

@@ -10,6 +10,7 @@ import torch
 
 from ..config import ModelArgs, RopeScaling
 from ..errors import FastDecodeError
+from .keys import map_name
 from .gguf_file import GGUFFile, optional_int
 
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama".
@@ -42,12 +43,7 @@ _SKIPPED = {"rope_freqs.weight"}
 
 def our_name(gguf_name: str) -> Optional[str]:
     """Our state-dict key for a GGUF tensor name, or None if we do not map it."""
-    if gguf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[gguf_name]
-    m = _LAYER_RE.fullmatch(gguf_name)
-    if m and m.group(2) in _LAYER_NAMES:
-        return f"layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}"
-    return None
+    return map_name(gguf_name, _GLOBAL_NAMES, _LAYER_RE, _LAYER_NAMES)
 
 
 def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:

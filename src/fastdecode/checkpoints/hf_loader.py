@@ -12,6 +12,7 @@ from safetensors import SafetensorError, safe_open
 
 from ..config import ModelArgs, RopeScaling
 from ..errors import FastDecodeError
+from .keys import map_name
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -39,12 +40,7 @@ _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
 
 def our_name(hf_name: str) -> Optional[str]:
-    if hf_name in _GLOBAL_NAMES:
-        return _GLOBAL_NAMES[hf_name]
-    m = _LAYER_RE.fullmatch(hf_name)
-    if m and m.group(2) in _LAYER_NAMES:
-        return f"layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}"
-    return None
+    return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, _LAYER_NAMES)
 
 
 def read_config(directory: Path) -> dict[str, Any]:

@@ -7,6 +7,9 @@ checkpoint fails with one line naming the file and tensor rather than a long
 
 from __future__ import annotations
 
+import re
+from typing import Optional
+
 import torch
 
 from ..config import ModelArgs
@@ -55,3 +58,17 @@ def check_state_dict(state_dict: dict[str, torch.Tensor], args: ModelArgs, sourc
     extra = sorted(set(state_dict) - set(expected))
     if extra:
         raise FastDecodeError(f"{source}: unexpected tensor {extra[0]} ({len(extra)} unexpected in all)")
+
+
+def map_name(name: str, global_names: dict[str, str], layer_re: re.Pattern,
+             layer_names: dict[str, str]) -> Optional[str]:
+    """A checkpoint's tensor name -> our state-dict key, or None if we do not use it.
+
+    `layer_re` captures (layer index, per-layer suffix); both formats differ only in these tables.
+    """
+    if name in global_names:
+        return global_names[name]
+    m = layer_re.fullmatch(name)
+    if m and m.group(2) in layer_names:
+        return f"layers.{m.group(1)}.{layer_names[m.group(2)]}"
+    return None

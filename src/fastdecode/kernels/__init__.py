@@ -47,7 +47,8 @@ def load_gemv() -> bool:
         d = build_dir()
         d.mkdir(parents=True, exist_ok=True)
         load(name="fastdecode_gemv", sources=[str(_SOURCE)], build_directory=str(d),
-             extra_cflags=["-O3", "-mavx2", "-mfma"], is_python_module=False, verbose=False)
+             extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],
+             is_python_module=False, verbose=False)
     except (OSError, RuntimeError, ImportError) as e:  # no compiler, failed build
         log.warning("gemv kernel unavailable, using F.linear: %s", str(e).splitlines()[0] if str(e) else e)
         return False
