@@ -252,7 +252,7 @@ _USAGE = """usage: fastdecode [--version] {generate,chat,bench,export} ...
   generate   generate text for one or more prompts (fastdecode generate --help)
   chat       interactive multi-turn chat with the model's chat template
   bench      benchmarks
-  export     export a model"""
+  export     export the compiled decode graph (not implemented yet)"""
 
 
 def _command_parser(name: str) -> argparse.ArgumentParser:
