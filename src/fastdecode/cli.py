@@ -26,7 +26,7 @@ from .generate import GenerationConfig
 from .llm import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MODEL, LLM, load
 from .progress import progress
 from .sampling import SamplingParams
-from .settings import copy_fields, describe_settings, format_value, is_override, load_settings
+from .settings import copy_fields, describe_settings, format_value, is_override, load_settings, read_user_file
 
 _LOAD_DEFAULTS = {name: p.default for name, p in inspect.signature(load).parameters.items()}
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 130, 141
@@ -95,18 +95,7 @@ def check_utf8(text: str, what: str) -> str:
 
 def read_prompt_file(path: str) -> list[str]:
     """One prompt per line of a UTF-8 file (or stdin for '-'); blank lines are skipped."""
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read()
-        else:
-            with open(path, "rb") as f:
-                data = f.read()
-    except FileNotFoundError:
-        raise FastDecodeError(f"prompt_file {path!r} not found") from None
-    except IsADirectoryError:
-        raise FastDecodeError(f"prompt_file {path!r} is a directory") from None
-    except OSError as e:
-        raise FastDecodeError(f"cannot read prompt_file {path!r}: {e.strerror or e}") from None
+    data = sys.stdin.buffer.read() if path == "-" else read_user_file(path, "prompt_file")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -68,17 +68,24 @@ def load_settings(cls: type[T], overrides: list[str], config_path: Optional[str]
         raise TypeError(f"cannot build {cls.__name__}: {e}") from None
 
 
-def read_yaml(path: str) -> dict[str, Any]:
-    """The mapping at the top of a YAML file ({} for an empty file)."""
+def read_user_file(path: str, what: str) -> bytes:
+    """The bytes of a file the user named, or a one-line error naming `what` and the path."""
     try:
         with open(path, "rb") as f:
-            data = yaml.safe_load(f)
+            return f.read()
     except FileNotFoundError:
-        raise FastDecodeError(f"config file {path!r} not found") from None
+        raise FastDecodeError(f"{what} {path!r} not found") from None
     except IsADirectoryError:
-        raise FastDecodeError(f"config file {path!r} is a directory, not a YAML file") from None
+        raise FastDecodeError(f"{what} {path!r} is a directory") from None
     except OSError as e:
-        raise FastDecodeError(f"cannot read config file {path!r}: {e.strerror or e}") from None
+        raise FastDecodeError(f"cannot read {what} {path!r}: {e.strerror or e}") from None
+
+
+def read_yaml(path: str) -> dict[str, Any]:
+    """The mapping at the top of a YAML file ({} for an empty file)."""
+    raw = read_user_file(path, "config file")
+    try:
+        data = yaml.safe_load(raw)
     except yaml.YAMLError as e:
         where = getattr(e, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
