@@ -106,7 +106,7 @@ class ChunkDecoder:
 
     def warmup(self, batch_sizes: tuple[int, ...] = (1, 2)) -> None:
         """Compile the greedy chunk graph at batch 1 and batch >= 2."""
-        from .generate import _Picker, GenerationConfig
+        from .generate import RequestSampler, GenerationConfig
 
         model = self.steps.model
         device = model.tok_embeddings.weight.device
@@ -117,7 +117,7 @@ class ChunkDecoder:
             params = SamplingParams(temperature=0)
             with torch.inference_mode(False):  # as generate builds it
                 cfg = GenerationConfig(max_new_tokens=self.k + 1)
-                pick = _Picker(params, cfg, frozenset(), [[0]] * B, V, device)
+                pick = RequestSampler(params, cfg, frozenset(), [[0]] * B, V, device)
             token = torch.zeros(B, dtype=torch.long, device=device)
             for _ in self(token, 1, self.k, None, pick):
                 pass

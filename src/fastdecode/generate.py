@@ -130,8 +130,13 @@ def decode_n_tokens(step: StepFn, token: Tensor, start: int, n: int, left_pad: O
 
 # -- per-request sampling state -------------------------------------------------
 
-class _Picker:
-    """Sampling for one request: its generator, penalty counts and EOS ban."""
+class RequestSampler:
+    """Sampling for one request, called once per generated token ([B, V] logits -> [B]).
+
+    Its state is public because compiled strategies advance it in bulk: `generator`
+    (None when greedy), `penalties` (None without penalties), `eos_ban` ([V] bool),
+    `min_new` and `step` (tokens picked so far).
+    """
 
     def __init__(self, params: SamplingParams, cfg: GenerationConfig, eos_ids: frozenset[int],
                  prompts: Sequence[Sequence[int]], vocab_size: int, device: torch.device):
@@ -253,7 +258,7 @@ def _loop(run, model, tokenizer, prompts, params, cfg, prefill_step, decode_toke
     pads = [T - len(p) for p in prompts]
     tokens = torch.tensor([[pad_id] * n + list(p) for n, p in zip(pads, prompts)], device=device)
     left_pad = torch.tensor(pads, device=device) if any(pads) else None
-    pick = _Picker(params, cfg, eos_ids, prompts, model.args.vocab_size, device)
+    pick = RequestSampler(params, cfg, eos_ids, prompts, model.args.vocab_size, device)
     eos = torch.tensor(sorted(eos_ids), device=device, dtype=torch.long)
     rows = [_RowText(tokenizer, cfg.stop) for _ in range(B)]
     out_ids: list[list[int]] = [[] for _ in range(B)]
