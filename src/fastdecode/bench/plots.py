@@ -55,12 +55,7 @@ def _tokens_per_s(plt, rows: list[dict[str, Any]], out: Path, title: str) -> Pat
         ax.set_title(f"{n} new tokens, {p}-token prompt", fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path = out / "tokens_per_s.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, title, out / "tokens_per_s.png")
 
 
 def _ms_per_step(plt, rows: list[dict[str, Any]], out: Path, title: str) -> Path:
@@ -79,9 +74,12 @@ def _ms_per_step(plt, rows: list[dict[str, Any]], out: Path, title: str) -> Path
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
+    return _save(plt, fig, title, out / "ms_per_step.png")
+
+
+def _save(plt, fig, title: str, path: Path) -> Path:
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    path = out / "ms_per_step.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
