@@ -37,31 +37,29 @@ def rows(seed, B=6, V=50):
     return torch.randn(B, V, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
+def assert_mask_matches(drop, values, reference):
+    """Row by row, the tokens the mask keeps are exactly those the reference keeps."""
+    for r in range(values.shape[0]):
+        kept = {i for i in range(values.shape[1]) if not drop[r, i]}
+        assert kept == reference(values[r].tolist())
+
+
 @pytest.mark.parametrize("k", [1, 3, 17, 50, 80])
 def test_top_k_mask(k):
     logits = rows(0)
-    drop = top_k_mask(logits, k)
-    for r in range(logits.shape[0]):
-        kept = {i for i in range(logits.shape[1]) if not drop[r, i]}
-        assert kept == ref_top_k_keep(logits[r].tolist(), k)
+    assert_mask_matches(top_k_mask(logits, k), logits, lambda row: ref_top_k_keep(row, k))
 
 
 @pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.9, 0.999, 1.0])
 def test_top_p_mask(p):
     probs = torch.softmax(rows(1) * 2, dim=-1)
-    drop = top_p_mask(probs, p)
-    for r in range(probs.shape[0]):
-        kept = {i for i in range(probs.shape[1]) if not drop[r, i]}
-        assert kept == ref_top_p_keep(probs[r].tolist(), p)
+    assert_mask_matches(top_p_mask(probs, p), probs, lambda row: ref_top_p_keep(row, p))
 
 
 @pytest.mark.parametrize("min_p", [0.0, 0.01, 0.1, 0.5, 0.99])
 def test_min_p_mask(min_p):
     probs = torch.softmax(rows(2) * 2, dim=-1)
-    drop = min_p_mask(probs, min_p)
-    for r in range(probs.shape[0]):
-        kept = {i for i in range(probs.shape[1]) if not drop[r, i]}
-        assert kept == ref_min_p_keep(probs[r].tolist(), min_p)
+    assert_mask_matches(min_p_mask(probs, min_p), probs, lambda row: ref_min_p_keep(row, min_p))
 
 
 def test_penalties_follow_their_definitions():
