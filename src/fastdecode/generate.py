@@ -259,7 +259,6 @@ def _loop(run, model, tokenizer, prompts, params, cfg, prefill_step, decode_toke
     tokens = torch.tensor([[pad_id] * n + list(p) for n, p in zip(pads, prompts)], device=device)
     left_pad = torch.tensor(pads, device=device) if any(pads) else None
     pick = RequestSampler(params, cfg, eos_ids, prompts, model.args.vocab_size, device)
-    eos = torch.tensor(sorted(eos_ids), device=device, dtype=torch.long)
     rows = [_RowText(tokenizer, cfg.stop) for _ in range(B)]
     out_ids: list[list[int]] = [[] for _ in range(B)]
     reasons: list[Optional[str]] = [None] * B
@@ -274,13 +273,12 @@ def _loop(run, model, tokenizer, prompts, params, cfg, prefill_step, decode_toke
     decode = decode_tokens(token, T, cfg.max_new_tokens - 1, left_pad, pick)
     n_steps = 0
     while True:
-        is_eos = torch.isin(token, eos).tolist() if len(eos) else [False] * B
         ids = token.tolist()  # the one host sync per step
         pieces = [""] * B
         for b in range(B):
             if reasons[b] is not None:
                 continue
-            if is_eos[b]:
+            if ids[b] in eos_ids:
                 reasons[b] = "stop"
                 pieces[b] = rows[b].finish()
                 continue
