@@ -235,17 +235,15 @@ def _option_parameters() -> list[inspect.Parameter]:
             for cls in (GenerationConfig, SamplingParams) for f in dataclasses.fields(cls)]
 
 
-def _document_options(method):
+def _document_options(method) -> None:
     """Show the real option names and defaults in help() and IDEs; the dataclasses stay the one source."""
     sig = inspect.signature(method)
     params = [p for p in sig.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     method.__signature__ = sig.replace(parameters=params + _option_parameters())
-    return method
 
 
-for _name in ("generate", "stream", "chat"):
-    if hasattr(LLM, _name):
-        _document_options(getattr(LLM, _name))
+for _method in (LLM.generate, LLM.stream, LLM.chat):
+    _document_options(_method)
 
 
 def split_options(options: dict[str, Any]) -> tuple[SamplingParams, GenerationConfig]:
