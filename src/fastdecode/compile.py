@@ -4,16 +4,16 @@ Each strategy returns a `Steps` pair; nothing here rebinds globals or mutates
 the model's forward. Inductor and Dynamo settings are applied around each
 compiled call, never at import time.
 
-Shapes, and why there are exactly four graphs per model (`decode` strategy):
-- prefill and decode are separate compiled functions, so their caches of
-  graphs never mix;
-- batch B, prompt length T and the cache's batch and length are marked
-  dynamic, so one graph serves every prompt length and every cache bucket;
-- Dynamo still specializes sizes of 1, so batch 1 and batch >= 2 get their
-  own graph (batch 1 keeps a fully static, fastest graph);
-- a one-token prompt runs through the decode graph (it is a decode step at
-  slot 0), so T == 1 never needs a prefill graph.
-`Steps.warmup()` compiles all four; after it no request recompiles.
+Shapes, and why the `decode` strategy is a single graph per model:
+- prefill and decode run the same compiled function: a decode step is a
+  prefill of one token;
+- batch B, prompt length T and the cache's batch and length are all marked
+  dynamic, sizes of 1 included (`backed_size_oblivious`), so one graph serves
+  every batch size, prompt length and cache bucket. The model is written so
+  that no view depends on whether B or T is 1 (see `model.Attention`);
+- each `TransformerBlock` is a nested compile region, so Dynamo traces and
+  Inductor compiles one block and calls it n_layers times.
+`Steps.warmup()` compiles it; after that no request recompiles.
 """
 
 from __future__ import annotations
@@ -68,17 +68,18 @@ def inductor_options(device: torch.device, native_linears: bool) -> dict:
 
 @contextlib.contextmanager
 def dynamic_shapes_context():
-    """Let the KV cache buffers have dynamic sizes, and keep their sizes apart
-    from the batch and prompt sizes (no 'duck' unification of equal values)."""
+    """Let the KV cache buffers have dynamic sizes, keep their sizes apart from
+    the batch and prompt sizes (no 'duck' unification of equal values), and
+    keep sizes of 1 symbolic instead of specializing them."""
     with torch._dynamo.config.patch(force_parameter_static_shapes=False,
                                     force_nn_module_property_static_shapes=False,
                                     recompile_limit=64, accumulated_recompile_limit=1024), \
-            torch.fx.experimental._config.patch(use_duck_shape=False):
+            torch.fx.experimental._config.patch(use_duck_shape=False, backed_size_oblivious=True):
         yield
 
 
 class CompiledSteps:
-    """The `decode` strategy: fullgraph-compiled prefill and decode steps."""
+    """The `decode` strategy: one fullgraph-compiled model step, for prefill and decode."""
 
     def __init__(self, model: torch.nn.Module, *, backend: str = "inductor", options: Optional[dict] = None,
                  gemv: bool = True):
@@ -95,36 +96,36 @@ class CompiledSteps:
                 kwargs["options"] = inductor_options(device, self.gemv) if options is None else options
         self.compile_kwargs = kwargs
 
-        # Two functions, two code objects: Dynamo keeps their graphs apart.
-        def prefill_fn(tokens, input_pos, left_pad):
+        def step_fn(tokens, input_pos, left_pad):
             return model(tokens, input_pos, left_pad=left_pad, last_only=True)
 
-        def decode_fn(tokens, input_pos, left_pad):
-            return model(tokens, input_pos, left_pad=left_pad, last_only=True)
-
-        self._prefill = torch.compile(prefill_fn, **kwargs)
-        self._decode = torch.compile(decode_fn, **kwargs)
+        self._step = torch.compile(step_fn, **kwargs)
         self._marked: Optional[Tensor] = None
         self.warmed_up = False
-        self.extra_warmups: list[Callable[[tuple[int, ...]], None]] = []  # e.g. the chunk graphs
+        self.extra_warmups: list[Callable[[], None]] = []  # e.g. the chunk graphs
 
     # -- the step callables ----------------------------------------------------
 
     def prefill(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
-        B, T = tokens.shape
+        B = tokens.shape[0]
         cache = self._cache()
         if not self.warmed_up:
             self.warmup()
         if self._cache() is not cache or cache.batch_size != B:
-            # The graphs assume cache rows == batch rows; the cache holds no
+            # The graph assumes cache rows == batch rows; the cache holds no
             # live state at the start of a request, so reallocating is safe.
             self.setup_caches(B, cache.seq_len)
-        if T == 1:
-            return self.decode(tokens, input_pos, left_pad)
-        return self._call(self._prefill, tokens, input_pos, left_pad, dims=(0, 1))
+        return self.decode(tokens, input_pos, left_pad)
 
     def decode(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
-        return self._call(self._decode, tokens, input_pos, left_pad, dims=(0,))
+        B = tokens.shape[0]
+        with torch.inference_mode():
+            # Fresh inference tensors: inputs made inside and outside inference
+            # mode carry different dispatch keys, which Dynamo guards on.
+            tokens, input_pos = tokens.clone(), input_pos.clone()
+            left_pad = (torch.zeros(B, dtype=torch.long, device=tokens.device) if left_pad is None
+                        else left_pad.clone())
+            return self.call(self._step, tokens, input_pos, left_pad, dynamic={0: (0, 1), 1: (0,), 2: (0,)})
 
     def setup_caches(self, batch_size: int, seq_len: int) -> None:
         # Outside inference mode, like generate's own allocation: buffers made
@@ -138,22 +139,11 @@ class CompiledSteps:
             raise FastDecodeError("compiled strategies need cache='static'; got a dynamic cache")
         return cache
 
-    def _call(self, fn, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor], dims) -> Tensor:
-        B = tokens.shape[0]
-        with torch.inference_mode():
-            # Fresh inference tensors: inputs made inside and outside inference
-            # mode carry different dispatch keys, which Dynamo guards on.
-            tokens, input_pos = tokens.clone(), input_pos.clone()
-            left_pad = (torch.zeros(B, dtype=torch.long, device=tokens.device) if left_pad is None
-                        else left_pad.clone())
-            return self.call(fn, tokens, input_pos, left_pad, dynamic={0: dims, 1: (0,), 2: (0,)})
-
     def call(self, fn, *args, dynamic: dict[int, tuple[int, ...]], **kwargs):
-        """Run compiled `fn` with dims `dynamic[i]` of args[i] marked dynamic
-        (sizes of 1 stay static: Dynamo specializes them anyway)."""
+        """Run compiled `fn` with dims `dynamic[i]` of args[i] marked dynamic."""
         for i, dims in dynamic.items():
             for d in dims:
-                if args[i] is not None and args[i].shape[d] > 1:
+                if args[i] is not None:
                     torch._dynamo.mark_dynamic(args[i], d)
         self._mark_cache()
         with torch.inference_mode(), dynamic_shapes_context():
@@ -166,33 +156,28 @@ class CompiledSteps:
         for layer in self.model.layers:
             c = layer.attention.kv_cache
             for buf in (c.k_cache, c.v_cache):
-                if c.batch_size > 1:
-                    torch._dynamo.mark_dynamic(buf, 0)
+                torch._dynamo.mark_dynamic(buf, 0)
                 torch._dynamo.mark_dynamic(buf, 2)
         self._marked = cache.k_cache
 
     # -- warm-up -----------------------------------------------------------------
 
-    def warmup(self, batch_sizes: tuple[int, ...] = (1, 2)) -> None:
-        """Compile every graph: prefill and decode at batch 1 and at batch >= 2.
+    def warmup(self) -> None:
+        """Compile the step graph (and any extra graphs, such as the chunk decoder's).
 
-        Leaves the model with a fresh cache of the last warm-up shape.
+        Leaves the model with a fresh cache of the warm-up shape.
         """
         self.warmed_up = True
         model = self.model
         device = model.tok_embeddings.weight.device
         S = min(256, model.args.max_seq_len)
         T = min(4, S - 1)
-        for B in batch_sizes:
-            self.setup_caches(B, S)
-            with torch.inference_mode():
-                tokens = torch.zeros(B, T, dtype=torch.long, device=device)
-                left_pad = torch.zeros(B, dtype=torch.long, device=device)
-                logits = self.prefill(tokens, torch.arange(T, device=device), left_pad)
-                token = logits[:, -1].argmax(-1)
-                self.decode(token[:, None], torch.tensor([T], device=device), left_pad)
+        self.setup_caches(1, S)
+        with torch.inference_mode():
+            tokens = torch.zeros(1, T, dtype=torch.long, device=device)
+            self.prefill(tokens, torch.arange(T, device=device), None)
         for extra in self.extra_warmups:
-            extra(batch_sizes)
+            extra()
         model.reset_caches()
 
 

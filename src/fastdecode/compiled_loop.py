@@ -34,17 +34,15 @@ class ChunkDecoder:
     its own __call__ would, which is what keeps seeded sampling identical.
     """
 
-    def __init__(self, steps: CompiledSteps, k: int = DEFAULT_CHUNK, nested: bool = True):
+    def __init__(self, steps: CompiledSteps, k: int = DEFAULT_CHUNK):
         self.steps, self.k = steps, k
         model = steps.model
 
+        # The K model steps are inlined, but each of their blocks is a nested
+        # compile region (model.TransformerBlock): the graph compiles one block
+        # and calls it K * n_layers times, so compile time barely grows with K.
         def model_step(token: Tensor, input_pos: Tensor, left_pad: Tensor) -> Tensor:
             return model(token[:, None], input_pos, left_pad=left_pad, last_only=True)[:, -1]  # [B, V]
-
-        if nested:
-            # Trace and compile the model step once, call it K times: compile
-            # time stays that of one step instead of growing with K.
-            model_step = torch.compiler.nested_compile_region(model_step)
 
         def chunk_fn(token: Tensor, input_pos: Tensor, left_pad: Tensor, noise: Optional[Tensor],
                      counts: Optional[Tensor], seen: Optional[Tensor], eos_mask: Tensor, step0: Tensor,
@@ -104,23 +102,22 @@ class ChunkDecoder:
             pos = pos + 1
             yield token
 
-    def warmup(self, batch_sizes: tuple[int, ...] = (1, 2)) -> None:
-        """Compile the greedy chunk graph at batch 1 and batch >= 2."""
+    def warmup(self) -> None:
+        """Compile the greedy chunk graph (it serves every batch size)."""
         from .generate import RequestSampler, GenerationConfig
 
         model = self.steps.model
         device = model.tok_embeddings.weight.device
         S = min(256, model.args.max_seq_len)
         V = model.args.vocab_size
-        for B in batch_sizes:
-            self.steps.setup_caches(B, S)
-            params = SamplingParams(temperature=0)
-            with torch.inference_mode(False):  # as generate builds it
-                cfg = GenerationConfig(max_new_tokens=self.k + 1)
-                pick = RequestSampler(params, cfg, frozenset(), [[0]] * B, V, device)
-            token = torch.zeros(B, dtype=torch.long, device=device)
-            for _ in self(token, 1, self.k, None, pick):
-                pass
+        self.steps.setup_caches(1, S)
+        params = SamplingParams(temperature=0)
+        with torch.inference_mode(False):  # as generate builds it
+            cfg = GenerationConfig(max_new_tokens=self.k + 1)
+            pick = RequestSampler(params, cfg, frozenset(), [[0]], V, device)
+        token = torch.zeros(1, dtype=torch.long, device=device)
+        for _ in self(token, 1, self.k, None, pick):
+            pass
 
 
 def make_generate_steps(model: torch.nn.Module, k: int = DEFAULT_CHUNK, **kwargs) -> Steps:

@@ -78,10 +78,13 @@ class Attention(nn.Module):
                 input_pos: Optional[Tensor]) -> Tensor:
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
-        q, k, v = self.wqkv(x).split([H * D, Hkv * D, Hkv * D], dim=-1)
-        q = apply_rope(q.view(B, T, H, D), cos, sin).transpose(1, 2)  # [B, H, T, D]
-        k = apply_rope(k.view(B, T, Hkv, D), cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
-        v = v.view(B, T, Hkv, D).transpose(1, 2)  # [B, Hkv, T, D]
+        # View before splitting: a view of the contiguous matmul output needs no
+        # stride reasoning, so compiled graphs do not specialize on B or T == 1.
+        qkv = self.wqkv(x).view(B, T, H + 2 * Hkv, D)
+        q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
+        q = apply_rope(q, cos, sin).transpose(1, 2)  # [B, H, T, D]
+        k = apply_rope(k, cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
+        v = v.transpose(1, 2)  # [B, Hkv, T, D]
 
         if input_pos is None:
             # Reference path: plain expanded GQA over the current tokens only.
@@ -96,12 +99,15 @@ class Attention(nn.Module):
             # Group the n_rep query heads of each kv head along the query axis
             # instead of copying the cache n_rep times.
             n_rep = H // Hkv
-            q = q.reshape(B, Hkv, n_rep * T, D)  # row r*T + t is head (kv, r), token t
+            # An explicit copy: reshape would copy or not depending on whether
+            # B or T is 1, and compiled graphs would specialize on that.
+            q = q.clone(memory_format=torch.contiguous_format).view(B, Hkv, n_rep * T, D)  # row r*T + t is head (kv, r), token t
             if n_rep > 1:
                 mask = mask.repeat(1, 1, n_rep, 1)  # [B, 1, n_rep*T, S]
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
             y = y.view(B, H, T, D)
-        return self.wo(y.transpose(1, 2).reshape(B, T, H * D))
+        y = y.transpose(1, 2).clone(memory_format=torch.contiguous_format)  # [B, T, H, D]
+        return self.wo(y.view(B, T, H * D))
 
 
 class FeedForward(nn.Module):
@@ -124,6 +130,10 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args)
 
+    # A plain call in eager mode. Under torch.compile, Dynamo traces one block
+    # and Inductor compiles it once for all n_layers (which share code and
+    # shapes): ~3x less compile time than inlining 30 copies.
+    @torch.compiler.nested_compile_region
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor],
                 input_pos: Optional[Tensor]) -> Tensor:
         x = x + self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
