@@ -48,6 +48,9 @@ class _RunKeys:
         "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere."))
     compile: str = field(default=_LOAD_DEFAULTS["compile"], metadata=_help(
         f"compile strategy for the model steps: {', '.join(STRATEGIES)} (none runs eagerly)."))
+    compiled: Optional[str] = field(default=_LOAD_DEFAULTS["compiled"], metadata=_help(
+        "a .pt2 package from `fastdecode export` for this model's architecture: runs the steps "
+        "without tracing or compiling (compile must stay none or decode)."))
     max_seq_len: Optional[int] = field(default=_LOAD_DEFAULTS["max_seq_len"], metadata=_help(
         "longest prompt + completion (the KV cache limit); none takes the model's limit."))
     max_batch_size: Optional[int] = field(default=_LOAD_DEFAULTS["max_batch_size"], metadata=_help(
@@ -120,7 +123,8 @@ def load_model(s: Any, batch_size: Optional[int] = None) -> LLM:
     max_batch_size = batch_size if s.max_batch_size is None else s.max_batch_size
     with progress(f"loading {s.model}"):
         return load(s.model, device=s.device, dtype=s.dtype, compile=s.compile,
-                    max_seq_len=s.max_seq_len, max_batch_size=max_batch_size, cache=s.cache)
+                    max_seq_len=s.max_seq_len, max_batch_size=max_batch_size, cache=s.cache,
+                    compiled=s.compiled)
 
 
 def chat_messages(prompt: str, system: Optional[str]) -> list[dict]:
@@ -241,7 +245,7 @@ _USAGE = """usage: fastdecode [--version] {generate,chat,bench,export} ...
   generate   generate text for one or more prompts (fastdecode generate --help)
   chat       interactive multi-turn chat with the model's chat template
   bench      benchmarks
-  export     export the compiled decode graph (not implemented yet)"""
+  export     export the compiled model step to a .pt2 package (fastdecode export --help)"""
 
 
 def _command_parser(name: str) -> argparse.ArgumentParser:

@@ -27,6 +27,16 @@ class KVCache(nn.Module):
         self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
 
+    @classmethod
+    def from_tensors(cls, k_cache: Tensor, v_cache: Tensor) -> "KVCache":
+        """A cache over existing [B, H_kv, S, D] tensors, written in place
+        (an exported graph takes its caches as inputs; see aot.py)."""
+        cache = cls.__new__(cls)
+        nn.Module.__init__(cache)
+        cache.register_buffer("k_cache", k_cache, persistent=False)
+        cache.register_buffer("v_cache", v_cache, persistent=False)
+        return cache
+
     @property
     def batch_size(self) -> int:
         return self.k_cache.shape[0]

@@ -89,13 +89,22 @@ def _load_weights(name: str, device: torch.device, dtype: torch.dtype) -> _Loade
 def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu",
          dtype: Union[None, str, torch.dtype] = None, compile: str = "none",
          max_seq_len: Optional[int] = None, max_batch_size: Optional[int] = None,
-         cache: str = "static") -> "LLM":
+         cache: str = "static", compiled: Optional[str] = None) -> "LLM":
     """Load a model by preset name, known checkpoint name or path (.gguf file or
-    Hugging Face directory). None loads the default, SmolLM2-135M-Instruct."""
+    Hugging Face directory). None loads the default, SmolLM2-135M-Instruct.
+
+    compiled: a package from `fastdecode export` (or `aot.export_package`) for
+    this model's architecture; its steps replace the `compile` strategy's,
+    with no tracing or compiling in this process."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     if cache not in ("static", "dynamic"):
         raise FastDecodeError(f"unknown cache {cache!r}; accepted: static, dynamic")
+    if compiled is not None and compile not in ("none", "decode"):
+        raise FastDecodeError(f"compiled={compiled!r} runs an exported decode step; it cannot be combined with "
+                              f"compile={compile!r} (accepted with a package: none, decode)")
+    if compiled is not None and cache != "static":
+        raise FastDecodeError("a compiled package needs cache='static'")
     t0 = time.perf_counter()
     loaded = _load_weights(model or DEFAULT_MODEL, dev, dt)
     m = loaded.model.eval().requires_grad_(False)
@@ -108,8 +117,13 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
         max_batch_size = DEFAULT_MAX_BATCH_SIZE
     elif isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
         raise FastDecodeError(f"max_batch_size={max_batch_size!r} is out of range; accepted: an integer >= 1")
-    llm = LLM(m, loaded.tokenizer, compile=compile, max_seq_len=max_seq_len,
+    llm = LLM(m, loaded.tokenizer, compile="none" if compiled else compile, max_seq_len=max_seq_len,
               max_batch_size=max_batch_size, cache=cache, source=loaded.source)
+    if compiled is not None:
+        from .aot import ExportedSteps
+
+        llm.steps = ExportedSteps(m, compiled).steps()
+        llm.compiled = str(compiled)
     llm.load_seconds = time.perf_counter() - t0
     llm.cache_path, llm.from_cache = loaded.cache_path, loaded.from_cache
     return llm
@@ -125,6 +139,7 @@ class LLM:
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
         self.cache, self.source, self.compile = cache, source, compile
         self.steps = make_steps(model, compile)
+        self.compiled: Optional[str] = None  # path of the exported package running the steps, if any
         self.load_seconds = 0.0
         self.cache_path: Optional[str] = None  # where a converted GGUF copy lives (clear_cache() removes it)
         self.from_cache = False

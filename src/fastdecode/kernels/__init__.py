@@ -10,6 +10,7 @@ keep stock `F.linear`.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 from pathlib import Path
@@ -49,6 +50,9 @@ def load_gemv() -> bool:
         load(name="fastdecode_gemv", sources=[str(_SOURCE)], build_directory=str(d),
              extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"], extra_ldflags=["-fopenmp"],
              is_python_module=False, verbose=False)
+        # Global symbols, so an AOTInductor package can call the kernel's C
+        # entry point (aoti_torch_cpu_gemv) when it is loaded.
+        ctypes.CDLL(str(d / "fastdecode_gemv.so"), mode=ctypes.RTLD_GLOBAL)
     except (OSError, RuntimeError, ImportError) as e:  # no compiler, failed build
         log.warning("gemv kernel unavailable, using F.linear: %s", str(e).splitlines()[0] if str(e) else e)
         return False

@@ -5,6 +5,7 @@
 // and streams four weight rows at a time with FMA accumulators; for the few
 // activation rows of a decode batch the four weight rows stay in L1.
 #include <torch/library.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -71,6 +72,17 @@ at::Tensor gemv(const at::Tensor& x, const at::Tensor& w) {
 }
 
 }  // namespace
+
+// C entry point for AOTInductor packages (see fastdecode/aot.py): the exported
+// graph calls it directly; through the boxed proxy executor each of the ~120
+// calls per decode step would cost tens of microseconds.
+extern "C" AOTITorchError aoti_torch_cpu_gemv(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    at::Tensor* xt = torch::aot_inductor::tensor_handle_to_tensor_pointer(x);
+    at::Tensor* wt = torch::aot_inductor::tensor_handle_to_tensor_pointer(w);
+    *ret0 = torch::aot_inductor::new_tensor_handle(gemv(*xt, *wt));
+  });
+}
 
 TORCH_LIBRARY(fastdecode, m) {
   m.def("gemv(Tensor x, Tensor w) -> Tensor");

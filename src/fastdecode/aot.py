@@ -1,0 +1,219 @@
+"""Ahead-of-time compiled decode step: torch.export, then an AOTInductor package.
+
+`export_package(llm, path)` traces the model step once and compiles it into a
+`.pt2` package: machine code for one architecture, not a copy of the weights.
+`ExportedSteps` runs such a package with the weights of an already loaded
+model (handed over by pointer, not copied), so a new process needs neither
+Dynamo tracing nor Inductor: loading takes milliseconds.
+
+The exported function is the model step with its KV caches as inputs:
+
+    (tokens [B, T], input_pos [T], left_pad [B], k_caches, v_caches) -> logits [B, 1, V]
+
+where k_caches and v_caches are lists of n_layers tensors [B, H_kv, S, D],
+written in place. B, T and S are dynamic (sizes of 1 included), so one
+package serves prefill and decode at every batch size and cache bucket.
+
+The package's metadata records what it was built for (architecture, dtype,
+device, CPU instruction set, torch version, native kernel); loading it for
+anything else fails with a message that names the difference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from . import __version__
+from .compile import Steps
+from .config import ModelArgs
+from .errors import FastDecodeError
+from .kernels.linear import GemvLinear, use_gemv
+from .kv_cache import KVCache
+from .model import Transformer
+
+FORMAT = "1"
+_ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
+# The native kernel's C entry point, declared for AOTInductor's generated code
+# (defined in kernels/gemv.cpp); without it each call goes through a boxed fallback.
+_GEMV_SHIM = "AOTITorchError aoti_torch_cpu_gemv(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle* ret0)"
+
+
+class _StepWithCaches(nn.Module):
+    """The model step with the caches as inputs instead of module state."""
+
+    def __init__(self, model: Transformer):
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: Tensor, input_pos: Tensor, left_pad: Tensor,
+                k_caches: list[Tensor], v_caches: list[Tensor]) -> Tensor:
+        saved = [layer.attention.kv_cache for layer in self.model.layers]
+        try:
+            for layer, k, v in zip(self.model.layers, k_caches, v_caches):
+                layer.attention.kv_cache = KVCache.from_tensors(k, v)
+            return self.model(tokens, input_pos, left_pad=left_pad, last_only=True)
+        finally:
+            for layer, cache in zip(self.model.layers, saved):
+                layer.attention.kv_cache = cache
+
+
+def _uses_gemv(model: nn.Module) -> bool:
+    return any(isinstance(m, GemvLinear) for m in model.modules())
+
+
+def _metadata(model: Transformer, gemv: bool) -> dict[str, str]:
+    w = model.tok_embeddings.weight
+    return {
+        "fastdecode_format": FORMAT,
+        "fastdecode_version": __version__,
+        "torch_version": torch.__version__,
+        "model_args": json.dumps(dataclasses.asdict(model.args), sort_keys=True),
+        "dtype": str(w.dtype).removeprefix("torch."),
+        "device": w.device.type,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "gemv": "1" if gemv else "0",
+    }
+
+
+def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str]:
+    """Export `model`'s step to an AOTInductor package at `path` (a .pt2 file).
+
+    The file appears only when complete. Returns the package's metadata.
+    """
+    path = Path(path)
+    if path.suffix != ".pt2":
+        raise FastDecodeError(f"package path {str(path)!r} must end in .pt2")
+    if not path.parent.is_dir():
+        raise FastDecodeError(f"folder {str(path.parent)!r} for the package does not exist")
+    device = model.tok_embeddings.weight.device
+    gemv = use_gemv(model) or _uses_gemv(model)  # as the `decode` strategy runs it
+    meta = _metadata(model, gemv)
+    a = model.args
+    # Example sizes of 2 and 3: export would specialize sizes of 1.
+    B, T, S = 2, 3, min(16, a.max_seq_len)
+    cache = [torch.zeros(B, a.n_kv_heads, S, a.head_dim, dtype=model.tok_embeddings.weight.dtype, device=device)
+             for _ in range(2 * a.n_layers)]
+    example = (torch.zeros(B, T, dtype=torch.long, device=device), torch.arange(T, device=device),
+               torch.zeros(B, dtype=torch.long, device=device), cache[:a.n_layers], cache[a.n_layers:])
+    dyn = torch.export.Dim.DYNAMIC
+    per_cache = [{0: dyn, 2: dyn}] * a.n_layers
+    shapes = ({0: dyn, 1: dyn}, {0: dyn}, {0: dyn}, per_cache, per_cache)
+    configs: dict = {"aot_inductor.package_constants_in_so": False, "aot_inductor.metadata": meta}
+    if gemv:
+        configs["aot_inductor.custom_ops_to_c_shims"] = {torch.ops.fastdecode.gemv.default: [_GEMV_SHIM]}
+
+    fd, tmp = tempfile.mkstemp(suffix=".pt2", prefix=f".{path.stem}-", dir=path.parent)
+    os.close(fd)
+    try:
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")  # a torch-internal notice
+            program = torch.export.export(_StepWithCaches(model), example, dynamic_shapes=shapes, strict=False)
+            torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return meta
+
+
+def read_metadata(path: str | os.PathLike) -> tuple[object, dict[str, str]]:
+    """Load the package at `path`: (runner, metadata). Fails clearly on a
+    missing, corrupt or foreign file."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise FastDecodeError(f"compiled package {path!r} does not exist; create one with `fastdecode export`")
+    try:
+        with zipfile.ZipFile(path) as z:
+            bad = z.testzip()
+    except (zipfile.BadZipFile, OSError) as e:
+        raise FastDecodeError(f"{path}: not a compiled package (.pt2 from `fastdecode export`): {e}") from None
+    if bad is not None:
+        raise FastDecodeError(f"{path}: corrupt compiled package (member {bad!r} fails its checksum)")
+    try:
+        runner = torch._inductor.aoti_load_package(path)
+        meta = runner.get_metadata()
+    except Exception as e:  # noqa: BLE001 - AOTInductor raises RuntimeError and others for bad packages
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FastDecodeError(f"{path}: cannot load the compiled package: {first}") from None
+    if meta.get("fastdecode_format") is None:
+        raise FastDecodeError(f"{path}: an AOTInductor package not made by `fastdecode export`")
+    return runner, meta
+
+
+def check_compatible(meta: dict[str, str], model: Transformer, path: str) -> None:
+    """Raise FastDecodeError naming the first way `model` (or this process) differs from the package."""
+    if meta["fastdecode_format"] != FORMAT:
+        raise FastDecodeError(f"{path}: package format {meta['fastdecode_format']}, this fastdecode reads "
+                              f"format {FORMAT}; export it again")
+    if meta["torch_version"] != torch.__version__:
+        raise FastDecodeError(f"{path}: exported with torch {meta['torch_version']}, this is torch "
+                              f"{torch.__version__}; export it again")
+    want = ModelArgs(**json.loads(meta["model_args"]))
+    if want != model.args:
+        diffs = [f"{f.name}={getattr(want, f.name)!r} (this model: {getattr(model.args, f.name)!r})"
+                 for f in dataclasses.fields(ModelArgs) if getattr(want, f.name) != getattr(model.args, f.name)]
+        raise FastDecodeError(f"{path}: exported for a different model: " + ", ".join(diffs))
+    w = model.tok_embeddings.weight
+    for key, have in (("dtype", str(w.dtype).removeprefix("torch.")), ("device", w.device.type)):
+        if meta[key] != have:
+            raise FastDecodeError(f"{path}: exported for {key}={meta[key]}, this model has {key}={have}")
+    cap = torch.backends.cpu.get_cpu_capability()
+    if meta["device"] == "cpu" and _ISA_ORDER.index(meta["cpu_capability"]) > _ISA_ORDER.index(cap):
+        raise FastDecodeError(f"{path}: compiled for {meta['cpu_capability']} CPUs, this CPU has {cap}; "
+                              "export it on this machine")
+
+
+class ExportedSteps:
+    """Prefill and decode steps run by a loaded AOTInductor package."""
+
+    def __init__(self, model: Transformer, path: str | os.PathLike):
+        path = str(path)
+        runner, meta = read_metadata(path)
+        check_compatible(meta, model, path)
+        if meta["gemv"] == "1" and not use_gemv(model):
+            raise FastDecodeError(f"{path}: the package calls the native GEMV kernel, which cannot be built "
+                                  "or is disabled here (FASTDECODE_NO_KERNELS); export it again")
+        self.model, self.path, self.metadata = model, path, meta
+        # The weights, by pointer: the package holds code only.
+        named = dict(_StepWithCaches(model).named_parameters())
+        named.update(_StepWithCaches(model).named_buffers())
+        missing = [n for n in runner.get_constant_fqns() if n not in named]
+        if missing:
+            raise FastDecodeError(f"{path}: package expects weights this model lacks: {', '.join(missing[:3])}")
+        runner.load_constants({n: named[n] for n in runner.get_constant_fqns()},
+                              check_full_update=True, user_managed=True)
+        self._runner = runner
+
+    def steps(self) -> Steps:
+        return Steps(prefill=self.prefill, decode=self.decode)
+
+    def prefill(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
+        cache = self.model.kv_cache
+        if not isinstance(cache, KVCache):
+            raise FastDecodeError("a compiled package needs cache='static'; got a dynamic cache")
+        if cache.batch_size != tokens.shape[0]:
+            # The graph takes cache rows == batch rows; at the start of a request
+            # the cache holds no state, so reallocating is safe.
+            with torch.inference_mode(False):
+                self.model.setup_caches(tokens.shape[0], cache.seq_len)
+        return self.decode(tokens, input_pos, left_pad)
+
+    def decode(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
+        if left_pad is None:
+            left_pad = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
+        caches = [layer.attention.kv_cache for layer in self.model.layers]
+        # The inputs in the exported order, flat: the loader's own __call__
+        # would re-parse its input spec on every step.
+        flat = [tokens.contiguous(), input_pos.contiguous(), left_pad.contiguous(),
+                *(c.k_cache for c in caches), *(c.v_cache for c in caches)]
+        return self._runner.loader.boxed_run(flat)[0]

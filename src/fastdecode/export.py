@@ -1,0 +1,70 @@
+"""`fastdecode export [--config FILE] [key=value ...]`: write an AOTInductor package.
+
+The package holds the compiled model step for one architecture, dtype, device
+and CPU instruction set; `fastdecode generate compiled=PATH` and
+`load(..., compiled=PATH)` run it without tracing or compiling again.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .errors import FastDecodeError
+from .settings import describe_settings, load_settings
+
+USAGE = """usage: fastdecode export [--config FILE] [key=value ...]
+
+Export the model's compiled prefill/decode step (torch.export + AOTInductor) to a
+.pt2 package. Load it with `fastdecode generate compiled=PATH` or
+fastdecode.load(model, compiled=PATH): no tracing or compiling in that process.
+The package holds code, not weights: it serves any checkpoint of the same
+architecture, dtype and device.
+
+keys (defaults shown):
+"""
+
+
+@dataclass
+class ExportSettings:
+    out: Optional[str] = field(default=None, metadata={"help": "path of the package to write; must end in .pt2"})
+    model: Optional[str] = field(default=None, metadata={
+        "help": "preset name, known checkpoint or path; none is the default model (SmolLM2-135M-Instruct GGUF)"})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:N or mps"})
+    dtype: Optional[str] = field(default=None, metadata={
+        "help": "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere"})
+
+    def __post_init__(self) -> None:
+        if not self.out:
+            raise FastDecodeError("out is required: the package path, e.g. out=smollm2.pt2")
+        if not self.out.endswith(".pt2"):
+            raise FastDecodeError(f"out={self.out!r} must end in .pt2")
+        folder = os.path.dirname(os.path.abspath(self.out))
+        if not os.path.isdir(folder):
+            raise FastDecodeError(f"out={self.out!r}: folder {folder!r} does not exist")
+
+
+def main(argv: list[str]) -> int:
+    from .bench.cli import parse_args  # the same --config / key=value grammar
+
+    try:
+        config, overrides, wants_help = parse_args(argv)
+        if wants_help:
+            print(USAGE + describe_settings(ExportSettings))
+            return 0
+        s = load_settings(ExportSettings, overrides, config)
+        from .aot import export_package
+        from .llm import load
+
+        llm = load(s.model, device=s.device, dtype=s.dtype)
+        print(f"exporting {llm.source} to {s.out} (a few minutes on a small CPU)", file=sys.stderr)
+        t0 = time.perf_counter()
+        export_package(llm.model, s.out)
+    except FastDecodeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {s.out} in {time.perf_counter() - t0:.0f} s")
+    return 0
