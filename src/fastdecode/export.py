@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .errors import FastDecodeError
-from .settings import describe_settings, load_settings
+from .settings import describe_settings, load_settings, parse_config_args
 
 USAGE = """usage: fastdecode export [--config FILE] [key=value ...]
 
@@ -48,10 +48,8 @@ class ExportSettings:
 
 
 def main(argv: list[str]) -> int:
-    from .bench.cli import parse_args  # the same --config / key=value grammar
-
     try:
-        config, overrides, wants_help = parse_args(argv)
+        config, overrides, wants_help = parse_config_args(argv)
         if wants_help:
             print(USAGE + describe_settings(ExportSettings))
             return 0

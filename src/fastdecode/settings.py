@@ -266,3 +266,26 @@ def _accepted(tp: Any, optional: bool = False) -> str:
     else:
         text = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))
     return text + " or none" if optional else text
+
+
+def parse_config_args(argv: list[str]) -> tuple[Optional[str], list[str], bool]:
+    """Arguments of the key=value tools (bench, export): (config path, overrides, help asked)."""
+    config, overrides = None, []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-h", "--help"):
+            return config, overrides, True
+        if arg == "--config":
+            if i + 1 >= len(argv):
+                raise FastDecodeError("--config needs a file path")
+            config, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith("--config="):
+            config = arg.split("=", 1)[1]
+        elif is_override(arg):
+            overrides.append(arg)
+        else:
+            raise FastDecodeError(f"unexpected argument {arg!r}; accepted: --config FILE and key=value")
+        i += 1
+    return config, overrides, False

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import shlex
 import sys
-from typing import Optional
 
 from ..errors import FastDecodeError
 from ..llm import resolve_device
-from ..settings import describe_settings, is_override, load_settings
+from ..settings import describe_settings, load_settings, parse_config_args
 from .options import BenchSettings
 from .plots import PlotsUnavailable, write_plots
 from .probe import measure_bandwidth
@@ -25,32 +24,9 @@ keys (defaults shown; lists take repeated keys, e.g. batch_sizes=1 batch_sizes=4
 """
 
 
-def parse_args(argv: list[str]) -> tuple[Optional[str], list[str], bool]:
-    """(config path, key=value overrides, help asked)."""
-    config, overrides = None, []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg in ("-h", "--help"):
-            return config, overrides, True
-        if arg == "--config":
-            if i + 1 >= len(argv):
-                raise FastDecodeError("--config needs a file path")
-            config, i = argv[i + 1], i + 2
-            continue
-        if arg.startswith("--config="):
-            config = arg.split("=", 1)[1]
-        elif is_override(arg):
-            overrides.append(arg)
-        else:
-            raise FastDecodeError(f"unexpected argument {arg!r}; accepted: --config FILE and key=value")
-        i += 1
-    return config, overrides, False
-
-
 def main(argv: list[str]) -> int:
     try:
-        config, overrides, wants_help = parse_args(argv)
+        config, overrides, wants_help = parse_config_args(argv)
         if wants_help:
             print(USAGE + describe_settings(BenchSettings))
             return 0
