@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/compile_bench.py --model smollm2-135m --strategy decode \
         --options '{"freezing": true}' --gemv 1 --batch 1 4 --new 48
+    .venv/bin/python benchmarks/compile_bench.py --model smollm2-135m-instruct --compiled model.pt2
 
 first_call_s is load + warm-up (every graph compiled) + the first generation;
 point TORCHINDUCTOR_CACHE_DIR at an empty folder for a cold number and run
@@ -32,11 +33,15 @@ def main() -> None:
     p.add_argument("--new", type=int, default=48)
     p.add_argument("--prompt", type=int, default=16)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--compiled", default=None, help="run this `fastdecode export` package instead of a strategy")
+    p.add_argument("--profile", default=None, help="write Dynamo/Inductor compile times to this file")
     a = p.parse_args()
 
     t0 = time.perf_counter()
-    llm = fastdecode.load(a.model, max_batch_size=max(a.batch))
-    if a.strategy == "decode" and a.options is not None or (a.strategy == "decode" and not a.gemv):
+    llm = fastdecode.load(a.model, max_batch_size=max(a.batch), compiled=a.compiled)
+    if a.compiled:
+        a.strategy = "package"
+    elif a.strategy == "decode" and a.options is not None or (a.strategy == "decode" and not a.gemv):
         c = CompiledSteps(llm.model, options=json.loads(a.options or "null"), gemv=bool(a.gemv))
         llm.steps = Steps(c.prefill, c.decode, c.warmup)
     elif a.strategy == "none":
@@ -55,6 +60,9 @@ def main() -> None:
         runs = [llm.generate(prompt * B, max_new_tokens=a.new, temperature=0, ignore_eos=True)[0].decode_tokens_per_s
                 for _ in range(a.repeats)]
         rates[f"b{B}_tok_s"] = round(statistics.median(runs), 2)
+    if a.profile:
+        with open(a.profile, "w") as f:
+            f.write(torch._dynamo.utils.compile_times(repr="str") + "\n")
     print(json.dumps({"model": a.model, "strategy": a.strategy, "options": a.options, "gemv": a.gemv,
                       "first_call_s": round(first_call, 1), **rates, "threads": torch.get_num_threads()}))
 

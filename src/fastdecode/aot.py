@@ -127,7 +127,7 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
 
 
 def read_metadata(path: str | os.PathLike) -> tuple[object, dict[str, str]]:
-    """Load the package at `path`: (runner, metadata). Fails clearly on a
+    """Load the package at `path`: (loader, metadata). Fails clearly on a
     missing, corrupt or foreign file."""
     path = str(path)
     if not os.path.isfile(path):
@@ -140,7 +140,9 @@ def read_metadata(path: str | os.PathLike) -> tuple[object, dict[str, str]]:
     if bad is not None:
         raise FastDecodeError(f"{path}: corrupt compiled package (member {bad!r} fails its checksum)")
     try:
-        runner = torch._inductor.aoti_load_package(path)
+        # The loader itself rather than torch._inductor.aoti_load_package:
+        # importing Inductor would add ~1 s to every start.
+        runner = torch._C._aoti.AOTIModelPackageLoader(path, "model", False, 1, -1)
         meta = runner.get_metadata()
     except Exception as e:  # noqa: BLE001 - AOTInductor raises RuntimeError and others for bad packages
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -185,13 +187,13 @@ class ExportedSteps:
                                   "or is disabled here (FASTDECODE_NO_KERNELS); export it again")
         self.model, self.path, self.metadata = model, path, meta
         # The weights, by pointer: the package holds code only.
-        named = dict(_StepWithCaches(model).named_parameters())
-        named.update(_StepWithCaches(model).named_buffers())
+        wrapper = _StepWithCaches(model)  # the names the package was exported with
+        named = {**dict(wrapper.named_parameters()), **dict(wrapper.named_buffers())}
         missing = [n for n in runner.get_constant_fqns() if n not in named]
         if missing:
             raise FastDecodeError(f"{path}: package expects weights this model lacks: {', '.join(missing[:3])}")
-        runner.load_constants({n: named[n] for n in runner.get_constant_fqns()},
-                              check_full_update=True, user_managed=True)
+        # (map, use_inactive, check_full_update, user_managed, allow_h2d_copy)
+        runner.load_constants({n: named[n] for n in runner.get_constant_fqns()}, False, True, True, False)
         self._runner = runner
 
     def steps(self) -> Steps:
@@ -216,4 +218,4 @@ class ExportedSteps:
         # would re-parse its input spec on every step.
         flat = [tokens.contiguous(), input_pos.contiguous(), left_pad.contiguous(),
                 *(c.k_cache for c in caches), *(c.v_cache for c in caches)]
-        return self._runner.loader.boxed_run(flat)[0]
+        return self._runner.boxed_run(flat)[0]
