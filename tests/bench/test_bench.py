@@ -190,5 +190,15 @@ def test_shipped_configs_load(name):
 
     path = Path(__file__).parents[2] / "configs" / name
     s = load_settings(BenchSettings, [], str(path))
-    assert set(s.modes) == set(MODES)  # the seeds' four modes, in whatever order
+    assert set(s.modes) == set(MODES)  # the seeds' four modes and the package, in whatever order
     assert s.batch_sizes == [1, 4] and s.new_tokens == [16, 256]
+
+
+def test_package_mode_exports_then_runs_the_package(tmp_path):
+    rc = main(["model=tiny", "modes=package", "peers=", "batch_sizes=1", "new_tokens=4", "prompt_lengths=5",
+               "runs=1", "warmup=0", "probe_mib=4", "plots=false", f"out={tmp_path}"])
+    data = json.loads((tmp_path / "results.json").read_text())
+    (row,) = data["rows"]
+    assert rc == 0 and row["status"] == "ok", row
+    assert row["load_compile_s"] > 0  # the export, timed inside the load
+    assert (tmp_path / "package.pt2").is_file()

@@ -7,6 +7,7 @@ directly.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -87,6 +88,8 @@ class EngineContender(Contender):
         t0 = time.perf_counter()
         self.llm = fastdecode.load(s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size,
                                    max_seq_len=s.max_seq_len, **MODES[mode])
+        if mode == "package":
+            self.load_compile_s = self._use_package(s)
         self.load_s = time.perf_counter() - t0
         if self.compiles and before:  # a strategy may compile while loading
             self.load_compile_s = compile_counters()["compile_s"] - before["compile_s"]
@@ -95,6 +98,21 @@ class EngineContender(Contender):
         self.device = self.llm.device
         self.dtype = str(self.llm.dtype).removeprefix("torch.")
         self.source = self.llm.source
+
+    def _use_package(self, s: BenchSettings) -> Optional[float]:
+        """Run the steps from s.package, or from a package exported now (returns its export time)."""
+        from ..aot import ExportedSteps, export_package
+
+        path, export_s = s.package, None
+        if path is None:
+            os.makedirs(s.out, exist_ok=True)
+            path = os.path.join(s.out, "package.pt2")
+            t0 = time.perf_counter()
+            export_package(self.llm.model, path)
+            export_s = time.perf_counter() - t0
+        self.llm.steps = ExportedSteps(self.llm.model, path).steps()
+        self.llm.compiled = path
+        return export_s
 
     def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
         run = self.llm.start(prompts, SamplingParams(temperature=0.0),

@@ -13,6 +13,7 @@ MODES: dict[str, dict[str, str]] = {
     "static": {"cache": "static", "compile": "none"},
     "static+compile": {"cache": "static", "compile": "decode"},
     "compiled-generate": {"cache": "static", "compile": "generate"},
+    "package": {"cache": "static"},  # + compiled=<a package from `fastdecode export`>; see EngineContender
 }
 PEERS = ("hf-dynamic", "hf-static", "hf-static+compile", "llama.cpp")
 
@@ -35,6 +36,9 @@ class BenchSettings:
     runs: int = field(default=5, metadata={"help": "timed runs per row; medians are over these"})
     warmup: int = field(default=1, metadata={
         "help": "untimed runs before the timed ones (the first call is always timed on its own)"})
+    package: Optional[str] = field(default=None, metadata={
+        "help": "for the package mode: a .pt2 from `fastdecode export` for this model; none exports one "
+                "into the results folder first (its time is the row's load_compile_s)"})
     max_batch_size: int = field(default=8, metadata={"help": "max_batch_size given to load(); larger batches fail"})
     max_seq_len: Optional[int] = field(default=None, metadata={"help": "cache capacity; none takes the model's"})
     probe_mib: int = field(default=256, metadata={"help": "size of the memory-bandwidth probe buffer in MiB"})
