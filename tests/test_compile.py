@@ -73,10 +73,9 @@ def test_compiled_equals_eager_without_recompiles(eager, expected, compiled, str
     llm = compiled
     if strategy == "decode":  # what make_steps(model, "decode") builds, on the same graphs
         monkeypatch.setattr(llm, "steps", dataclasses.replace(llm.steps, chunk=None))
-    # The `generate` strategy specializes its graphs on the SamplingParams:
-    # one sampled request per batch class compiles those too.
-    for B in (1, 2):
-        llm.generate([[3, 4]] * B, max_new_tokens=20, **SAMPLED)
+    # The `generate` strategy specializes its chunk graph on the SamplingParams:
+    # one sampled request compiles it, for every batch size.
+    llm.generate([[3, 4]], max_new_tokens=20, **SAMPLED)
     after_warmup = graphs()
 
     for i, (prompts, opts) in enumerate(requests()):
@@ -95,6 +94,19 @@ def test_compiled_equals_eager_without_recompiles(eager, expected, compiled, str
     assert first[0].finish_reason == "stop" and len(first[0].token_ids) < 20
 
     assert graphs() == after_warmup  # counted by Dynamo: no recompiles after warm-up
+
+
+def test_one_graph_serves_every_shape():
+    llm = fastdecode.load("tiny", compile="decode", max_batch_size=MAX_BATCH)
+    before = graphs()
+    llm.steps.warmup()
+    # One graph at most: none when an earlier test's graph (same code, other
+    # model object) already serves it, since parameters are graph inputs.
+    warmed = graphs()
+    assert warmed - before <= 1
+    for B, T in ((1, 1), (3, 1), (1, 30), (4, 7)):
+        llm.generate([[5] * T] * B, max_new_tokens=3, temperature=0)
+    assert graphs() == warmed
 
 
 def test_decode_strategy_builds_steps_without_chunks():

@@ -71,6 +71,9 @@ def _uses_gemv(model: nn.Module) -> bool:
     return any(isinstance(m, GemvLinear) for m in model.modules())
 
 
+_REQUIRED = ("fastdecode_format", "torch_version", "model_args", "dtype", "device", "cpu_capability", "gemv")
+
+
 def _metadata(model: Transformer, gemv: bool) -> dict[str, str]:
     w = model.tok_embeddings.weight
     return {
@@ -112,13 +115,15 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     if gemv:
         configs["aot_inductor.custom_ops_to_c_shims"] = {torch.ops.fastdecode.gemv.default: [_GEMV_SHIM]}
 
+    from torch._inductor import aoti_compile_and_package  # Inductor is imported only to export
+
     fd, tmp = tempfile.mkstemp(suffix=".pt2", prefix=f".{path.stem}-", dir=path.parent)
     os.close(fd)
     try:
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=FutureWarning, module="copyreg")  # a torch-internal notice
             program = torch.export.export(_StepWithCaches(model), example, dynamic_shapes=shapes, strict=False)
-            torch._inductor.aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
+            aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -149,6 +154,9 @@ def read_metadata(path: str | os.PathLike) -> tuple[object, dict[str, str]]:
         raise FastDecodeError(f"{path}: cannot load the compiled package: {first}") from None
     if meta.get("fastdecode_format") is None:
         raise FastDecodeError(f"{path}: an AOTInductor package not made by `fastdecode export`")
+    missing = [k for k in _REQUIRED if k not in meta]
+    if missing and meta["fastdecode_format"] == FORMAT:
+        raise FastDecodeError(f"{path}: package metadata lacks {', '.join(missing)}; export it again")
     return runner, meta
 
 
@@ -160,7 +168,10 @@ def check_compatible(meta: dict[str, str], model: Transformer, path: str) -> Non
     if meta["torch_version"] != torch.__version__:
         raise FastDecodeError(f"{path}: exported with torch {meta['torch_version']}, this is torch "
                               f"{torch.__version__}; export it again")
-    want = ModelArgs(**json.loads(meta["model_args"]))
+    try:
+        want = ModelArgs(**json.loads(meta["model_args"]))
+    except (ValueError, TypeError) as e:
+        raise FastDecodeError(f"{path}: unreadable model description in the package ({e}); export it again") from None
     if want != model.args:
         diffs = [f"{f.name}={getattr(want, f.name)!r} (this model: {getattr(model.args, f.name)!r})"
                  for f in dataclasses.fields(ModelArgs) if getattr(want, f.name) != getattr(model.args, f.name)]
@@ -169,8 +180,9 @@ def check_compatible(meta: dict[str, str], model: Transformer, path: str) -> Non
     for key, have in (("dtype", str(w.dtype).removeprefix("torch.")), ("device", w.device.type)):
         if meta[key] != have:
             raise FastDecodeError(f"{path}: exported for {key}={meta[key]}, this model has {key}={have}")
-    cap = torch.backends.cpu.get_cpu_capability()
-    if meta["device"] == "cpu" and _ISA_ORDER.index(meta["cpu_capability"]) > _ISA_ORDER.index(cap):
+    cap, built = torch.backends.cpu.get_cpu_capability(), meta["cpu_capability"]
+    if meta["device"] == "cpu" and built != cap and not (
+            built in _ISA_ORDER and cap in _ISA_ORDER and _ISA_ORDER.index(built) < _ISA_ORDER.index(cap)):
         raise FastDecodeError(f"{path}: compiled for {meta['cpu_capability']} CPUs, this CPU has {cap}; "
                               "export it on this machine")
 

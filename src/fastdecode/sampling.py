@@ -109,8 +109,10 @@ def top_p_mask(probs: Tensor, p: float) -> Tensor:
     tokens whose total probability reaches p. The most likely token is always kept."""
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-    drop_sorted = mass_before >= p
-    drop_sorted[..., 0] = False
+    # The top token is always kept; a mask, not an in-place write, keeps
+    # compiled graphs free of a batch-size-1 specialization.
+    first = torch.arange(probs.shape[-1], device=probs.device) == 0
+    drop_sorted = (mass_before >= p) & ~first
     return torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
 
 
