@@ -109,13 +109,16 @@ def test_chat_drops_oldest_turns_and_survives_a_too_long_message():
     assert out.count("\n") >= 2
 
 
+@pytest.mark.skipif(os.environ.get("FASTDECODE_SKIP_DEFAULT_MODEL") == "1", reason="asked to skip")
 def test_chat_ctrl_c_stops_the_answer_in_a_real_process():
-    p = subprocess.Popen([sys.executable, "-m", "fastdecode", "chat", *TINY, "max_new_tokens=480",
+    # The default model, not tiny: tiny writes its 480 tokens in a fraction of a
+    # second and can finish before the signal lands; this one needs ~10 s.
+    p = subprocess.Popen([sys.executable, "-m", "fastdecode", "chat", "temperature=0", "max_new_tokens=480",
                           "ignore_eos=true"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, cwd=ROOT)
-    p.stdin.write(b"hi\n")
+    p.stdin.write(b"Tell me a long story\n")
     p.stdin.flush()
-    assert p.stdout.read(3)  # the answer has started; 480 tokens take a while yet
+    assert p.stdout.read(3)  # the answer has started
     p.send_signal(signal.SIGINT)
     p.stdin.write(b"/exit\n")  # read only if the chat stayed open (else the exit code is 130)
     p.stdin.close()
