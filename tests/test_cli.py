@@ -109,13 +109,21 @@ def test_chat_drops_oldest_turns_and_survives_a_too_long_message():
     assert out.count("\n") >= 2
 
 
+def _sigint_as_in_a_shell():
+    """The child gets SIGINT delivered and handled as a terminal's Ctrl-C would,
+    whatever the test process (or a library in it) did to its own disposition
+    or signal mask, both of which a child inherits."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(os.environ.get("FASTDECODE_SKIP_DEFAULT_MODEL") == "1", reason="asked to skip")
 def test_chat_ctrl_c_stops_the_answer_in_a_real_process():
     # The default model, not tiny: tiny writes its 480 tokens in a fraction of a
     # second and can finish before the signal lands; this one needs ~10 s.
     p = subprocess.Popen([sys.executable, "-m", "fastdecode", "chat", "temperature=0", "max_new_tokens=480",
                           "ignore_eos=true"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, cwd=ROOT)
+                         stderr=subprocess.PIPE, cwd=ROOT, preexec_fn=_sigint_as_in_a_shell)
     p.stdin.write(b"Tell me a long story\n")
     p.stdin.flush()
     assert p.stdout.read(3)  # the answer has started
