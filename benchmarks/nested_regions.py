@@ -19,7 +19,7 @@ import torch
 
 def measure(nested: bool) -> dict:
     import fastdecode
-    from fastdecode.compile import CompiledSteps
+    from fastdecode.compile import CompiledSteps, fit_cache
     from fastdecode.model import TransformerBlock
 
     if not nested:  # the undecorated function: Dynamo inlines all 30 blocks
@@ -27,7 +27,7 @@ def measure(nested: bool) -> dict:
     llm = fastdecode.load("smollm2-135m")
     steps = CompiledSteps(llm.model)
     steps.warmed_up = True  # compile on the first call below, timed
-    steps.setup_caches(1, 256)
+    fit_cache(llm.model, 1, 256)
     token, pos = torch.zeros(1, 1, dtype=torch.long), torch.tensor([3])
     t0 = time.perf_counter()
     steps.decode(token, pos, None)

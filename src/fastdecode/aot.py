@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from . import __version__
-from .compile import Steps
+from .compile import Steps, fit_cache, static_cache
 from .config import ModelArgs
 from .errors import FastDecodeError
 from .kernels.linear import GemvLinear, use_gemv
@@ -212,14 +212,7 @@ class ExportedSteps:
         return Steps(prefill=self.prefill, decode=self.decode)
 
     def prefill(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
-        cache = self.model.kv_cache
-        if not isinstance(cache, KVCache):
-            raise FastDecodeError("a compiled package needs cache='static'; got a dynamic cache")
-        if cache.batch_size != tokens.shape[0]:
-            # The graph takes cache rows == batch rows; at the start of a request
-            # the cache holds no state, so reallocating is safe.
-            with torch.inference_mode(False):
-                self.model.setup_caches(tokens.shape[0], cache.seq_len)
+        fit_cache(self.model, tokens.shape[0], static_cache(self.model).seq_len)
         return self.decode(tokens, input_pos, left_pad)
 
     def decode(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:

@@ -78,6 +78,30 @@ def dynamic_shapes_context():
         yield
 
 
+def static_cache(model: torch.nn.Module) -> KVCache:
+    """The model's first-layer cache, which compiled and exported steps need static."""
+    cache = model.kv_cache
+    if not isinstance(cache, KVCache):
+        raise FastDecodeError("compiled steps need cache='static'; got a dynamic cache")
+    return cache
+
+
+def fit_cache(model: torch.nn.Module, batch_size: int, seq_len: int) -> None:
+    """Give the model caches of exactly [batch_size, ..., seq_len, ...] (allocating
+    them if it has none).
+
+    Compiled and exported steps take cache rows == batch rows, while generate
+    may hand them a cache with more rows. At the start of a request the cache
+    holds no state, so reallocating is safe.
+    """
+    cache = None if model.kv_cache is None else static_cache(model)
+    if cache is None or cache.batch_size != batch_size or cache.seq_len != seq_len:
+        # Outside inference mode, like generate's own allocation: buffers made
+        # inside would carry other dispatch keys and trigger a recompile.
+        with torch.inference_mode(False):
+            model.setup_caches(batch_size, seq_len)
+
+
 class CompiledSteps:
     """The `decode` strategy: one fullgraph-compiled model step, for prefill and decode."""
 
@@ -107,14 +131,10 @@ class CompiledSteps:
     # -- the step callables ----------------------------------------------------
 
     def prefill(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
-        B = tokens.shape[0]
-        cache = self._cache()
+        seq_len = static_cache(self.model).seq_len
         if not self.warmed_up:
-            self.warmup()
-        if self._cache() is not cache or cache.batch_size != B:
-            # The graph assumes cache rows == batch rows; the cache holds no
-            # live state at the start of a request, so reallocating is safe.
-            self.setup_caches(B, cache.seq_len)
+            self.warmup()  # leaves a cache of its own shape
+        fit_cache(self.model, tokens.shape[0], seq_len)
         return self.decode(tokens, input_pos, left_pad)
 
     def decode(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
@@ -127,18 +147,6 @@ class CompiledSteps:
                         else left_pad.clone())
             return self.call(self._step, tokens, input_pos, left_pad, dynamic={0: (0, 1), 1: (0,), 2: (0,)})
 
-    def setup_caches(self, batch_size: int, seq_len: int) -> None:
-        # Outside inference mode, like generate's own allocation: buffers made
-        # inside would carry other dispatch keys and trigger a recompile.
-        with torch.inference_mode(False):
-            self.model.setup_caches(batch_size, seq_len)
-
-    def _cache(self) -> KVCache:
-        cache = self.model.kv_cache
-        if not isinstance(cache, KVCache):
-            raise FastDecodeError("compiled strategies need cache='static'; got a dynamic cache")
-        return cache
-
     def call(self, fn, *args, dynamic: dict[int, tuple[int, ...]], **kwargs):
         """Run compiled `fn` with dims `dynamic[i]` of args[i] marked dynamic."""
         for i, dims in dynamic.items():
@@ -150,7 +158,7 @@ class CompiledSteps:
             return fn(*args, **kwargs)
 
     def _mark_cache(self) -> None:
-        cache = self._cache()
+        cache = static_cache(self.model)
         if cache.k_cache is self._marked:
             return
         for layer in self.model.layers:
@@ -172,7 +180,7 @@ class CompiledSteps:
         device = model.tok_embeddings.weight.device
         S = min(256, model.args.max_seq_len)
         T = min(4, S - 1)
-        self.setup_caches(1, S)
+        fit_cache(model, 1, S)
         with torch.inference_mode():
             tokens = torch.zeros(1, T, dtype=torch.long, device=device)
             self.prefill(tokens, torch.arange(T, device=device), None)

@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 import torch
 from torch import Tensor
 
-from .compile import CompiledSteps, Steps
+from .compile import CompiledSteps, Steps, fit_cache
 from .sampling import PenaltyState, SamplingParams, draw_noise, sample
 
 DEFAULT_CHUNK = 8
@@ -110,7 +110,7 @@ class ChunkDecoder:
         device = model.tok_embeddings.weight.device
         S = min(256, model.args.max_seq_len)
         V = model.args.vocab_size
-        self.steps.setup_caches(1, S)
+        fit_cache(model, 1, S)
         params = SamplingParams(temperature=0)
         with torch.inference_mode(False):  # as generate builds it
             cfg = GenerationConfig(max_new_tokens=self.k + 1)
