@@ -37,7 +37,7 @@ from . import __version__
 from .compile import Steps, fit_cache, static_cache
 from .config import ModelArgs
 from .errors import FastDecodeError
-from .kernels.linear import GemvLinear, use_gemv
+from .kernels.linear import use_gemv
 from .kv_cache import KVCache
 from .model import Transformer
 
@@ -65,10 +65,6 @@ class _StepWithCaches(nn.Module):
         finally:
             for layer, cache in zip(self.model.layers, saved):
                 layer.attention.kv_cache = cache
-
-
-def _uses_gemv(model: nn.Module) -> bool:
-    return any(isinstance(m, GemvLinear) for m in model.modules())
 
 
 _REQUIRED = ("fastdecode_format", "torch_version", "model_args", "dtype", "device", "cpu_capability", "gemv")
@@ -99,7 +95,7 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     if not path.parent.is_dir():
         raise FastDecodeError(f"folder {str(path.parent)!r} for the package does not exist")
     device = model.tok_embeddings.weight.device
-    gemv = use_gemv(model) or _uses_gemv(model)  # as the `decode` strategy runs it
+    gemv = use_gemv(model)  # as the `decode` strategy runs it
     meta = _metadata(model, gemv)
     a = model.args
     # Example sizes of 2 and 3: export would specialize sizes of 1.
@@ -165,9 +161,10 @@ def check_compatible(meta: dict[str, str], model: Transformer, path: str) -> Non
     if meta["fastdecode_format"] != FORMAT:
         raise FastDecodeError(f"{path}: package format {meta['fastdecode_format']}, this fastdecode reads "
                               f"format {FORMAT}; export it again")
-    if meta["torch_version"] != torch.__version__:
+    mine = _metadata(model, gemv=False)  # the same description of this model and process
+    if meta["torch_version"] != mine["torch_version"]:
         raise FastDecodeError(f"{path}: exported with torch {meta['torch_version']}, this is torch "
-                              f"{torch.__version__}; export it again")
+                              f"{mine['torch_version']}; export it again")
     try:
         want = ModelArgs(**json.loads(meta["model_args"]))
     except (ValueError, TypeError) as e:
@@ -176,11 +173,10 @@ def check_compatible(meta: dict[str, str], model: Transformer, path: str) -> Non
         diffs = [f"{f.name}={getattr(want, f.name)!r} (this model: {getattr(model.args, f.name)!r})"
                  for f in dataclasses.fields(ModelArgs) if getattr(want, f.name) != getattr(model.args, f.name)]
         raise FastDecodeError(f"{path}: exported for a different model: " + ", ".join(diffs))
-    w = model.tok_embeddings.weight
-    for key, have in (("dtype", str(w.dtype).removeprefix("torch.")), ("device", w.device.type)):
-        if meta[key] != have:
-            raise FastDecodeError(f"{path}: exported for {key}={meta[key]}, this model has {key}={have}")
-    cap, built = torch.backends.cpu.get_cpu_capability(), meta["cpu_capability"]
+    for key in ("dtype", "device"):
+        if meta[key] != mine[key]:
+            raise FastDecodeError(f"{path}: exported for {key}={meta[key]}, this model has {key}={mine[key]}")
+    cap, built = mine["cpu_capability"], meta["cpu_capability"]
     if meta["device"] == "cpu" and built != cap and not (
             built in _ISA_ORDER and cap in _ISA_ORDER and _ISA_ORDER.index(built) < _ISA_ORDER.index(cap)):
         raise FastDecodeError(f"{path}: compiled for {meta['cpu_capability']} CPUs, this CPU has {cap}; "
@@ -201,11 +197,12 @@ class ExportedSteps:
         # The weights, by pointer: the package holds code only.
         wrapper = _StepWithCaches(model)  # the names the package was exported with
         named = {**dict(wrapper.named_parameters()), **dict(wrapper.named_buffers())}
-        missing = [n for n in runner.get_constant_fqns() if n not in named]
+        names = runner.get_constant_fqns()
+        missing = [n for n in names if n not in named]
         if missing:
             raise FastDecodeError(f"{path}: package expects weights this model lacks: {', '.join(missing[:3])}")
         # (map, use_inactive, check_full_update, user_managed, allow_h2d_copy)
-        runner.load_constants({n: named[n] for n in runner.get_constant_fqns()}, False, True, True, False)
+        runner.load_constants({n: named[n] for n in names}, False, True, True, False)
         self._runner = runner
 
     def steps(self) -> Steps:

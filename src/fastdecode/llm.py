@@ -120,10 +120,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     llm = LLM(m, loaded.tokenizer, compile="none" if compiled else compile, max_seq_len=max_seq_len,
               max_batch_size=max_batch_size, cache=cache, source=loaded.source)
     if compiled is not None:
-        from .aot import ExportedSteps
-
-        llm.steps = ExportedSteps(m, compiled).steps()
-        llm.compiled = str(compiled)
+        llm.use_package(compiled)
     llm.load_seconds = time.perf_counter() - t0
     llm.cache_path, llm.from_cache = loaded.cache_path, loaded.from_cache
     return llm
@@ -147,6 +144,13 @@ class LLM:
             raise FastDecodeError(
                 f"{source}: tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary is "
                 f"{self.args.vocab_size}")
+
+    def use_package(self, path: str) -> None:
+        """Run the steps from a `fastdecode export` package (checked against this model)."""
+        from .aot import ExportedSteps
+
+        self.steps = ExportedSteps(self.model, path).steps()
+        self.compiled = str(path)
 
     @property
     def device(self) -> torch.device:

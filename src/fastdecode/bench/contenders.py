@@ -101,7 +101,7 @@ class EngineContender(Contender):
 
     def _use_package(self, s: BenchSettings) -> Optional[float]:
         """Run the steps from s.package, or from a package exported now (returns its export time)."""
-        from ..aot import ExportedSteps, export_package
+        from ..aot import export_package
 
         path, export_s = s.package, None
         if path is None:
@@ -110,8 +110,7 @@ class EngineContender(Contender):
             t0 = time.perf_counter()
             export_package(self.llm.model, path)
             export_s = time.perf_counter() - t0
-        self.llm.steps = ExportedSteps(self.llm.model, path).steps()
-        self.llm.compiled = path
+        self.llm.use_package(path)
         return export_s
 
     def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
