@@ -15,8 +15,8 @@ written in place. B, T and S are dynamic (sizes of 1 included), so one
 package serves prefill and decode at every batch size and cache bucket.
 
 The package's metadata records what it was built for (architecture, dtype,
-device, CPU instruction set, torch version, native kernel); loading it for
-anything else fails with a message that names the difference.
+device, CPU instruction set, torch version, weight layouts and native kernels);
+loading it for anything else fails with a message that names the difference.
 """
 
 from __future__ import annotations
@@ -37,15 +37,22 @@ from . import __version__
 from .compile import Steps, fit_cache, static_cache
 from .config import ModelArgs
 from .errors import FastDecodeError
-from .kernels.linear import use_gemv
 from .kv_cache import KVCache
 from .model import Transformer
+from .quant.linear import _Packed
+from .kernels import load_kernels
+from .quant.transform import native_ops, set_gemv
 
-FORMAT = "1"
+FORMAT = "2"
 _ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
-# The native kernel's C entry point, declared for AOTInductor's generated code
-# (defined in kernels/gemv.cpp); without it each call goes through a boxed fallback.
-_GEMV_SHIM = "AOTITorchError aoti_torch_cpu_gemv(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle* ret0)"
+# The native kernels' C entry points, declared for AOTInductor's generated code
+# (defined in kernels/*.cpp); without them each call goes through a boxed fallback.
+_H = "AtenTensorHandle"
+_SHIMS = {
+    "gemv": f"AOTITorchError aoti_torch_cpu_gemv({_H} x, {_H} w, {_H}* ret0)",
+    "q4_linear": f"AOTITorchError aoti_torch_cpu_q4_linear({_H} x, {_H} w, {_H} s, {_H} m, {_H}* ret0)",
+    "q8_linear": f"AOTITorchError aoti_torch_cpu_q8_linear({_H} x, {_H} w, {_H} s, {_H}* ret0)",
+}
 
 
 class _StepWithCaches(nn.Module):
@@ -67,11 +74,20 @@ class _StepWithCaches(nn.Module):
                 layer.attention.kv_cache = cache
 
 
-_REQUIRED = ("fastdecode_format", "torch_version", "model_args", "dtype", "device", "cpu_capability", "gemv")
+_REQUIRED = ("fastdecode_format", "torch_version", "model_args", "dtype", "device", "cpu_capability", "kernels",
+             "layouts")
 
 
-def _metadata(model: Transformer, gemv: bool) -> dict[str, str]:
-    w = model.tok_embeddings.weight
+def _layouts(model: Transformer) -> str:
+    """The weight layouts the model's matmuls use, e.g. "float,q4,q8"."""
+    kinds = {m.layout for m in model.modules() if isinstance(m, _Packed)}
+    if any(isinstance(m, torch.nn.Linear) for m in model.modules()) or hasattr(model.tok_embeddings, "weight"):
+        kinds.add("float")
+    return ",".join(sorted(kinds))
+
+
+def _metadata(model: Transformer) -> dict[str, str]:
+    w = model.norm.weight
     return {
         "fastdecode_format": FORMAT,
         "fastdecode_version": __version__,
@@ -80,7 +96,8 @@ def _metadata(model: Transformer, gemv: bool) -> dict[str, str]:
         "dtype": str(w.dtype).removeprefix("torch."),
         "device": w.device.type,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "gemv": "1" if gemv else "0",
+        "kernels": ",".join(native_ops(model)),
+        "layouts": _layouts(model),
     }
 
 
@@ -94,13 +111,12 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
         raise FastDecodeError(f"package path {str(path)!r} must end in .pt2")
     if not path.parent.is_dir():
         raise FastDecodeError(f"folder {str(path.parent)!r} for the package does not exist")
-    device = model.tok_embeddings.weight.device
-    gemv = use_gemv(model)  # as the `decode` strategy runs it
-    meta = _metadata(model, gemv)
+    device = model.device
+    meta = _metadata(model)
     a = model.args
     # Example sizes of 2 and 3: export would specialize sizes of 1.
     B, T, S = 2, 3, min(16, a.max_seq_len)
-    cache = [torch.zeros(B, a.n_kv_heads, S, a.head_dim, dtype=model.tok_embeddings.weight.dtype, device=device)
+    cache = [torch.zeros(B, a.n_kv_heads, S, a.head_dim, dtype=model.dtype, device=device)
              for _ in range(2 * a.n_layers)]
     example = (torch.zeros(B, T, dtype=torch.long, device=device), torch.arange(T, device=device),
                torch.zeros(B, dtype=torch.long, device=device), cache[:a.n_layers], cache[a.n_layers:])
@@ -108,8 +124,10 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     per_cache = [{0: dyn, 2: dyn}] * a.n_layers
     shapes = ({0: dyn, 1: dyn}, {0: dyn}, {0: dyn}, per_cache, per_cache)
     configs: dict = {"aot_inductor.package_constants_in_so": False, "aot_inductor.metadata": meta}
-    if gemv:
-        configs["aot_inductor.custom_ops_to_c_shims"] = {torch.ops.fastdecode.gemv.default: [_GEMV_SHIM]}
+    ops = native_ops(model)
+    if ops:
+        configs["aot_inductor.custom_ops_to_c_shims"] = {
+            getattr(torch.ops.fastdecode, op).default: [_SHIMS[op]] for op in ops}
 
     from torch._inductor import aoti_compile_and_package  # Inductor is imported only to export
 
@@ -161,7 +179,7 @@ def check_compatible(meta: dict[str, str], model: Transformer, path: str) -> Non
     if meta["fastdecode_format"] != FORMAT:
         raise FastDecodeError(f"{path}: package format {meta['fastdecode_format']}, this fastdecode reads "
                               f"format {FORMAT}; export it again")
-    mine = _metadata(model, gemv=False)  # the same description of this model and process
+    mine = _metadata(model)  # the same description of this model and process
     if meta["torch_version"] != mine["torch_version"]:
         raise FastDecodeError(f"{path}: exported with torch {meta['torch_version']}, this is torch "
                               f"{mine['torch_version']}; export it again")
@@ -173,7 +191,7 @@ def check_compatible(meta: dict[str, str], model: Transformer, path: str) -> Non
         diffs = [f"{f.name}={getattr(want, f.name)!r} (this model: {getattr(model.args, f.name)!r})"
                  for f in dataclasses.fields(ModelArgs) if getattr(want, f.name) != getattr(model.args, f.name)]
         raise FastDecodeError(f"{path}: exported for a different model: " + ", ".join(diffs))
-    for key in ("dtype", "device"):
+    for key in ("dtype", "device", "layouts"):
         if meta[key] != mine[key]:
             raise FastDecodeError(f"{path}: exported for {key}={meta[key]}, this model has {key}={mine[key]}")
     cap, built = mine["cpu_capability"], meta["cpu_capability"]
@@ -190,9 +208,14 @@ class ExportedSteps:
         path = str(path)
         runner, meta = read_metadata(path)
         check_compatible(meta, model, path)
-        if meta["gemv"] == "1" and not use_gemv(model):
-            raise FastDecodeError(f"{path}: the package calls the native GEMV kernel, which cannot be built "
-                                  "or is disabled here (FASTDECODE_NO_KERNELS); export it again")
+        wants_gemv = "gemv" in meta["kernels"].split(",")
+        if wants_gemv != ("gemv" in native_ops(model)) and (not wants_gemv or load_kernels()):
+            set_gemv(model, wants_gemv)  # the choice is measured per process; follow the package
+        if meta["kernels"] != ",".join(native_ops(model)):
+            raise FastDecodeError(
+                f"{path}: the package calls the kernels [{meta['kernels']}], this model runs "
+                f"[{','.join(native_ops(model))}] (kernels unavailable here, FASTDECODE_NO_KERNELS, or another "
+                "weights= setting); export it again")
         self.model, self.path, self.metadata = model, path, meta
         # The weights, by pointer: the package holds code only.
         wrapper = _StepWithCaches(model)  # the names the package was exported with

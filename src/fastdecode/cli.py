@@ -239,13 +239,15 @@ def cmd_chat(s: Any) -> int:
 
 # -- entry point -------------------------------------------------------------------------
 
-_DISPATCH = {"bench": "fastdecode.bench.cli", "export": "fastdecode.export"}
-_USAGE = """usage: fastdecode [--version] {generate,chat,bench,export} ...
+_DISPATCH = {"bench": "fastdecode.bench.cli", "export": "fastdecode.export",
+             "perplexity": "fastdecode.perplexity_cli"}
+_USAGE = """usage: fastdecode [--version] {generate,chat,bench,export,perplexity} ...
 
   generate   generate text for one or more prompts (fastdecode generate --help)
   chat       interactive multi-turn chat with the model's chat template
   bench      benchmarks
-  export     export the compiled model step to a .pt2 package (fastdecode export --help)"""
+  export     export the compiled model step to a .pt2 package (fastdecode export --help)
+  perplexity the model's perplexity on a text, as llama-perplexity (fastdecode perplexity --help)"""
 
 
 def _command_parser(name: str) -> argparse.ArgumentParser:
@@ -318,7 +320,7 @@ def run(argv: list[str]) -> int:
     if name in _DISPATCH:
         return _dispatch(name, rest)
     if name not in ("generate", "chat"):
-        raise FastDecodeError(f"unknown command {name!r}; accepted: generate, chat, bench, export")
+        raise FastDecodeError(f"unknown command {name!r}; accepted: generate, chat, bench, export, perplexity")
     settings, ns = parse_command(name, rest)
     if name == "chat":
         return cmd_chat(settings)

@@ -1,7 +1,7 @@
 """Compile strategies: functions that take the model and return the step callables.
 
-Each strategy returns a `Steps` pair; nothing here rebinds globals or mutates
-the model's forward. Inductor and Dynamo settings are applied around each
+Each strategy returns a `Steps` pair; nothing here rebinds globals or changes
+the model (which kernels run is decided at load, by `quant.transform`). Inductor and Dynamo settings are applied around each
 compiled call, never at import time.
 
 Shapes, and why the `decode` strategy is a single graph per model:
@@ -27,8 +27,8 @@ from torch import Tensor
 
 from .errors import FastDecodeError
 from .generate import StepFn
-from .kernels.linear import use_gemv
 from .kv_cache import KVCache
+from .quant.transform import native_ops
 
 STRATEGIES = ("none", "decode", "generate")
 
@@ -57,8 +57,9 @@ def inductor_options(device: torch.device, native_linears: bool) -> dict:
 
     Freezing folds the weights into the graph as constants so Inductor can
     prepack them for its BLAS linears; it needs inference mode, which
-    generation uses. With the native GEMV the linears are opaque custom ops
-    that prepacking cannot touch, so freezing would only add compile time.
+    generation uses. With native kernels (GEMV or quantized) the linears are
+    opaque custom ops that prepacking cannot touch, so freezing would only add
+    compile time.
     (Measured on a contended machine only; see benchmarks/compile.md.)
     """
     if device.type == "cpu":
@@ -105,19 +106,16 @@ def fit_cache(model: torch.nn.Module, batch_size: int, seq_len: int) -> None:
 class CompiledSteps:
     """The `decode` strategy: one fullgraph-compiled model step, for prefill and decode."""
 
-    def __init__(self, model: torch.nn.Module, *, backend: str = "inductor", options: Optional[dict] = None,
-                 gemv: bool = True):
+    def __init__(self, model: torch.nn.Module, *, backend: str = "inductor", options: Optional[dict] = None):
         self.model = model
-        device = model.tok_embeddings.weight.device
-        # The native fp32 GEMV beats stock F.linear at decode (benchmarks/compile.md);
-        # use_gemv is a no-op where it does not apply or cannot be built.
-        self.gemv = gemv and use_gemv(model)
+        device = model.device
+        native = bool(native_ops(model))
         kwargs: dict = {"fullgraph": True, "backend": backend}
         if backend == "inductor":
             if device.type == "cuda":
                 kwargs["mode"] = "reduce-overhead"  # CUDA graphs
             else:
-                kwargs["options"] = inductor_options(device, self.gemv) if options is None else options
+                kwargs["options"] = inductor_options(device, native) if options is None else options
         self.compile_kwargs = kwargs
 
         def step_fn(tokens, input_pos, left_pad):
@@ -177,7 +175,7 @@ class CompiledSteps:
         """
         self.warmed_up = True
         model = self.model
-        device = model.tok_embeddings.weight.device
+        device = model.device
         S = min(256, model.args.max_seq_len)
         T = min(4, S - 1)
         fit_cache(model, 1, S)
@@ -192,7 +190,6 @@ class CompiledSteps:
 def make_steps(model: torch.nn.Module, strategy: str) -> Steps:
     """Return the step callables for `strategy` (one of STRATEGIES)."""
     if strategy == "none":
-        use_gemv(model)  # no-op off fp32 CPU or without a compiler (then F.linear)
         return eager_steps(model)
     if strategy == "decode":
         c = CompiledSteps(model)

@@ -107,7 +107,7 @@ class ChunkDecoder:
         from .generate import RequestSampler, GenerationConfig
 
         model = self.steps.model
-        device = model.tok_embeddings.weight.device
+        device = model.device
         S = min(256, model.args.max_seq_len)
         V = model.args.vocab_size
         fit_cache(model, 1, S)

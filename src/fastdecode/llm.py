@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -16,8 +17,11 @@ from .config import PRESETS, ModelArgs, get_preset
 from .errors import FastDecodeError
 from .generate import Completion, GenerationConfig, GenerationRun, run_generation
 from .model import Transformer, init_random_weights
+from .quant import KernelChoice, apply_kernels, build_model, check_weights, quantize_state_dict
 from .sampling import SamplingParams
 from .tokenizer import BYTE_CHAT_TEMPLATE, ByteTokenizer, Tokenizer
+
+log = logging.getLogger("fastdecode")
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_MAX_BATCH_SIZE = 8
@@ -63,14 +67,23 @@ class _Loaded:
     source: str
     cache_path: Optional[str] = None  # converted copy of a GGUF file, read or written
     from_cache: bool = False
+    weights_summary: str = "float"
 
 
-def _load_weights(name: str, device: torch.device, dtype: torch.dtype) -> _Loaded:
+def _load_weights(name: str, device: torch.device, dtype: torch.dtype, weights: str) -> _Loaded:
     if name in PRESETS:
         args = get_preset(name)
         model = init_random_weights(Transformer(args), seed=0).to(device=device, dtype=dtype)
+        summary = "float (random)"
+        if weights in ("int8", "int4"):
+            state_dict = model.state_dict()
+            quantize_state_dict(state_dict, args, weights, f"preset:{name}")
+            state_dict = {k: v.to(device) for k, v in state_dict.items()}
+            model, _ = build_model(args, state_dict, dtype)
+            summary = f"random, quantized to {weights}"
         model.init_rope(device)
-        return _Loaded(model, ByteTokenizer(args.vocab_size, chat_template=BYTE_CHAT_TEMPLATE), f"preset:{name}")
+        tokenizer = ByteTokenizer(args.vocab_size, chat_template=BYTE_CHAT_TEMPLATE)
+        return _Loaded(model, tokenizer, f"preset:{name}", weights_summary=summary)
     from . import checkpoints  # real checkpoint support lives apart from the core
 
     path = checkpoints.resolve_checkpoint_name(name)
@@ -80,24 +93,31 @@ def _load_weights(name: str, device: torch.device, dtype: torch.dtype) -> _Loade
             raise FastDecodeError(
                 f"model {name!r} is not a preset, a known checkpoint or an existing path; presets: "
                 f"{', '.join(sorted(PRESETS))}; checkpoints: {DEFAULT_MODEL}")
-    ckpt = checkpoints.load_checkpoint(path, dtype=dtype, device=device)
-    model = Transformer.from_state_dict(ckpt.args, ckpt.state_dict)
+    ckpt = checkpoints.load_checkpoint(path, dtype=dtype, device=device, weights=weights)
+    model, notes = build_model(ckpt.args, ckpt.state_dict, dtype)
     cache_path = None if ckpt.cache_path is None else str(ckpt.cache_path)
-    return _Loaded(model, ckpt.tokenizer, str(path), cache_path, ckpt.from_cache)
+    summary = "; ".join([ckpt.weights_summary, *notes])
+    return _Loaded(model, ckpt.tokenizer, str(path), cache_path, ckpt.from_cache, summary)
 
 
 def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu",
          dtype: Union[None, str, torch.dtype] = None, compile: str = "none",
          max_seq_len: Optional[int] = None, max_batch_size: Optional[int] = None,
-         cache: str = "static", compiled: Optional[str] = None) -> "LLM":
+         cache: str = "static", compiled: Optional[str] = None, weights: str = "auto") -> "LLM":
     """Load a model by preset name, known checkpoint name or path (.gguf file or
     Hugging Face directory). None loads the default, SmolLM2-135M-Instruct.
+
+    weights: "auto" keeps the checkpoint's quantized matrices in their packed
+    form and runs them on the quantized kernels (float checkpoints stay float);
+    "float" dequantizes everything to `dtype`; "int8"/"int4" quantize a float
+    checkpoint at load.
 
     compiled: a package from `fastdecode export` (or `aot.export_package`) for
     this model's architecture; its steps replace the `compile` strategy's,
     with no tracing or compiling in this process."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
+    check_weights(weights)
     if cache not in ("static", "dynamic"):
         raise FastDecodeError(f"unknown cache {cache!r}; accepted: static, dynamic")
     if compiled is not None and compile not in ("none", "decode"):
@@ -106,8 +126,9 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     if compiled is not None and cache != "static":
         raise FastDecodeError("a compiled package needs cache='static'")
     t0 = time.perf_counter()
-    loaded = _load_weights(model or DEFAULT_MODEL, dev, dt)
+    loaded = _load_weights(model or DEFAULT_MODEL, dev, dt, weights)
     m = loaded.model.eval().requires_grad_(False)
+    kernels = apply_kernels(m)
     limit = m.args.max_seq_len
     if max_seq_len is None:
         max_seq_len = limit
@@ -123,6 +144,9 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
         llm.use_package(compiled)
     llm.load_seconds = time.perf_counter() - t0
     llm.cache_path, llm.from_cache = loaded.cache_path, loaded.from_cache
+    llm.weights, llm.weights_summary, llm.kernels = weights, loaded.weights_summary, kernels
+    if kernels.reason and kernels.quant == "reference":
+        log.warning("quantized weights run on the PyTorch reference path (slow): %s", kernels.reason)
     return llm
 
 
@@ -138,8 +162,12 @@ class LLM:
         self.steps = make_steps(model, compile)
         self.compiled: Optional[str] = None  # path of the exported package running the steps, if any
         self.load_seconds = 0.0
-        self.cache_path: Optional[str] = None  # where a converted GGUF copy lives (clear_cache() removes it)
+        # Where a converted GGUF copy lives (fastdecode.checkpoints.clear_cache() removes it).
+        self.cache_path: Optional[str] = None
         self.from_cache = False
+        self.weights = "float"  # the `weights=` load() was given
+        self.weights_summary = "float"  # what became of the checkpoint's tensor types
+        self.kernels = KernelChoice()  # which kernels run the matmuls
         if tokenizer.vocab_size > self.args.vocab_size:
             raise FastDecodeError(
                 f"{source}: tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary is "
@@ -154,19 +182,22 @@ class LLM:
 
     @property
     def device(self) -> torch.device:
-        return self.model.tok_embeddings.weight.device
+        return self.model.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.model.tok_embeddings.weight.dtype
+        return self.model.dtype
 
     @property
     def weight_bytes_per_token(self) -> int:
-        """Bytes of weights one decode step reads: all matrices except the embedding
+        """Bytes of weights one decode step reads: all tensors except the embedding
         table, of which one row is read (tied models read it whole as the output head)."""
-        total = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        def nbytes(tensors) -> int:
+            return sum(t.numel() * t.element_size() for t in tensors)
+
+        total = nbytes(self.model.state_dict().values())
         if self.model.output is not None:
-            total -= self.model.tok_embeddings.weight.numel() * self.model.tok_embeddings.weight.element_size()
+            total -= nbytes(self.model.tok_embeddings.state_dict().values())
         return total
 
     # -- requests ------------------------------------------------------------

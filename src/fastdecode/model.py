@@ -122,6 +122,13 @@ class FeedForward(nn.Module):
         return self.w2(F.silu(gate) * up)
 
 
+class Embedding(nn.Embedding):
+    """The token table; `as_linear` is the tied output head (logits = x E^T)."""
+
+    def as_linear(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight)
+
+
 class TransformerBlock(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
@@ -144,17 +151,15 @@ class Transformer(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.args = args
-        self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
+        self.tok_embeddings = Embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
         self.norm = RMSNorm(args.dim, args.norm_eps)
-        # Tied models read the embedding matrix directly; a shared Parameter
-        # would not survive load_state_dict(assign=True).
+        # Tied models use the embedding table as the head (tok_embeddings.as_linear);
+        # a shared Parameter would not survive load_state_dict(assign=True).
         self.output = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)
-        # The output matmul; kernels.linear.use_gemv swaps in a faster one.
-        self.head_linear = F.linear
         self.register_buffer("rope_cos", torch.empty(0), persistent=False)
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
-        if self.tok_embeddings.weight.device.type != "meta":
+        if self.norm.weight.device.type != "meta":
             self.init_rope()
 
     @classmethod
@@ -166,11 +171,20 @@ class Transformer(nn.Module):
         model.init_rope(next(iter(state_dict.values())).device)
         return model
 
+    @property
+    def device(self) -> torch.device:
+        return self.norm.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype (weights may be stored quantized)."""
+        return self.norm.weight.dtype
+
     # -- buffers and caches -------------------------------------------------
 
     def init_rope(self, device: torch.device | str | None = None) -> None:
         """(Re)build the cos/sin tables [max_seq_len, head_dim/2]; call after loading onto `device`."""
-        device = device or self.tok_embeddings.weight.device
+        device = device or self.device
         inv_freq = rope_frequencies(self.args, device)
         angles = torch.outer(torch.arange(self.args.max_seq_len, device=device, dtype=torch.float32), inv_freq)
         self.rope_cos, self.rope_sin = angles.cos(), angles.sin()
@@ -184,8 +198,8 @@ class Transformer(nn.Module):
         """
         if max_seq_len > self.args.max_seq_len:
             raise ValueError(f"cache length {max_seq_len} exceeds the model's max_seq_len {self.args.max_seq_len}")
-        dtype = dtype or self.tok_embeddings.weight.dtype
-        device = device or self.tok_embeddings.weight.device
+        dtype = dtype or self.dtype
+        device = device or self.device
         a = self.args
         for layer in self.layers:
             if kind == "static":
@@ -251,12 +265,13 @@ class Transformer(nn.Module):
         if last_only:
             x = x[:, -1:]
         x = self.norm(x)
-        weight = self.tok_embeddings.weight if self.output is None else self.output.weight
-        return self.head_linear(x, weight)
+        return self.tok_embeddings.as_linear(x) if self.output is None else self.output(x)
 
 
 def _fuse(state_dict: dict, prefix: str, parts: tuple[str, ...], fused: str) -> None:
-    for suffix in ("weight", "bias"):
+    # Float weights and biases, or the packed tensors of quantized weights
+    # (rows of a block-quantized matrix are independent, so they concatenate too).
+    for suffix in ("weight", "bias", "qweight", "scales", "mins"):
         keys = [f"{prefix}{p}.{suffix}" for p in parts]
         if all(k in state_dict for k in keys):
             state_dict[f"{prefix}{fused}.{suffix}"] = torch.cat([state_dict.pop(k) for k in keys])

@@ -14,8 +14,9 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 
 from ..errors import FastDecodeError
@@ -169,6 +170,16 @@ class HFPeer(Contender):
 
 
 class LlamaCppPeer(Contender):
+    """llama.cpp on the same GGUF file, batched through llama-cpp-python's ctypes API.
+
+    `Llama` loads the model; a second context of our own holds one KV-cache
+    stream per sequence (seq_id = row). All B prompts are prefilled in one
+    llama_decode, then every step decodes one token of each of the B sequences in
+    one llama_decode, greedy (argmax), EOS ignored. Batch 1 takes the same path:
+    it measured the same as `Llama.generate` (argmax in numpy instead of its
+    sampler chain), and `Llama.generate` stays the reference in the tests.
+    """
+
     engine = "llama.cpp"
 
     def __init__(self, s: BenchSettings, ckpt: Checkpoint):
@@ -182,11 +193,14 @@ class LlamaCppPeer(Contender):
 
         self.name = "llama.cpp"
         self.dtype = "gguf"
-        n_ctx = max(s.prompt_lengths) + max(s.new_tokens) + 8
+        seq_len = max(s.prompt_lengths) + max(s.new_tokens)
         threads = s.threads or torch.get_num_threads()
         t0 = time.perf_counter()
-        self.llama = Llama(model_path=str(ckpt.gguf_path), n_ctx=n_ctx, n_batch=max(s.prompt_lengths),
+        self.llama = Llama(model_path=str(ckpt.gguf_path), n_ctx=seq_len + 8, n_batch=max(s.prompt_lengths),
                            n_threads=threads, n_threads_batch=threads, verbose=False)
+        # Larger batches than max_batch_size never reach run(): the runner rejects them.
+        n_seq = min(max(s.batch_sizes), s.max_batch_size)
+        self.decoder = GreedyBatchDecoder(self.llama, n_seq, seq_len, max(s.prompt_lengths), threads)
         self.load_s = time.perf_counter() - t0
         # llama.cpp computes on the quantized blocks, so a step reads the file's tensor data.
         self.weight_bytes_per_token = os.path.getsize(ckpt.gguf_path)
@@ -194,19 +208,97 @@ class LlamaCppPeer(Contender):
         self.source = str(ckpt.gguf_path)
 
     def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
-        if len(prompts) != 1:
-            raise PeerSkipped("llama-cpp-python's Llama decodes one sequence at a time; batch size 1 only")
         clock = StepClock(torch.device("cpu"))
-        self.llama.reset()  # forget the previous run's tokens, or the prompt would be reused
+        self.decoder.clear()  # the previous run's KV cells, outside the timed part
         clock.begin()
-        produced = 0
-        # generate() never stops at EOS by itself, so it yields exactly what is taken.
-        for _ in self.llama.generate(prompts[0], top_k=1, temp=0.0, reset=False):
-            clock.mark()
-            produced += 1
-            if produced == new_tokens:
-                break
+        self.decoder.generate(prompts, new_tokens, on_step=clock.mark)
         return clock.timing(None)
 
     def close(self) -> None:
-        self.llama = None
+        if self.decoder is not None:
+            self.decoder.close()  # before the model it was built on goes
+        self.decoder = self.llama = None
+
+
+class GreedyBatchDecoder:
+    """A llama.cpp context for up to `n_seq` sequences of `seq_len` tokens, decoded greedily together."""
+
+    def __init__(self, llama: Any, n_seq: int, seq_len: int, prompt_len: int, threads: int):
+        import llama_cpp
+
+        self.lib = llama_cpp
+        if n_seq > llama_cpp.llama_max_parallel_sequences():
+            raise FastDecodeError(f"llama.cpp takes at most {llama_cpp.llama_max_parallel_sequences()} "
+                                  f"sequences; asked for {n_seq}")
+        self.n_seq, self.seq_len, self.n_vocab = n_seq, seq_len, int(llama.n_vocab())
+        self.n_batch = n_seq * prompt_len  # the prefill submits every prompt at once
+        self.ctx = llama_cpp.llama_init_from_model(llama.model, self._params(threads))
+        if not self.ctx:
+            raise FastDecodeError("llama.cpp could not create a context for the batched peer")
+        # One seq_id per token is all we need; the batch holds the largest prefill.
+        self.batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+
+    def _params(self, threads: int):
+        p = self.lib.llama_context_default_params()
+        # Not unified: each sequence gets its own KV stream of n_ctx / n_seq_max cells
+        # (padded to 256), and attends over its own cells only.
+        p.n_seq_max = self.n_seq
+        p.kv_unified = False
+        p.n_ctx = self.n_seq * self.seq_len
+        p.n_batch = self.n_batch
+        p.n_ubatch = min(self.n_batch, 512)  # as `Llama` sets it
+        p.n_threads = p.n_threads_batch = threads
+        # `Llama`'s default, so batch 1 matches the high-level API's numerics and speed.
+        p.flash_attn_type = self.lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        return p
+
+    def clear(self) -> None:
+        """Forget every sequence (metadata only: emptied cells are never read)."""
+        self.lib.llama_memory_clear(self.lib.llama_get_memory(self.ctx), False)
+
+    def generate(self, prompts: list[list[int]], new_tokens: int,
+                 on_step: Callable[[], None] = lambda: None) -> list[list[int]]:
+        """`new_tokens` greedy tokens per prompt; `on_step` runs once each step has
+        its B tokens (the first after the prefill). Call `clear()` first."""
+        self._check(prompts, new_tokens)
+        rows = [(seq, pos, tok, pos == len(p) - 1) for seq, p in enumerate(prompts) for pos, tok in enumerate(p)]
+        out = [[t] for t in self._decode(rows)]
+        on_step()
+        for i in range(1, new_tokens):
+            # the token sampled last goes in at the position after the prompt's and earlier ones'
+            rows = [(seq, len(p) + i - 1, out[seq][-1], True) for seq, p in enumerate(prompts)]
+            for seq, t in enumerate(self._decode(rows)):
+                out[seq].append(t)
+            on_step()
+        return out
+
+    def _check(self, prompts: list[list[int]], new_tokens: int) -> None:
+        if not 1 <= len(prompts) <= self.n_seq:
+            raise FastDecodeError(f"llama.cpp context holds {self.n_seq} sequences; got {len(prompts)}")
+        if sum(map(len, prompts)) > self.n_batch or max(map(len, prompts)) + new_tokens > self.seq_len:
+            raise FastDecodeError(f"prompts of {[len(p) for p in prompts]} tokens + {new_tokens} new do not "
+                                  f"fit the llama.cpp context ({self.seq_len} tokens per sequence)")
+
+    def _decode(self, rows: list[tuple[int, int, int, bool]]) -> list[int]:
+        """One llama_decode of (seq_id, position, token, wants logits) rows; the
+        argmax token of each row that wanted logits, in row order."""
+        b = self.batch
+        for i, (seq, pos, tok, wants) in enumerate(rows):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.seq_id[i][0], b.logits[i] = tok, pos, 1, seq, wants
+        b.n_tokens = len(rows)
+        rc = self.lib.llama_decode(self.ctx, b)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        return [self._argmax(i) for i, row in enumerate(rows) if row[3]]
+
+    def _argmax(self, i: int) -> int:
+        logits = self.lib.llama_get_logits_ith(self.ctx, i)
+        if not logits:
+            raise RuntimeError(f"llama.cpp has no logits for batch entry {i}")
+        return int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
+
+    def close(self) -> None:
+        if self.ctx:
+            self.lib.llama_batch_free(self.batch)
+            self.lib.llama_free(self.ctx)
+            self.ctx = None

@@ -4,11 +4,13 @@ Parsing a GGUF's metadata and dequantizing its tensors takes seconds; reading
 the converted copy back takes a fraction of that. Each entry is a directory
 
     <root>/converted/<file stem>-<key>/
-        model.safetensors     weights in the requested dtype, our key names
+        model.safetensors     weights in the requested dtype, or packed for the
+                              quantized kernels (weights="auto"), our key names
         tokenizer_state.json  the tokenizer plus BOS/EOS/chat settings
-        meta.json             format version, key, source, ModelArgs, file sizes
+        meta.json             format and layout versions, source, ModelArgs, file sizes
 
-keyed by (format version, absolute source path, size, mtime, dtype). An entry is
+keyed by (format version, absolute source path, size, mtime, dtype, weights). An
+entry packed for another layout version (`quant.LAYOUT_VERSION`) is rebuilt. An entry is
 written in a temporary directory and renamed into place, so a crash never
 leaves a half-written entry under its real name; meta.json records the sizes of
 the other files and is checked on every read, and an entry that fails any check
@@ -34,6 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from ..config import ModelArgs
 from ..errors import FastDecodeError
+from ..quant.formats import LAYOUT_VERSION
 from .hf_tokenizer import HFTokenizer
 from .keys import check_state_dict
 
@@ -56,10 +59,10 @@ def clear_cache() -> Path:
     return target
 
 
-def entry_dir(source: Path, dtype: torch.dtype) -> Path:
+def entry_dir(source: Path, dtype: torch.dtype, weights: str = "float") -> Path:
     source = source.resolve()
     st = source.stat()
-    ident = f"{FORMAT_VERSION}|{source}|{st.st_size}|{st.st_mtime_ns}|{dtype}"
+    ident = f"{FORMAT_VERSION}|{source}|{st.st_size}|{st.st_mtime_ns}|{dtype}|{weights}"
     key = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:16]
     return cache_root() / "converted" / f"{source.stem}-{key}"
 
@@ -69,6 +72,7 @@ class Entry:
     args: ModelArgs
     state_dict: dict[str, torch.Tensor]
     tokenizer: HFTokenizer
+    weights_summary: str = ""
 
 
 class CorruptEntry(Exception):
@@ -84,6 +88,9 @@ def read_entry(directory: Path, source: Path) -> Optional[Entry]:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         if meta.get("format") != FORMAT_VERSION or meta.get("source") != str(source.resolve()):
             raise CorruptEntry("meta.json does not describe this source")
+        if meta.get("layout_version") != LAYOUT_VERSION:
+            raise CorruptEntry(f"packed for kernel layout version {meta.get('layout_version')}, "
+                               f"this fastdecode uses {LAYOUT_VERSION}")
         for name in _FILES:
             size = (directory / name).stat().st_size
             if size != meta["sizes"][name]:
@@ -97,7 +104,7 @@ def read_entry(directory: Path, source: Path) -> Optional[Entry]:
     except (OSError, ValueError, KeyError, TypeError, SafetensorError) as e:
         # ValueError covers JSON errors and FastDecodeError from the checks.
         raise CorruptEntry(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-    return Entry(args, state_dict, tokenizer)
+    return Entry(args, state_dict, tokenizer, meta.get("weights_summary", ""))
 
 
 def _read_tokenizer(path: Path) -> HFTokenizer:
@@ -124,6 +131,8 @@ def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
         (tmp / "tokenizer_state.json").write_text(json.dumps(entry.tokenizer.to_dict()), encoding="utf-8")
         meta = {
             "format": FORMAT_VERSION,
+            "layout_version": LAYOUT_VERSION,
+            "weights_summary": entry.weights_summary,
             "source": str(source.resolve()),
             "args": dataclasses.asdict(entry.args),
             "sizes": {name: (tmp / name).stat().st_size for name in _FILES},
@@ -156,7 +165,7 @@ def _remove_stale_tmp(root: Path) -> None:
 
 
 def discard(directory: Path, reason: str) -> None:
-    log.warning("cache entry %s is corrupt (%s); rebuilding it", directory, reason)
+    log.warning("cache entry %s is stale or corrupt (%s); rebuilding it", directory, reason)
     shutil.rmtree(directory, ignore_errors=True)
     if directory.exists():
         raise FastDecodeError(f"{directory}: corrupt cache entry could not be removed; delete it by hand")

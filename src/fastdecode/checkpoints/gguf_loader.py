@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from typing import Callable, Optional
 
 import torch
 
 from ..config import ModelArgs, RopeScaling
 from ..errors import FastDecodeError
+from ..quant.formats import GGUF_LAYOUTS, pack_gguf
 from .keys import map_name
 from .gguf_file import GGUFFile, optional_int
 
@@ -125,8 +127,14 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
 
 
 def gguf_state_dict(f: GGUFFile, args: ModelArgs, dtype: torch.dtype,
-                    progress: Optional[Callable[[int, int], None]] = None) -> dict[str, torch.Tensor]:
-    """Dequantize every tensor to `dtype` (on CPU) under our key names."""
+                    progress: Optional[Callable[[int, int], None]] = None,
+                    weights: str = "float") -> tuple[dict[str, torch.Tensor], str]:
+    """The file's tensors (on CPU) under our key names, and a one-line summary of what became of each type.
+
+    weights="float" dequantizes everything to `dtype`; "auto" keeps matrices of
+    types with a native layout packed (see quant/formats.py) and dequantizes
+    the rest; "int8"/"int4" quantize a float file's matrices.
+    """
     f.check_tensor_types()
     names = [n for n in f.tensors if n not in _SKIPPED]
     unknown = [n for n in names if our_name(n) is None]
@@ -134,13 +142,41 @@ def gguf_state_dict(f: GGUFFile, args: ModelArgs, dtype: torch.dtype,
         raise FastDecodeError(f"{f.path}: unexpected tensor {unknown[0]!r} for a {f.get('general.architecture')} model")
     permuted = f.get("general.architecture") == "llama"
     out: dict[str, torch.Tensor] = {}
+    kinds: Counter[str] = Counter()
     for i, name in enumerate(names):
-        t = f.tensor(name, dtype)
-        if permuted and ".attn_q." in name:
-            t = unpermute_rows(t, args.n_heads)
-        elif permuted and ".attn_k." in name:
-            t = unpermute_rows(t, args.n_kv_heads)
-        out[our_name(name)] = t.contiguous()
+        raw, qtype, shape = f.raw(name)
+        key = our_name(name)
+        packed = None
+        if weights == "auto" and len(shape) == 2:
+            packed = pack_gguf(raw, qtype, *shape)
+        if weights in ("int8", "int4") and len(shape) == 2 and qtype.name not in ("F32", "F16", "BF16"):
+            raise FastDecodeError(f"{f.path}: weights={weights} quantizes float checkpoints, but {name} is already "
+                                  f"{qtype.name}; use weights=auto (keeps the file's quantization) or float")
+        if packed is not None:
+            kinds[f"{qtype.name}->{GGUF_LAYOUTS[qtype].layout}"] += 1
+            base = key.removesuffix(".weight")
+            for suffix, t in packed.items():
+                out[f"{base}.{suffix}"] = _unpermute(t, name, args) if permuted else t
+        else:
+            note = " (dequantized: no native layout)" if weights == "auto" and qtype in GGUF_LAYOUTS else ""
+            kinds[f"{qtype.name}->float{note}" if len(shape) == 2 else qtype.name] += 1
+            t = f.tensor(name, dtype)
+            out[key] = (_unpermute(t, name, args) if permuted else t).contiguous()
         if progress is not None:
             progress(i + 1, len(names))
-    return out
+    summary = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+    if weights in ("int8", "int4"):
+        from ..quant import quantize_state_dict
+
+        quantize_state_dict(out, args, weights, str(f.path))
+        summary += f"; quantized to {weights} at load"
+    return out, summary
+
+
+def _unpermute(t: torch.Tensor, name: str, args: ModelArgs) -> torch.Tensor:
+    """Q and K rows (float or packed: rows are independent) back to Hugging Face's order."""
+    if ".attn_q." in name:
+        return unpermute_rows(t, args.n_heads).contiguous()
+    if ".attn_k." in name:
+        return unpermute_rows(t, args.n_kv_heads).contiguous()
+    return t

@@ -14,6 +14,7 @@ import torch
 
 from ..config import ModelArgs
 from ..errors import FastDecodeError
+from ..quant.formats import packed_shapes
 
 
 def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
@@ -46,9 +47,22 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _expand_packed(expected: dict[str, tuple[int, ...]], state_dict: dict[str, torch.Tensor]) -> None:
+    """Matrices stored packed (quant/formats.py) replace `X.weight` by `X.qweight`, `X.scales`[, `X.mins`]."""
+    for key, shape in list(expected.items()):
+        base = key.removesuffix(".weight")
+        q = state_dict.get(f"{base}.qweight")
+        if len(shape) != 2 or key in state_dict or q is None:
+            continue
+        layout = "q4" if q.dtype == torch.uint8 else "q8"
+        del expected[key]
+        expected.update({f"{base}.{s}": t for s, t in packed_shapes(layout, *shape).items()})
+
+
 def check_state_dict(state_dict: dict[str, torch.Tensor], args: ModelArgs, source: str) -> None:
     """Fail on the first missing, unexpected or mis-shaped tensor."""
     expected = expected_shapes(args)
+    _expand_packed(expected, state_dict)
     for key, shape in expected.items():
         if key not in state_dict:
             raise FastDecodeError(f"{source}: missing tensor for {key}")

@@ -40,16 +40,23 @@ class Checkpoint:
     format: str  # "gguf" or "hf"
     cache_path: Optional[Path] = None  # the converted copy read or written, if any
     from_cache: bool = False
+    weights_summary: str = ""  # what became of each tensor type (packed, dequantized, quantized)
 
 
 def load_checkpoint(path: Union[str, os.PathLike], *, dtype: torch.dtype,
                     device: Union[str, torch.device] = "cpu", progress: Optional[ProgressFn] = None,
-                    use_cache: bool = True) -> Checkpoint:
+                    use_cache: bool = True, weights: str = "float") -> Checkpoint:
     """Load a .gguf file or a Hugging Face checkpoint directory.
 
-    GGUF files are converted once and kept in the cache (see `cache.py`) unless
-    `use_cache` is False. `progress(what, done, total)` is called as tensors load.
+    weights: "float" dequantizes everything to `dtype`; "auto" keeps a GGUF's
+    quantized matrices packed (quant/formats.py); "int8"/"int4" quantize float
+    matrices. GGUF files are converted once and kept in the cache (see
+    `cache.py`) unless `use_cache` is False. `progress(what, done, total)` is
+    called as tensors load.
     """
+    from ..quant import check_weights
+
+    check_weights(weights)
     start = time.perf_counter()
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise FastDecodeError(f"dtype must be a floating torch.dtype such as torch.float32, got {dtype!r}")
@@ -58,9 +65,15 @@ def load_checkpoint(path: Union[str, os.PathLike], *, dtype: torch.dtype,
         raise FastDecodeError(f"checkpoint not found: {p}")
     if p.is_dir():
         args, state_dict, tokenizer = _load_hf(p, dtype, progress)
-        ckpt = Checkpoint(args, state_dict, tokenizer, str(p), 0.0, "hf")
+        summary = "float"
+        if weights in ("int8", "int4"):
+            from ..quant import quantize_state_dict
+
+            quantize_state_dict(state_dict, args, weights, str(p))
+            summary = f"quantized to {weights} at load"
+        ckpt = Checkpoint(args, state_dict, tokenizer, str(p), 0.0, "hf", weights_summary=summary)
     else:
-        ckpt = _load_gguf(p, dtype, progress, use_cache)
+        ckpt = _load_gguf(p, dtype, progress, use_cache, weights)
     ckpt.state_dict = {k: v.to(device) for k, v in ckpt.state_dict.items()}
     ckpt.load_seconds = time.perf_counter() - start
     log.info("loaded %s in %.2fs%s", p, ckpt.load_seconds,
@@ -78,22 +91,24 @@ def _load_hf(directory: Path, dtype: torch.dtype, progress: Optional[ProgressFn]
     return args, state_dict, tokenizer
 
 
-def _convert_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn]) -> cache.Entry:
+def _convert_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn], weights: str) -> cache.Entry:
     f = GGUFFile(path)
     args = gguf_model_args(f)
     tokenizer = tokenizer_from_gguf(f)
     _check_vocab(args, tokenizer, path)
-    on_tensor = None if progress is None else (lambda done, total: progress("dequantizing", done, total))
-    state_dict = gguf_state_dict(f, args, dtype, on_tensor)
+    on_tensor = None if progress is None else (lambda done, total: progress("converting", done, total))
+    state_dict, summary = gguf_state_dict(f, args, dtype, on_tensor, weights)
     check_state_dict(state_dict, args, str(path))
-    return cache.Entry(args, state_dict, tokenizer)
+    return cache.Entry(args, state_dict, tokenizer, summary)
 
 
-def _load_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn], use_cache: bool) -> Checkpoint:
+def _load_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn], use_cache: bool,
+               weights: str) -> Checkpoint:
     if not use_cache:
-        entry = _convert_gguf(path, dtype, progress)
-        return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf")
-    directory = cache.entry_dir(path, dtype)
+        entry = _convert_gguf(path, dtype, progress, weights)
+        return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
+                          weights_summary=entry.weights_summary)
+    directory = cache.entry_dir(path, dtype, weights)
     try:
         entry = cache.read_entry(directory, path)
     except cache.CorruptEntry as e:
@@ -101,13 +116,13 @@ def _load_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn], u
         entry = None
     if entry is not None:
         return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
-                          cache_path=directory, from_cache=True)
-    entry = _convert_gguf(path, dtype, progress)
+                          cache_path=directory, from_cache=True, weights_summary=entry.weights_summary)
+    entry = _convert_gguf(path, dtype, progress, weights)
     written = cache.write_entry(directory, path, entry)
     if written:
         log.info("cached converted copy of %s at %s", path.name, directory)
     return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
-                      cache_path=directory if written else None)
+                      cache_path=directory if written else None, weights_summary=entry.weights_summary)
 
 
 def _check_vocab(args: ModelArgs, tok: Tokenizer, source: Path) -> None:

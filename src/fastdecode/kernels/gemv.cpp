@@ -84,7 +84,7 @@ extern "C" AOTITorchError aoti_torch_cpu_gemv(AtenTensorHandle x, AtenTensorHand
   });
 }
 
-TORCH_LIBRARY(fastdecode, m) {
+TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("gemv(Tensor x, Tensor w) -> Tensor");
 }
 

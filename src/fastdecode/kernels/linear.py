@@ -1,9 +1,8 @@
-"""Route the model's fp32 linears through the native GEMV kernel.
+"""Float32 linears run by the native GEMV kernel (`gemv.cpp`).
 
-A transform on a built model, like quantization would be: it swaps each
-`nn.Linear` for a `GemvLinear` that keeps the same Parameter (state dict
-unchanged) and sets the output head's matmul. Only fp32 CPU models qualify;
-anything else, or a failed kernel build, leaves the model as it was.
+`GemvLinear` and `GemvEmbedding` keep the same Parameters as the modules they
+replace (state dict unchanged); `quant.transform.apply_kernels` swaps them in
+on CPUs where the kernel measures faster than `F.linear`.
 """
 
 from __future__ import annotations
@@ -11,10 +10,9 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import load_gemv
+from ..model import Embedding
 
 
 def gemv_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
@@ -29,27 +27,13 @@ class GemvLinear(nn.Linear):
         return gemv_linear(x, self.weight, self.bias)
 
 
-def use_gemv(model: nn.Module) -> bool:
-    """Swap the linears of an fp32 CPU model for the kernel; True if it did."""
-    w = model.tok_embeddings.weight
-    if w.device.type != "cpu" or w.dtype != torch.float32 or not load_gemv():
-        return False
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is nn.Linear:
-                new = GemvLinear.__new__(GemvLinear)
-                new.__dict__.update(child.__dict__)  # same Parameters, same hooks
-                setattr(module, name, new)
-    model.head_linear = gemv_linear
-    return True
+class GemvEmbedding(Embedding):
+    def as_linear(self, x: Tensor) -> Tensor:
+        return gemv_linear(x, self.weight)
 
 
-def use_stock_linear(model: nn.Module) -> None:
-    """Undo use_gemv."""
-    for module in list(model.modules()):
-        for name, child in list(module.named_children()):
-            if type(child) is GemvLinear:
-                new = nn.Linear.__new__(nn.Linear)
-                new.__dict__.update(child.__dict__)
-                setattr(module, name, new)
-    model.head_linear = F.linear
+def swap_class(module: nn.Module, cls: type) -> nn.Module:
+    """A `cls` instance sharing `module`'s state (Parameters, buffers, hooks)."""
+    new = cls.__new__(cls)
+    new.__dict__.update(module.__dict__)
+    return new

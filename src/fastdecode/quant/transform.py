@@ -1,0 +1,223 @@
+"""The load-time transform: which module and which kernel runs each matmul.
+
+`build_model` turns a state dict (float tensors, or the packed tensors of
+`formats.py`) into a Transformer whose linears and embedding are
+`QuantLinear`/`QuantEmbedding` where the weights are packed. `apply_kernels`
+then picks, once, the native kernels or the PyTorch reference path, and for
+float32 CPU models the native GEMV where it measures faster than `F.linear`.
+Compile strategies and exported packages take the model as this leaves it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..config import ModelArgs
+from ..errors import FastDecodeError
+from ..model import Embedding, Transformer
+from .formats import SUFFIXES, BlockSizeError, dequantize, layout_of, quantize
+from .linear import QuantEmbedding, QuantLinear, _Packed
+
+log = logging.getLogger("fastdecode.quant")
+
+WEIGHTS = ("auto", "float", "int8", "int4")
+# Fused modules and the checkpoint matrices they concatenate (see model._fuse).
+_GROUPS = {"attention.wqkv": ("attention.wq", "attention.wk", "attention.wv"),
+           "feed_forward.w13": ("feed_forward.w1", "feed_forward.w3")}
+
+
+def check_weights(weights: object) -> str:
+    if weights not in WEIGHTS:
+        raise FastDecodeError(f"unknown weights={weights!r}; accepted: {', '.join(WEIGHTS)}")
+    return weights
+
+
+def _packed(sd: dict[str, Tensor], prefix: str) -> Optional[dict[str, Tensor]]:
+    if f"{prefix}.qweight" not in sd:
+        return None
+    return {s: sd[f"{prefix}.{s}"] for s in SUFFIXES if f"{prefix}.{s}" in sd}
+
+
+def _pop_packed(sd: dict[str, Tensor], prefix: str) -> dict[str, Tensor]:
+    return {s: sd.pop(f"{prefix}.{s}") for s in SUFFIXES if f"{prefix}.{s}" in sd}
+
+
+def _module_paths(args: ModelArgs) -> list[tuple[str, tuple[str, ...]]]:
+    """(module path, checkpoint prefixes it is built from) for every matrix."""
+    out = []
+    for i in range(args.n_layers):
+        p = f"layers.{i}."
+        out += [(p + fused, tuple(p + part for part in parts)) for fused, parts in _GROUPS.items()]
+        out += [(p + "attention.wo", (p + "attention.wo",)), (p + "feed_forward.w2", (p + "feed_forward.w2",))]
+    if not args.tie_embeddings:
+        out.append(("output", ("output",)))
+    return out
+
+
+def build_model(args: ModelArgs, state_dict: dict[str, Tensor], dtype: torch.dtype) -> tuple[Transformer, list[str]]:
+    """The model for `state_dict` (consumed), and notes on matrices that had to be dequantized."""
+    notes: list[str] = []
+    with torch.device("meta"):
+        model = Transformer(args)
+    for path, parts in _module_paths(args):
+        packs = [_packed(state_dict, p) for p in parts]
+        if all(pk is None for pk in packs):
+            continue
+        layouts = {None if pk is None else layout_of(pk) for pk in packs}
+        if len(layouts) > 1:
+            # q4 and q8 (or float) rows cannot share one matmul: run the group in float.
+            for p, pk in zip(parts, packs):
+                if pk is not None:
+                    state_dict[f"{p}.weight"] = dequantize(_pop_packed(state_dict, p), dtype)
+            notes.append(f"{path}: mixed layouts {sorted(map(str, layouts))}, dequantized")
+            continue
+        # Mixed float16/float32 scales: widen to float32, which is exact.
+        if len({pk["scales"].dtype for pk in packs}) > 1:
+            for p in parts:
+                for s in ("scales", "mins"):
+                    if f"{p}.{s}" in state_dict:
+                        state_dict[f"{p}.{s}"] = state_dict[f"{p}.{s}"].float()
+        first = _packed(state_dict, parts[0])
+        k = first["qweight"].shape[1] * (2 if layout_of(first) == "q4" else 1)
+        n = sum(state_dict[f"{p}.qweight"].shape[0] for p in parts)
+        parent_name, _, name = path.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        old = getattr(parent, name)
+        setattr(parent, name, QuantLinear(k, n, layout_of(first), first["scales"].dtype,
+                                          bias=old.bias is not None, device="meta"))
+    emb = _packed(state_dict, "tok_embeddings")
+    if emb is not None:
+        n, k = args.vocab_size, args.dim
+        model.tok_embeddings = QuantEmbedding(n, k, layout_of(emb), emb["scales"].dtype, dtype, device="meta")
+    model.load_state_dict(state_dict, strict=True, assign=True)
+    model.init_rope(next(iter(state_dict.values())).device)
+    return model, notes
+
+
+def quantize_state_dict(state_dict: dict[str, Tensor], args: ModelArgs, weights: str, source: str) -> None:
+    """weights=int8/int4: quantize the float matrices in place (int4: q4 linears, q8 embedding/head)."""
+    layout = "q8" if weights == "int8" else "q4"
+    prefixes = [p for _, parts in _module_paths(args) for p in parts] + ["tok_embeddings"]
+    for p in prefixes:
+        w = state_dict.get(f"{p}.weight")
+        if w is None:
+            continue
+        if not w.is_floating_point():
+            raise FastDecodeError(f"{source}: {p}.weight is not a float tensor; weights={weights} quantizes floats")
+        lay = "q8" if p in ("tok_embeddings", "output") else layout
+        try:
+            packed = quantize(w, lay)
+        except BlockSizeError as e:
+            raise FastDecodeError(f"{source}: weights={weights} needs inner dimensions that are multiples of 32; "
+                                  f"{p}.weight has shape {list(w.shape)} ({e}); use weights=float") from None
+        del state_dict[f"{p}.weight"]
+        state_dict.update({f"{p}.{s}": t for s, t in packed.items()})
+
+
+# -- kernel choice ---------------------------------------------------------------------------
+
+@dataclass
+class KernelChoice:
+    """What `apply_kernels` chose, for stats and exported packages."""
+
+    quant: str = "none"  # "native (avx2|avx512-vnni)", "reference" or "none" (no packed weights)
+    gemv: bool = False  # float32 linears on the native GEMV
+    ops: list[str] = field(default_factory=list)  # torch.ops.fastdecode ops the model calls
+    reason: Optional[str] = None  # why the native kernels are not used, if they are not
+
+
+_gemv_faster: Optional[bool] = None
+
+
+def gemv_is_faster() -> bool:
+    """Measure, once per process, the native GEMV against F.linear at batch 1.
+
+    On some CPUs (an Intel Xeon here) MKL's GEMV already uses every core and
+    wins; on others (AMD EPYC) it runs on one core and the kernel wins.
+    """
+    global _gemv_faster
+    if _gemv_faster is None:
+        w, x = torch.randn(1536, 576), torch.randn(1, 576)
+
+        def best(f) -> float:
+            f()
+            times = []
+            for _ in range(5):
+                t = time.perf_counter()
+                for _ in range(10):
+                    f()
+                times.append(time.perf_counter() - t)
+            return min(times)
+
+        with torch.inference_mode():
+            _gemv_faster = best(lambda: torch.ops.fastdecode.gemv(x, w)) < best(lambda: F.linear(x, w))
+    return _gemv_faster
+
+
+def native_ops(model: nn.Module) -> list[str]:
+    """The torch.ops.fastdecode kernels `model`'s forward calls, sorted."""
+    from ..kernels.linear import GemvEmbedding, GemvLinear
+
+    ops = set()
+    for m in model.modules():
+        if isinstance(m, _Packed) and m.native:
+            ops.add("q4_linear" if m.mins is not None else "q8_linear")
+        elif isinstance(m, (GemvLinear, GemvEmbedding)):
+            ops.add("gemv")
+    return sorted(ops)
+
+
+def apply_kernels(model: Transformer, *, gemv: Optional[bool] = None) -> KernelChoice:
+    """Pick the kernels for `model` in place. gemv=None measures (float32 CPU models only)."""
+    from .. import kernels
+
+    choice = KernelChoice()
+    packed = [m for m in model.modules() if isinstance(m, _Packed)]
+    on_cpu = model.device.type == "cpu"
+    native = on_cpu and (bool(packed) or model.dtype == torch.float32) and kernels.load_kernels()
+    if packed:
+        for m in packed:
+            m.native = native
+        choice.quant = f"native ({kernels.active_isa()})" if native else "reference"
+        if not native and on_cpu:
+            choice.reason = kernels.unavailable_reason
+    if native and model.dtype == torch.float32:
+        use = gemv_is_faster() if gemv is None else gemv
+        if use:
+            _swap_float_modules(model)
+    choice.ops = native_ops(model)
+    choice.gemv = "gemv" in choice.ops
+    return choice
+
+
+def set_gemv(model: Transformer, on: bool) -> None:
+    """Run the float32 linears on the native GEMV (on=True) or on F.linear; an
+    exported package calls whichever it was exported with."""
+    if on:
+        _swap_float_modules(model)
+    else:
+        from ..kernels.linear import GemvEmbedding, GemvLinear, swap_class
+
+        back = {GemvLinear: nn.Linear, GemvEmbedding: Embedding}
+        for module in list(model.modules()):
+            for name, child in list(module.named_children()):
+                if type(child) in back:
+                    setattr(module, name, swap_class(child, back[type(child)]))
+
+
+def _swap_float_modules(model: nn.Module) -> None:
+    from ..kernels.linear import GemvEmbedding, GemvLinear, swap_class
+
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if type(child) is nn.Linear:
+                setattr(module, name, swap_class(child, GemvLinear))
+            elif type(child) is Embedding and module is model and model.output is None:
+                setattr(module, name, swap_class(child, GemvEmbedding))
