@@ -131,7 +131,8 @@ def test_compiled_needs_static_cache():
 
 def test_gemv_kernel_matches_linear():
     from fastdecode.kernels import load_gemv
-    from fastdecode.kernels.linear import gemv_linear, use_gemv, use_stock_linear
+    from fastdecode.kernels.linear import gemv_linear
+    from fastdecode.quant.transform import native_ops, set_gemv
 
     if not load_gemv():
         pytest.skip("native kernel unavailable here (no compiler or no AVX2)")
@@ -141,7 +142,10 @@ def test_gemv_kernel_matches_linear():
         torch.testing.assert_close(gemv_linear(x, w, b), torch.nn.functional.linear(x, w, b))
 
     llm = fastdecode.load("tiny")
+    set_gemv(llm.model, False)
     ref = ids(llm.generate([[1, 2, 3], [4, 5]], max_new_tokens=12, temperature=0))
-    assert use_gemv(llm.model)
+    set_gemv(llm.model, True)
+    assert "gemv" in native_ops(llm.model)
     assert ids(llm.generate([[1, 2, 3], [4, 5]], max_new_tokens=12, temperature=0)) == ref
-    use_stock_linear(llm.model)
+    set_gemv(llm.model, False)
+    assert "gemv" not in native_ops(llm.model)

@@ -57,6 +57,9 @@ class _RunKeys:
         f"most prompts per batch; none fits the prompts given (generate) or "
         f"{DEFAULT_MAX_BATCH_SIZE} otherwise."))
     cache: str = field(default=_LOAD_DEFAULTS["cache"], metadata=_help("KV cache kind: static or dynamic."))
+    weights: str = field(default=_LOAD_DEFAULTS["weights"], metadata=_help(
+        "auto keeps the checkpoint's quantized weights and runs them on the quantized kernels; float "
+        "dequantizes them; int8 or int4 quantize a float checkpoint at load."))
     prompt: tuple[str, ...] = field(default=(), metadata=_help(
         "prompt text; repeat the key (or give several arguments) for a batch. In chat, "
         "the first user messages."))
@@ -124,7 +127,7 @@ def load_model(s: Any, batch_size: Optional[int] = None) -> LLM:
     with progress(f"loading {s.model}"):
         return load(s.model, device=s.device, dtype=s.dtype, compile=s.compile,
                     max_seq_len=s.max_seq_len, max_batch_size=max_batch_size, cache=s.cache,
-                    compiled=s.compiled)
+                    compiled=s.compiled, weights=s.weights)
 
 
 def chat_messages(prompt: str, system: Optional[str]) -> list[dict]:
@@ -146,6 +149,17 @@ def completion_stats(c: Any, llm: LLM) -> dict[str, Any]:
     }
 
 
+def describe_kernels(llm: LLM) -> str:
+    k = llm.kernels
+    parts = []
+    if k.quant != "none":
+        parts.append(f"quantized: {k.quant}")
+    parts.append("float: native GEMV" if k.gemv else "float: torch")
+    if k.reason:
+        parts.append(f"({k.reason})")
+    return ", ".join(parts)
+
+
 def format_stats(completions: Sequence[Any], llm: LLM) -> str:
     """The stats block printed on stderr after a run."""
     first = completion_stats(completions[0], llm)
@@ -160,6 +174,8 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
         loaded += f" ({'from' if llm.from_cache else 'converted, cached at'} {llm.cache_path})"
     return "\n".join([
         loaded,
+        f"weights:              {llm.weights_summary}",
+        f"matmul kernels:       {describe_kernels(llm)}",
         f"prompt tokens:        {prompt_tokens}",
         f"generated tokens:     {generated}",
         f"time to first token:  {first['time_to_first_token_s'] * 1e3:.1f} ms",

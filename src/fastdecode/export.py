@@ -36,6 +36,9 @@ class ExportSettings:
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:N or mps"})
     dtype: Optional[str] = field(default=None, metadata={
         "help": "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere"})
+    weights: str = field(default="auto", metadata={
+        "help": "auto (keep the checkpoint's quantization), float, int8 or int4; generate must load the "
+                "model the same way to use the package"})
 
     def __post_init__(self) -> None:
         if not self.out:
@@ -57,7 +60,7 @@ def main(argv: list[str]) -> int:
     from .aot import export_package
     from .llm import load
 
-    llm = load(s.model, device=s.device, dtype=s.dtype)
+    llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights)
     print(f"exporting {llm.source} to {s.out} (a minute or more on a small CPU)", file=sys.stderr)
     t0 = time.perf_counter()
     export_package(llm.model, s.out)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import logging
 import os
 import time
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ from .model import Transformer, init_random_weights
 from .quant import KernelChoice, apply_kernels, build_model, check_weights, quantize_state_dict
 from .sampling import SamplingParams
 from .tokenizer import BYTE_CHAT_TEMPLATE, ByteTokenizer, Tokenizer
-
-log = logging.getLogger("fastdecode")
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_MAX_BATCH_SIZE = 8
@@ -108,7 +105,8 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     Hugging Face directory). None loads the default, SmolLM2-135M-Instruct.
 
     weights: "auto" keeps the checkpoint's quantized matrices in their packed
-    form and runs them on the quantized kernels (float checkpoints stay float);
+    form and runs them on the quantized CPU kernels (float checkpoints stay
+    float; on other devices it means "float");
     "float" dequantizes everything to `dtype`; "int8"/"int4" quantize a float
     checkpoint at load.
 
@@ -126,6 +124,8 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     if compiled is not None and cache != "static":
         raise FastDecodeError("a compiled package needs cache='static'")
     t0 = time.perf_counter()
+    if weights == "auto" and dev.type != "cpu":
+        weights = "float"  # the quantized kernels are CPU kernels; elsewhere the reference path would be slow
     loaded = _load_weights(model or DEFAULT_MODEL, dev, dt, weights)
     m = loaded.model.eval().requires_grad_(False)
     kernels = apply_kernels(m)
@@ -145,8 +145,6 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     llm.load_seconds = time.perf_counter() - t0
     llm.cache_path, llm.from_cache = loaded.cache_path, loaded.from_cache
     llm.weights, llm.weights_summary, llm.kernels = weights, loaded.weights_summary, kernels
-    if kernels.reason and kernels.quant == "reference":
-        log.warning("quantized weights run on the PyTorch reference path (slow): %s", kernels.reason)
     return llm
 
 

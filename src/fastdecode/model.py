@@ -25,8 +25,11 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
+        self.native = False  # the fused kernel (fp32 CPU); set at load by quant.transform.apply_kernels
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.native:
+            return torch.ops.fastdecode.rms_norm(x, self.weight, self.eps)
         # Normalize in fp32 as the reference implementations do; matters in bf16.
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)

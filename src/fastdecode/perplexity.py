@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -36,7 +35,7 @@ from .errors import FastDecodeError
 from .metrics import now
 
 DEFAULT_CTX = 512
-MIN_CTX = 4  # the smallest window that still scores a token after its first half
+MIN_CTX = 3  # the smallest window with a token after its first half to score
 _ROWS_PER_REDUCTION = 1024  # bounds the float64 copy of the logits (rows x vocab)
 
 Text = Union[str, Sequence[int]]
@@ -104,15 +103,20 @@ def check_ctx(ctx: Any, stride: Any, max_ctx: Optional[int]) -> int:
     return stride
 
 
+def check_max_windows(max_windows: Any) -> None:
+    """None (every window) or a positive count."""
+    if max_windows is not None and (isinstance(max_windows, bool) or not isinstance(max_windows, int)
+                                    or max_windows < 1):
+        raise FastDecodeError(f"max_windows={max_windows!r} is out of range; accepted: an integer >= 1 or none")
+
+
 def plan_windows(n_tokens: int, ctx: int, stride: int, max_windows: Optional[int] = None) -> list[Window]:
     """The windows of the method over `n_tokens` tokens (see the module docstring)."""
     if n_tokens < ctx:
         raise FastDecodeError(
             f"the text has {n_tokens} tokens, fewer than one window of ctx={ctx}; "
             f"use a longer text or a smaller ctx")
-    if max_windows is not None and (isinstance(max_windows, bool) or not isinstance(max_windows, int)
-                                    or max_windows < 1):
-        raise FastDecodeError(f"max_windows={max_windows!r} is out of range; accepted: an integer >= 1 or none")
+    check_max_windows(max_windows)
     count = (n_tokens - ctx) // stride + 1
     if max_windows is not None:
         count = min(count, max_windows)
@@ -143,17 +147,17 @@ def token_nlls(logits: torch.Tensor, ids: Sequence[int], score_from: int) -> tor
 
 
 def score_windows(ids: Sequence[int], windows: Sequence[Window], ctx: int, bos_id: Optional[int],
-                  logits_fn: LogitsFn, *, engine: str, stride: int, device: Optional[torch.device] = None,
+                  logits_fn: LogitsFn, *, engine: str, stride: int, device: torch.device = torch.device("cpu"),
                   on_window: Optional[Callable[[], None]] = None) -> PerplexityResult:
     """Evaluate every window with `logits_fn` and reduce the NLLs (shared by both engines)."""
-    t0 = now(device) if device is not None else time.perf_counter()
+    t0 = now(device)
     per_window = []
     for w in windows:
         wids = window_ids(ids, w, ctx, bos_id)
         per_window.append(token_nlls(logits_fn(wids), wids, w.score_from))
         if on_window is not None:
             on_window()
-    seconds = (now(device) if device is not None else time.perf_counter()) - t0
+    seconds = now(device) - t0
     return summarize(per_window, ctx=ctx, stride=stride, seconds=seconds, engine=engine)
 
 
@@ -184,6 +188,9 @@ def perplexity(llm: Any, text: Text, *, ctx: int = DEFAULT_CTX, stride: Optional
     on_window: called after each window (progress display)."""
     stride = check_ctx(ctx, stride, llm.max_seq_len)
     ids = encode_text(llm.tokenizer, text)
+    bad = next((t for t in ids if not 0 <= t < llm.args.vocab_size), None)
+    if bad is not None:
+        raise FastDecodeError(f"token id {bad} is outside the vocabulary [0, {llm.args.vocab_size})")
     windows = plan_windows(len(ids), ctx, stride, max_windows)
     bos = _window_bos(llm.tokenizer)
     device = llm.device
@@ -223,13 +230,15 @@ def llama_cpp_perplexity(model_path: str, tokenizer: Any, text: Text, *, ctx: in
     ids = encode_text(tokenizer, text)
     stride = check_ctx(ctx, stride, None)  # the caller knows the model's limit; llama.cpp has no cheaper check
     windows = plan_windows(len(ids), ctx, stride, max_windows)
+    # a window is one batch; n_threads (None: llama-cpp-python's defaults) covers batch evaluation too
     model = llama_cpp.Llama(model_path=str(model_path), n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True,
-                            n_threads=n_threads, verbose=False)
+                            n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
     try:
         n_vocab = model.n_vocab()
         bad = next((t for t in ids if not 0 <= t < n_vocab), None)
         if bad is not None:
-            raise FastDecodeError(f"token id {bad} is outside llama.cpp's vocabulary of {n_vocab} for {model_path}")
+            raise FastDecodeError(f"token id {bad} is outside llama.cpp's vocabulary ({n_vocab} ids) "
+                                  f"of {model_path}")
 
         def logits_fn(wids: list[int]) -> torch.Tensor:
             model.reset()  # n_tokens = 0: eval() drops the old KV entries and starts at position 0

@@ -13,12 +13,12 @@ from importlib import resources
 from typing import Optional
 
 from .errors import FastDecodeError
-from .perplexity import (DEFAULT_CTX, MIN_CTX, PerplexityResult, check_ctx, encode_text, llama_cpp_available,
-                         llama_cpp_perplexity, perplexity, plan_windows)
+from .perplexity import (DEFAULT_CTX, MIN_CTX, PerplexityResult, check_ctx, check_max_windows, encode_text,
+                         llama_cpp_available, llama_cpp_perplexity, perplexity, plan_windows)
 from .progress import progress
 from .settings import describe_settings, load_settings, parse_config_args, read_user_file
 
-DEFAULT_TEXT_NAME = "Alice's Adventures in Wonderland, chapters I-II (built in)"
+DEFAULT_TEXT_NAME = "Alice's Adventures in Wonderland, chapters I-II"
 
 USAGE = f"""usage: fastdecode perplexity [--config FILE] [--json] [key=value ...]
 
@@ -29,7 +29,7 @@ ctx/2 tokens of context. Lower is better; compare numbers only for the same
 text, ctx and tokenizer. With llama.cpp installed (llama-cpp-python) and a
 .gguf model, llama.cpp scores the same token ids in the same windows.
 
-The default text is {DEFAULT_TEXT_NAME}.
+The built-in text, used by default, is {DEFAULT_TEXT_NAME} (Lewis Carroll, 1865).
 
 keys (defaults shown):
 """
@@ -45,7 +45,7 @@ class PerplexitySettings:
     weights: str = field(default="auto", metadata={
         "help": "how the weights are held: auto, float, int8 or int4 (as load(weights=...))"})
     text: Optional[str] = field(default=None, metadata={
-        "help": f"UTF-8 text file to score; none is the built-in text ({DEFAULT_TEXT_NAME})"})
+        "help": f"UTF-8 text file to score; none is the built-in text, {DEFAULT_TEXT_NAME}"})
     ctx: int = field(default=DEFAULT_CTX, metadata={
         "help": f"window length in tokens ({MIN_CTX} up to the model's context length)"})
     stride: Optional[int] = field(default=None, metadata={
@@ -58,13 +58,9 @@ class PerplexitySettings:
     json: bool = field(default=False, metadata={"help": "print one JSON object instead of one line per engine"})
 
     def __post_init__(self) -> None:
-        # Checks that need no model; ctx's upper bound and the text length are checked after loading.
-        if self.ctx < MIN_CTX:
-            raise FastDecodeError(f"ctx={self.ctx} is out of range; accepted: an integer >= {MIN_CTX}")
-        if self.stride is not None and not 1 <= self.stride <= self.ctx:
-            raise FastDecodeError(f"stride={self.stride} is out of range; accepted: 1..ctx ({self.ctx}) or none")
-        if self.max_windows is not None and self.max_windows < 1:
-            raise FastDecodeError(f"max_windows={self.max_windows} is out of range; accepted: an integer >= 1 or none")
+        # what needs no model; ctx's upper bound and the text's length are checked once it is loaded
+        check_ctx(self.ctx, self.stride, None)
+        check_max_windows(self.max_windows)
 
 
 def read_text(path: Optional[str]) -> str:
@@ -76,7 +72,8 @@ def read_text(path: Optional[str]) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[:e.start].count(b"\n") + 1
-        raise FastDecodeError(f"text {path!r} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}") from None
+        raise FastDecodeError(
+            f"text {path!r} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}") from None
     text = text.removeprefix("\ufeff")  # a byte order mark is not part of the text
     if not text.strip():
         raise FastDecodeError(f"text {path!r} is empty")
@@ -86,7 +83,7 @@ def read_text(path: Optional[str]) -> str:
 def format_line(r: PerplexityResult, reference: Optional[PerplexityResult] = None) -> str:
     rate = r.tokens / r.seconds if r.seconds > 0 else float("inf")
     line = (f"{r.engine:<10}  ppl {r.ppl:.4f} +/- {r.ppl_stderr:.4f}  tokens scored {r.tokens} "
-            f"in {r.windows} windows  time {r.seconds:.1f} s ({rate:.0f} tokens/s)")
+            f"in {r.windows} windows  time {r.seconds:.2f} s ({rate:.0f} tokens/s)")
     if reference is not None:
         line += f"  ({(r.ppl / reference.ppl - 1) * 100:+.2f}% vs {reference.engine})"
     return line
@@ -121,13 +118,14 @@ def run(s: PerplexitySettings) -> int:
         with progress("llama.cpp: scoring windows", total=n_windows) as bar:
             results.append(llama_cpp_perplexity(llm.source, llm.tokenizer, ids, ctx=s.ctx, stride=s.stride,
                                                 max_windows=s.max_windows, on_window=bar.update))
+    weights = llm.weights_summary  # what load() made of the checkpoint's tensor types
     if s.json:
-        report = {"model": llm.source, "text": s.text or DEFAULT_TEXT_NAME, "text_tokens": len(ids),
-                  "results": [asdict(r) for r in results]}
+        report = {"model": llm.source, "weights": weights, "text": s.text,  # text null: the built-in one
+                  "text_tokens": len(ids), "results": [asdict(r) for r in results]}
         print(json.dumps(report))
     else:
-        print(f"model {llm.source}, text {s.text or DEFAULT_TEXT_NAME}: {len(ids)} tokens, ctx {s.ctx}",
-              file=sys.stderr)
+        print(f"model {llm.source} (weights: {weights}), text {s.text or DEFAULT_TEXT_NAME}: {len(ids)} tokens, "
+              f"ctx {s.ctx}", file=sys.stderr)
         for r in results:
             print(format_line(r, results[0] if r is not results[0] else None))
     return 0

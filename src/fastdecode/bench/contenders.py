@@ -86,8 +86,9 @@ class EngineContender(Contender):
         self.compiles = MODES[mode].get("compile", "none") != "none"
         before = compile_counters()
         t0 = time.perf_counter()
+        kwargs = {"weights": s.weights, **MODES[mode]}
         self.llm = fastdecode.load(s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size,
-                                   max_seq_len=s.max_seq_len, **MODES[mode])
+                                   max_seq_len=s.max_seq_len, **kwargs)
         if mode == "package":
             self.load_compile_s = self._use_package(s)
         self.load_s = time.perf_counter() - t0
@@ -98,6 +99,7 @@ class EngineContender(Contender):
         self.device = self.llm.device
         self.dtype = str(self.llm.dtype).removeprefix("torch.")
         self.source = self.llm.source
+        self.weights = f"{self.llm.weights_summary}; kernels: {self.llm.kernels.quant}, ops {self.llm.kernels.ops}"
 
     def _use_package(self, s: BenchSettings) -> Optional[float]:
         """Run the steps from s.package, or from a package exported now (returns its export time)."""

@@ -11,6 +11,7 @@ from ..errors import FastDecodeError
 MODES: dict[str, dict[str, str]] = {
     "dynamic": {"cache": "dynamic"},
     "static": {"cache": "static", "compile": "none"},
+    "static-float": {"cache": "static", "compile": "none", "weights": "float"},  # dequantized, for comparison
     "static+compile": {"cache": "static", "compile": "decode"},
     "compiled-generate": {"cache": "static", "compile": "generate"},
     "package": {"cache": "static"},  # + compiled=<a package from `fastdecode export`>; see EngineContender
@@ -25,6 +26,9 @@ class BenchSettings:
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:N or mps"})
     dtype: Optional[str] = field(default=None, metadata={
         "help": "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere"})
+    weights: str = field(default="auto", metadata={
+        "help": "load()'s weights= for every mode but static-float: auto (keep the file's quantization), "
+                "float, int8 or int4"})
     modes: list[str] = field(default_factory=lambda: list(MODES), metadata={
         "help": "fastdecode modes: " + ", ".join(MODES)})
     peers: list[str] = field(default_factory=lambda: list(PEERS), metadata={
@@ -63,6 +67,9 @@ class BenchSettings:
             raise FastDecodeError(f"probe_mib={self.probe_mib} is out of range; accepted: an integer >= 1")
         if self.threads is not None and self.threads < 1:
             raise FastDecodeError(f"threads={self.threads} is out of range; accepted: an integer >= 1 or none")
+        from ..quant import check_weights
+
+        check_weights(self.weights)
         if not self.modes and not self.peers:
             raise FastDecodeError("modes and peers are both empty; name at least one of: "
                                   + ", ".join(list(MODES) + list(PEERS)))

@@ -241,10 +241,11 @@ class GreedyBatchDecoder:
     def _params(self, threads: int):
         p = self.lib.llama_context_default_params()
         # Not unified: each sequence gets its own KV stream of n_ctx / n_seq_max cells
-        # (padded to 256), and attends over its own cells only.
+        # and attends over its own cells only. llama.cpp pads a stream to 256 cells;
+        # padding here keeps n_ctx divisible (no warning, same size).
         p.n_seq_max = self.n_seq
         p.kv_unified = False
-        p.n_ctx = self.n_seq * self.seq_len
+        p.n_ctx = self.n_seq * -(-self.seq_len // 256) * 256
         p.n_batch = self.n_batch
         p.n_ubatch = min(self.n_batch, 512)  # as `Llama` sets it
         p.n_threads = p.n_threads_batch = threads

@@ -172,7 +172,7 @@ def _stats(timed: list[Timing], b: int, p: int, weight_bytes: int) -> Row:
 def _base_row(c: Contender, b: int, n: int, p: int) -> Row:
     return {"engine": c.engine, "name": c.name, "batch_size": b, "new_tokens": n, "prompt_tokens": p,
             "status": "ok", "error": None, "dtype": getattr(c, "dtype", None),
-            "source": getattr(c, "source", None), "load_s": c.load_s,
+            "source": getattr(c, "source", None), "weights": getattr(c, "weights", None), "load_s": c.load_s,
             "load_compile_s": c.load_compile_s,
             "weight_bytes_per_token": c.weight_bytes_per_token}
 

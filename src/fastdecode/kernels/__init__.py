@@ -1,7 +1,7 @@
 """Native CPU kernels, built on first use with torch.utils.cpp_extension.
 
-One extension holds them all: the fp32 GEMV (`gemv.cpp`) and the matmuls on
-block-quantized weights (`quant.cpp`). Why on first use rather than at
+One extension holds them all: the fp32 GEMV (`gemv.cpp`), the matmuls on
+block-quantized weights (`quant.cpp`) and a fused RMSNorm (`norm.cpp`). Why on first use rather than at
 install: building against torch inside pip's isolated build environment makes
 pip resolve torch again (on most indexes a multi-GB CUDA wheel). The build is
 cached per torch version and source hash under the fastdecode cache directory,
@@ -27,7 +27,7 @@ import torch
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-_SOURCES = ("gemv.cpp", "quant.cpp")
+_SOURCES = ("gemv.cpp", "quant.cpp", "norm.cpp")
 _HEADERS = ("quant_kernel.h",)
 _NAME = "fastdecode_kernels"
 _loaded: Optional[bool] = None
@@ -67,6 +67,9 @@ def load_kernels() -> bool:
         return _unavailable("this CPU lacks AVX2/FMA")
     if shutil.which(os.environ.get("CXX", "c++")) is None:
         return _unavailable("no C++ compiler found; install one (e.g. `apt-get install g++`) for the fast kernels")
+    if _lib is not None:  # built and registered earlier in this process
+        _loaded = True
+        return True
     try:
         from torch.utils.cpp_extension import load
 
@@ -100,6 +103,10 @@ def _register_fakes() -> None:
     @torch.library.register_fake("fastdecode::q8_linear")
     def _(x, qweight, scales):
         return x.new_empty(x.shape[0], qweight.shape[0])
+
+    @torch.library.register_fake("fastdecode::rms_norm")
+    def _(x, weight, eps):
+        return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 def load_gemv() -> bool:

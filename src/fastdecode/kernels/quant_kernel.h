@@ -3,9 +3,10 @@
 //
 // y[m, n] = sum_b (wd[n, b] * xd[m, b]) * isum(n, m, b)  [+ sum_b wm[n, b] * xs[m, b] for Q4]
 // where isum is the exact int32 dot product of block b (32 values) of weight
-// row n and activation row m. Every (m, n) runs the same instruction sequence
-// whatever the tile shape, so a row's result does not depend on M, and the
-// AVX2 and VNNI paths give bit-identical results (the int32 sums are exact).
+// row n and activation row m, held as 8 lanes of 4 products. Every (m, n) runs
+// the same float operations in the same order whatever the tile shape, so a
+// row's result does not depend on M, and the AVX2 and VNNI paths and the
+// PyTorch twin in quant/reference.py give bit-identical results.
 
 static inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -64,7 +65,8 @@ static void tile(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t 
       const float dx = xd[c * nb + b];
       for (int r = 0; r < R; ++r) {
         const __m256i isum = Q4 ? dot_u8s8(wv[r], xv) : dot_s8s8(wv[r], xv);
-        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw[r] * dx), acc[r][c]);
+        // mul then add, not FMA: the PyTorch twin (quant/reference.py) repeats these exact roundings.
+        acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw[r] * dx)));
       }
     }
   }

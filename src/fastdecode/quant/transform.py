@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ..config import ModelArgs
 from ..errors import FastDecodeError
-from ..model import Embedding, Transformer
+from ..model import Embedding, RMSNorm, Transformer
 from .formats import SUFFIXES, BlockSizeError, dequantize, layout_of, quantize
 from .linear import QuantEmbedding, QuantLinear, _Packed
 
@@ -171,6 +171,8 @@ def native_ops(model: nn.Module) -> list[str]:
             ops.add("q4_linear" if m.mins is not None else "q8_linear")
         elif isinstance(m, (GemvLinear, GemvEmbedding)):
             ops.add("gemv")
+        elif isinstance(m, RMSNorm) and m.native:
+            ops.add("rms_norm")
     return sorted(ops)
 
 
@@ -189,12 +191,22 @@ def apply_kernels(model: Transformer, *, gemv: Optional[bool] = None) -> KernelC
         if not native and on_cpu:
             choice.reason = kernels.unavailable_reason
     if native and model.dtype == torch.float32:
+        for m in model.modules():
+            if isinstance(m, RMSNorm):
+                m.native = True
         use = gemv_is_faster() if gemv is None else gemv
         if use:
             _swap_float_modules(model)
     choice.ops = native_ops(model)
     choice.gemv = "gemv" in choice.ops
     return choice
+
+
+def set_native(model: nn.Module, on: bool) -> None:
+    """Run the packed matmuls on the native kernels (on=True) or the PyTorch reference."""
+    for m in model.modules():
+        if isinstance(m, _Packed):
+            m.native = on
 
 
 def set_gemv(model: Transformer, on: bool) -> None:

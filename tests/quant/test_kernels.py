@@ -1,0 +1,165 @@
+"""The quantized matmul kernels against references nobody here wrote.
+
+Weights are quantized by the `gguf` package's own quantizers (Q4_0, Q4_1, Q5_0,
+Q8_0) or, for Q4_K, which it cannot quantize, built as random blocks; the
+reference weights are `gguf.quants.dequantize` of the same bytes. Every
+instruction set this CPU has is checked, and the PyTorch reference path too.
+
+Tolerance: activations are quantized to int8 blocks of 32 (scale d = amax/127),
+so each activation is off by at most d/2 and a dot product by at most
+sum_blocks d_b/2 * sum_{i in b} |w_i|. That bound (plus float32 rounding) is
+what the kernels are held to against the float64 product. Against the PyTorch
+twin (quant/reference.py), which repeats their arithmetic, they agree bit for bit.
+"""
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+from gguf import quants as gq
+
+from fastdecode import kernels
+from fastdecode.quant import formats, reference
+from fastdecode.quant.linear import qlinear
+
+TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K]
+ISAS = kernels.available_isas()
+
+
+def gguf_weight(qtype: T, n: int, k: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
+    """(raw GGUF bytes [n, row bytes], their dequantization by the gguf package)."""
+    rng = np.random.default_rng(seed)
+    if qtype == T.Q4_K:
+        raw = rng.integers(0, 256, size=(n * k // 256, 144), dtype=np.uint8)
+        raw[:, 0:2] = np.frombuffer(np.float16(0.011).tobytes(), np.uint8)  # d
+        raw[:, 2:4] = np.frombuffer(np.float16(0.007).tobytes(), np.uint8)  # dmin
+        raw = raw.reshape(n, -1)
+    else:
+        raw = gq.quantize(rng.standard_normal((n, k), dtype=np.float32), qtype)
+    return raw, torch.from_numpy(gq.dequantize(raw, qtype).reshape(n, k).copy())
+
+
+def act_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """[M, N] bound on |y_kernel - x w^T| from int8 activation rounding."""
+    xb = x.double().reshape(x.shape[0], -1, 32)
+    half_step = xb.abs().amax(-1) / 127 / 2  # [M, nb]
+    wabs = w.double().abs().reshape(w.shape[0], -1, 32).sum(-1)  # [N, nb]
+    return half_step @ wabs.T
+
+
+@pytest.fixture(params=ISAS or [None], ids=lambda i: i or "no-native")
+def isa(request):
+    if request.param is None:
+        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    before = kernels.active_isa()
+    kernels.set_isa(request.param)
+    yield request.param
+    kernels.set_isa(before)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_repacking_is_exact(qtype):
+    n, k = 13, 512
+    raw, ref = gguf_weight(qtype, n, k, seed=1)
+    packed = formats.pack_gguf(raw, qtype, n, k)
+    assert torch.equal(formats.dequantize(packed), ref)
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [1, 7, 64, 301])  # odd row counts and tile remainders
+def test_kernel_matches_dequantized_matmul(isa, qtype, n):
+    k = 256 if qtype == T.Q4_K else 96
+    raw, w = gguf_weight(qtype, n, k, seed=n)
+    packed = formats.pack_gguf(raw, qtype, n, k)
+    g = torch.Generator().manual_seed(n)
+    for m in (1, 2, 3, 5, 8, 17, 64):
+        x = torch.randn(m, k, generator=g)
+        y = qlinear(x, packed["qweight"], packed["scales"], packed.get("mins"), native=True)
+        exact = x.double() @ w.double().T
+        bound = act_bound(x, w) * 1.001 + 1e-4 * (1 + exact.abs())
+        assert ((y.double() - exact).abs() <= bound).all(), (m, (y.double() - exact).abs().max())
+        ref = qlinear(x, packed["qweight"], packed["scales"], packed.get("mins"), native=False)
+        assert torch.equal(y, ref)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0, T.Q4_K], ids=lambda t: t.name)
+def test_row_result_does_not_depend_on_m(isa, qtype):
+    """A row's output is bit-identical whether it is computed alone or in a batch (M = 1..64)."""
+    n, k = 70, 512
+    raw, _ = gguf_weight(qtype, n, k, seed=3)
+    p = formats.pack_gguf(raw, qtype, n, k)
+    x = torch.randn(64, k, generator=torch.Generator().manual_seed(0))
+    full = qlinear(x, p["qweight"], p["scales"], p.get("mins"), native=True)
+    for m in (1, 2, 3, 5, 63):
+        part = qlinear(x[:m], p["qweight"], p["scales"], p.get("mins"), native=True)
+        assert torch.equal(part, full[:m])
+    alone = torch.cat([qlinear(x[i:i + 1], p["qweight"], p["scales"], p.get("mins"), native=True) for i in range(64)])
+    assert torch.equal(alone, full)
+
+
+def test_instruction_sets_agree_bitwise():
+    """AVX2 and VNNI sum the same int32 products in the same float order."""
+    if len(ISAS) < 2:
+        pytest.skip(f"this CPU runs only {ISAS}")
+    raw, _ = gguf_weight(T.Q4_1, 40, 256, seed=5)
+    p = formats.pack_gguf(raw, T.Q4_1, 40, 256)
+    x = torch.randn(9, 256)
+    outs = []
+    for name in ISAS:
+        kernels.set_isa(name)
+        outs.append(qlinear(x, p["qweight"], p["scales"], p["mins"], native=True))
+    kernels.set_isa(None)
+    assert all(torch.equal(o, outs[0]) for o in outs)
+
+
+def test_fused_rows_equal_separate_matmuls(isa):
+    """QKV and gate/up are one matrix: concatenated rows give the parts' outputs."""
+    parts = [formats.pack_gguf(*gguf_weight(T.Q4_1, n, 128, seed=n)[:1], T.Q4_1, n, 128) for n in (64, 16, 16)]
+    fused = {s: torch.cat([p[s] for p in parts]) for s in formats.SUFFIXES}
+    x = torch.randn(3, 128)
+    y = qlinear(x, fused["qweight"], fused["scales"], fused["mins"], native=True)
+    sep = torch.cat([qlinear(x, p["qweight"], p["scales"], p["mins"], native=True) for p in parts], dim=1)
+    assert torch.equal(y, sep)
+
+
+@pytest.mark.parametrize("layout", ["q4", "q8"])
+def test_quantize_float_weights(layout):
+    """weights=int4/int8: the packed form dequantizes to within half a step of the input."""
+    w = torch.randn(33, 64)
+    p = formats.quantize(w, layout)
+    deq = formats.dequantize(p)
+    step = p["scales"].float().repeat_interleave(32, dim=1)
+    assert ((deq - w).abs() <= step / 2 + 1e-3 * w.abs() + 1e-6).all()
+    with pytest.raises(formats.BlockSizeError):
+        formats.quantize(torch.randn(4, 48), layout)
+
+
+def test_reference_activation_quantization_matches_definition():
+    x = torch.randn(4, 64)
+    q, d = reference.quantize_activations(x)
+    xb = x.reshape(4, 2, 32)
+    assert torch.equal(d, xb.abs().amax(-1) / 127)
+    assert q.abs().max() <= 127 and torch.equal(q, torch.round(q))
+    assert ((q * d[..., None] - xb).abs() <= d[..., None] / 2 + 1e-7).all()
+
+
+def test_opcheck():
+    if not ISAS:
+        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    raw, _ = gguf_weight(T.Q4_1, 8, 64, seed=0)
+    p4 = formats.pack_gguf(raw, T.Q4_1, 8, 64)
+    raw8, _ = gguf_weight(T.Q8_0, 8, 64, seed=0)
+    p8 = formats.pack_gguf(raw8, T.Q8_0, 8, 64)
+    x = torch.randn(3, 64)
+    torch.library.opcheck(torch.ops.fastdecode.q4_linear, (x, p4["qweight"], p4["scales"], p4["mins"]))
+    torch.library.opcheck(torch.ops.fastdecode.q8_linear, (x, p8["qweight"], p8["scales"]))
+    torch.library.opcheck(torch.ops.fastdecode.gemv, (x, torch.randn(8, 64)))
+
+
+def test_bad_shapes_raise():
+    if not ISAS:
+        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    raw, _ = gguf_weight(T.Q4_1, 8, 64, seed=0)
+    p = formats.pack_gguf(raw, T.Q4_1, 8, 64)
+    with pytest.raises(RuntimeError, match="qweight has"):
+        torch.ops.fastdecode.q4_linear(torch.randn(2, 96), p["qweight"], p["scales"], p["mins"])

@@ -1,0 +1,138 @@
+"""weights= at load: packed GGUF types, quantizing float checkpoints, kernel fallbacks and bad input."""
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoints"))
+import fastdecode  # noqa: E402
+from fastdecode import kernels  # noqa: E402
+from fastdecode.checkpoints import cache  # noqa: E402
+from fastdecode.cli import main  # noqa: E402
+from fastdecode.quant.formats import dequantize  # noqa: E402
+from fastdecode.quant.linear import QuantEmbedding, QuantLinear  # noqa: E402
+from tiny_checkpoints import gguf_tensors, hf_model, private_cache, write_gguf, write_hf_dir  # noqa: E402,F401
+
+# Each matrix in a different packed type; the Q/K rows also go through llama.cpp's permutation.
+QUANT = {"token_embd.weight": T.Q8_0}
+for i in range(2):
+    QUANT.update({f"blk.{i}.attn_q.weight": T.Q4_1, f"blk.{i}.attn_k.weight": T.Q4_1,
+                  f"blk.{i}.attn_v.weight": T.Q4_1, f"blk.{i}.attn_output.weight": T.Q4_0,
+                  f"blk.{i}.ffn_gate.weight": T.Q5_0, f"blk.{i}.ffn_up.weight": T.Q5_0,
+                  f"blk.{i}.ffn_down.weight": T.Q8_0})
+
+
+@pytest.fixture
+def quant_gguf(tmp_path):
+    return write_gguf(tmp_path / "q.gguf", gguf_tensors(hf_model()), quant=QUANT)
+
+
+def logits(llm, ids=(1, 5, 9, 40, 7, 3)):
+    with torch.inference_mode():
+        return llm.model(torch.tensor([list(ids)]), None)[0]
+
+
+def test_gguf_types_stay_packed_and_dequantize_to_the_float_path(quant_gguf):
+    q = fastdecode.load(str(quant_gguf), weights="auto")
+    f = fastdecode.load(str(quant_gguf), weights="float")
+    assert isinstance(q.model.tok_embeddings, QuantEmbedding)
+    layer, ref = q.model.layers[0], f.model.layers[0]
+    assert isinstance(layer.attention.wqkv, QuantLinear) and layer.attention.wqkv.layout == "q4"
+    assert layer.feed_forward.w13.layout == "q8" and layer.feed_forward.w2.layout == "q8"
+    # Repacked, unpermuted and fused rows dequantize to exactly what the float path loaded.
+    for mod, fmod in ((layer.attention.wqkv, ref.attention.wqkv), (layer.attention.wo, ref.attention.wo),
+                      (layer.feed_forward.w13, ref.feed_forward.w13), (layer.feed_forward.w2, ref.feed_forward.w2)):
+        assert torch.equal(dequantize(mod.packed()), fmod.weight)
+    assert torch.equal(dequantize(q.model.tok_embeddings.packed()), f.model.tok_embeddings.weight)
+    ids = torch.tensor([[3, 17, 200]])
+    assert torch.equal(q.model.tok_embeddings(ids), f.model.tok_embeddings(ids))
+    a, b = logits(q), logits(f)
+    assert (a - b).abs().max() < 0.05 * b.abs().max()
+    assert "Q4_1->q4 x6" in q.weights_summary and "Q5_0->q8 x4" in q.weights_summary
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_float_checkpoint_quantized_at_load(tmp_path, weights):
+    d = write_hf_dir(tmp_path / "hf", hf_model(tie=False))
+    q = fastdecode.load(str(d), weights=weights)
+    f = fastdecode.load(str(d), weights="float")
+    assert isinstance(q.model.output, QuantLinear) and q.model.output.layout == "q8"
+    assert q.model.layers[0].feed_forward.w2.layout == ("q8" if weights == "int8" else "q4")
+    a, b = logits(q), logits(f)
+    assert (a - b).abs().max() < 0.1 * b.abs().max()
+    assert f"quantized to {weights}" in q.weights_summary
+    out = q.generate([1, 2, 3], max_new_tokens=4, temperature=0, ignore_eos=True)[0]
+    assert len(out.token_ids) == 4
+
+
+def test_int4_on_a_quantized_file_is_refused(quant_gguf):
+    with pytest.raises(fastdecode.FastDecodeError, match="quantizes float checkpoints"):
+        fastdecode.load(str(quant_gguf), weights="int4")
+
+
+def test_int4_needs_block_multiples(tmp_path):
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=266, hidden_size=64, intermediate_size=80, num_hidden_layers=1,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    d = write_hf_dir(tmp_path / "odd", transformers.LlamaForCausalLM(cfg).eval())
+    with pytest.raises(fastdecode.FastDecodeError, match="multiples of 32") as e:
+        fastdecode.load(str(d), weights="int4")
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_weights_value(capsys):
+    with pytest.raises(fastdecode.FastDecodeError, match="accepted: auto, float, int8, int4"):
+        fastdecode.load("tiny", weights="int3")
+    assert main(["generate", "model=tiny", "weights=int3", "hi"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "accepted: auto, float, int8, int4" in err[0]
+
+
+def test_cache_entry_of_another_layout_version_is_rebuilt(quant_gguf, caplog):
+    fastdecode.load(str(quant_gguf))
+    (entry,) = (cache.cache_root() / "converted").iterdir()
+    meta = json.loads((entry / "meta.json").read_text())
+    meta["layout_version"] = 0
+    (entry / "meta.json").write_text(json.dumps(meta))
+    with caplog.at_level(logging.WARNING, logger="fastdecode.checkpoints"):
+        llm = fastdecode.load(str(quant_gguf))
+    assert not llm.from_cache
+    assert any("layout version 0" in r.getMessage() for r in caplog.records)
+    assert json.loads((entry / "meta.json").read_text())["layout_version"] != 0
+    assert fastdecode.load(str(quant_gguf)).from_cache
+
+
+@pytest.fixture
+def kernels_unloaded(monkeypatch):
+    """Forget the loaded kernels for one test (the ops stay registered)."""
+    monkeypatch.setattr(kernels, "_loaded", None)
+    monkeypatch.setattr(kernels, "unavailable_reason", None)
+    yield
+    kernels._loaded = None
+
+
+@pytest.mark.parametrize("cause, patch, words", [
+    ("no AVX2", ("torch.backends.cpu.get_cpu_capability", lambda: "DEFAULT"), "lacks AVX2"),
+    ("no compiler", ("shutil.which", lambda name: None), "install one"),
+])
+def test_reference_path_when_kernels_unavailable(quant_gguf, kernels_unloaded, monkeypatch, caplog,
+                                                 cause, patch, words):
+    monkeypatch.setattr(*patch)
+    with caplog.at_level(logging.WARNING):
+        llm = fastdecode.load(str(quant_gguf))
+    assert llm.kernels.quant == "reference" and llm.kernels.ops == []
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len([w for w in warnings if words in w]) == 1, warnings
+    monkeypatch.undo()
+    kernels._loaded = None
+    native = fastdecode.load(str(quant_gguf))
+    if native.kernels.quant == "reference":
+        pytest.skip("native kernels unavailable here")
+    # The reference path is the kernels' bit-exact twin.
+    assert torch.equal(logits(llm), logits(native))
