@@ -53,6 +53,7 @@ _SHIMS = {
     "q4_linear": f"AOTITorchError aoti_torch_cpu_q4_linear({_H} x, {_H} w, {_H} s, {_H} m, {_H}* ret0)",
     "q8_linear": f"AOTITorchError aoti_torch_cpu_q8_linear({_H} x, {_H} w, {_H} s, {_H}* ret0)",
     "rms_norm": f"AOTITorchError aoti_torch_cpu_rms_norm({_H} x, {_H} w, double eps, {_H}* ret0)",
+    "attention": f"AOTITorchError aoti_torch_cpu_attention({_H} q, {_H} k, {_H} v, {_H} mask, {_H} pos, {_H}* ret0)",
 }
 
 

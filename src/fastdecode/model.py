@@ -75,6 +75,7 @@ class Attention(nn.Module):
         self.wqkv = nn.Linear(args.dim, qkv_out, bias=args.qkv_bias)
         self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
         self.kv_cache: Optional[KVCache | DynamicKVCache] = None
+        self.native = False  # the cache attention kernel (fp32 CPU); set at load by quant.transform.apply_kernels
         self.register_load_state_dict_pre_hook(_fuse_qkv)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor],
@@ -85,10 +86,17 @@ class Attention(nn.Module):
         # stride reasoning, so compiled graphs do not specialize on B or T == 1.
         qkv = self.wqkv(x).view(B, T, H + 2 * Hkv, D)
         q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
-        q = apply_rope(q, cos, sin).transpose(1, 2)  # [B, H, T, D]
+        q = apply_rope(q, cos, sin)  # [B, T, H, D]
         k = apply_rope(k, cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
         v = v.transpose(1, 2)  # [B, Hkv, T, D]
 
+        if input_pos is not None and self.native:
+            # Reads only the slots in use, groups heads itself, takes q and
+            # returns y in [B, T, H, D]: no folding, transposes or mask repeats.
+            k, v = self.kv_cache.update(input_pos, k, v)
+            y = torch.ops.fastdecode.attention(q, k, v, mask, input_pos)
+            return self.wo(y.view(B, T, H * D))
+        q = q.transpose(1, 2)  # [B, H, T, D]
         if input_pos is None:
             # Reference path: plain expanded GQA over the current tokens only.
             k = k.repeat_interleave(H // Hkv, dim=1)

@@ -16,6 +16,7 @@ from fastdecode.checkpoints import cache  # noqa: E402
 from fastdecode.cli import main  # noqa: E402
 from fastdecode.quant.formats import dequantize  # noqa: E402
 from fastdecode.quant.linear import QuantEmbedding, QuantLinear  # noqa: E402
+from fastdecode.quant.transform import set_native  # noqa: E402
 from tiny_checkpoints import gguf_tensors, hf_model, private_cache, write_gguf, write_hf_dir  # noqa: E402,F401
 
 # Each matrix in a different packed type; the Q/K rows also go through llama.cpp's permutation.
@@ -129,10 +130,13 @@ def test_reference_path_when_kernels_unavailable(quant_gguf, kernels_unloaded, m
     assert llm.kernels.quant == "reference" and llm.kernels.ops == []
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len([w for w in warnings if words in w]) == 1, warnings
+    assert len(llm.generate([1, 2, 3], max_new_tokens=4, temperature=0, ignore_eos=True)[0].token_ids) == 4
     monkeypatch.undo()
     kernels._loaded = None
     native = fastdecode.load(str(quant_gguf))
     if native.kernels.quant == "reference":
         pytest.skip("native kernels unavailable here")
-    # The reference path is the kernels' bit-exact twin.
-    assert torch.equal(logits(llm), logits(native))
+    # The quantized matmuls' reference path is the kernels' bit-exact twin.
+    expected = logits(native)
+    set_native(native.model, False)
+    assert torch.equal(logits(native), expected)

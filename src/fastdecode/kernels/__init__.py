@@ -1,7 +1,8 @@
 """Native CPU kernels, built on first use with torch.utils.cpp_extension.
 
 One extension holds them all: the fp32 GEMV (`gemv.cpp`), the matmuls on
-block-quantized weights (`quant.cpp`) and a fused RMSNorm (`norm.cpp`). Why on first use rather than at
+block-quantized weights (`quant.cpp`), a fused RMSNorm (`norm.cpp`) and
+attention over the KV cache (`attention.cpp`). Why on first use rather than at
 install: building against torch inside pip's isolated build environment makes
 pip resolve torch again (on most indexes a multi-GB CUDA wheel). The build is
 cached per torch version and source hash under the fastdecode cache directory,
@@ -27,7 +28,7 @@ import torch
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-_SOURCES = ("gemv.cpp", "quant.cpp", "norm.cpp")
+_SOURCES = ("gemv.cpp", "quant.cpp", "norm.cpp", "attention.cpp")
 _HEADERS = ("quant_kernel.h",)
 _NAME = "fastdecode_kernels"
 _loaded: Optional[bool] = None
@@ -103,6 +104,10 @@ def _register_fakes() -> None:
     @torch.library.register_fake("fastdecode::q8_linear")
     def _(x, qweight, scales):
         return x.new_empty(x.shape[0], qweight.shape[0])
+
+    @torch.library.register_fake("fastdecode::attention")
+    def _(q, k, v, mask, input_pos):
+        return q.new_empty(q.shape)
 
     @torch.library.register_fake("fastdecode::rms_norm")
     def _(x, weight, eps):

@@ -3,8 +3,10 @@
 Two layouts, both in blocks of 32 values along K (the input dimension), one
 row per output feature, which is what the kernels in `kernels/quant.cpp` read:
 
-    q4: qweight uint8 [N, K/2]   16 bytes per block: byte j holds value j in its
-                                 low nibble and value j+16 in its high nibble
+    q4: qweight uint8 [N, K/2]   blocks in pairs: 32 bytes hold block 2p's values
+                                 in their low nibbles and block 2p+1's in their high
+                                 ones (one load, two masks, two blocks); an odd last
+                                 block has 16 bytes, values j and j+16 in byte j
         scales, mins [N, K/32]   float16 or float32;  w = scale * q + min, q in 0..15
     q8: qweight int8 [N, K]
         scales [N, K/32]         float16 or float32;  w = scale * q
@@ -13,7 +15,7 @@ GGUF types and what they become (`GGUF_LAYOUTS`); "exact" means dequantizing
 the packed form gives bit-identical float32 values to dequantizing the file:
 
     Q4_0  -> q4, float16 scales, min = -8 * scale      exact
-    Q4_1  -> q4, float16 scales and mins               exact (the same bytes)
+    Q4_1  -> q4, float16 scales and mins               exact (the same nibbles, re-paired)
     Q4_K  -> q4, float32 scale d*sc and min -dmin*m    exact (products of fp16 and
              per 32-value sub-block                    6-bit ints fit float32)
     Q8_0  -> q8, float16 scales                        exact (the same bytes)
@@ -36,7 +38,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
-LAYOUT_VERSION = 1  # bump when a layout changes; cached conversions are rebuilt
+LAYOUT_VERSION = 2  # bump when a layout changes; cached conversions are rebuilt
 BLOCK = 32
 SUFFIXES = ("qweight", "scales", "mins")
 
@@ -87,12 +89,13 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, T
         return None
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
     b = raw.reshape(-1, block_bytes)
+    nb = k // BLOCK
     if qtype == T.Q4_1:
-        out = {"qweight": b[:, 4:20], "scales": _f16(b, 0), "mins": _f16(b, 2)}
+        out = {"qweight": _gguf_nibbles(b[:, 4:20], n, nb), "scales": _f16(b, 0), "mins": _f16(b, 2)}
     elif qtype == T.Q4_0:
         d = _f16(b, 0).astype(np.float32)
         s, m = _fp16_or_fp32(d, -8 * d)
-        out = {"qweight": b[:, 2:18], "scales": s, "mins": m}
+        out = {"qweight": _gguf_nibbles(b[:, 2:18], n, nb), "scales": s, "mins": m}
     elif qtype == T.Q4_K:
         out = _q4_k(b)
     elif qtype == T.Q8_0:
@@ -104,7 +107,6 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, T
         out = {"qweight": q.astype(np.int8), "scales": _f16(b, 0)}
     else:  # pragma: no cover - GGUF_LAYOUTS and this function list the same types
         return None
-    nb = k // BLOCK
     shapes = packed_shapes(mapping.layout, n, k)
     return {name: torch.from_numpy(np.ascontiguousarray(a).reshape(shapes[name]).copy())
             for name, a in out.items()}
@@ -122,9 +124,27 @@ def _q4_k(b: np.ndarray) -> dict[str, np.ndarray]:
     # 32-byte chunk c holds sub-block 2c in its low nibbles and 2c+1 in its high ones.
     qs = b[:, 16:144].reshape(n, 4, 1, 32)
     values = np.concatenate([qs & 0x0F, qs >> 4], axis=2).reshape(n, 8, 32)
-    packed = values[..., :16] | (values[..., 16:] << 4)  # our nibble order
-    return {"qweight": packed.reshape(n, 128), "scales": (d * sc).reshape(n, 8),
+    return {"qweight": pack_nibbles(values), "scales": (d * sc).reshape(n, 8),
             "mins": (-(dmin * mn)).reshape(n, 8)}
+
+
+def _gguf_nibbles(qs: np.ndarray, n: int, nb: int) -> np.ndarray:
+    """GGUF's 16 bytes per block (low nibbles: values 0..15, high: 16..31) -> our pairs."""
+    values = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(n, nb, BLOCK)
+    return pack_nibbles(values)
+
+
+def pack_nibbles(values: np.ndarray) -> np.ndarray:
+    """Values 0..15 [n, nb, 32] -> q4 bytes [n, nb * 16] (see the module docstring)."""
+    n, nb, _ = values.shape
+    values = values.astype(np.uint8)
+    pairs = nb // 2 * 2
+    paired = values[:, 0:pairs:2] | (values[:, 1:pairs:2] << 4)  # [n, nb/2, 32]
+    parts = [paired.reshape(n, -1)]
+    if nb % 2:
+        last = values[:, -1]
+        parts.append(last[:, :16] | (last[:, 16:] << 4))
+    return np.concatenate(parts, axis=1)
 
 
 # -- float -> layouts ------------------------------------------------------------------------
@@ -149,16 +169,25 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
     d = ((hi - m.float()) / 15).to(torch.float16)
     inv = torch.where(d > 0, 1 / d.float(), torch.zeros_like(d, dtype=torch.float32))
     q = torch.round((wb - m.float()[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
-    packed = q[..., :16] | (q[..., 16:] << 4)
-    return {"qweight": packed.reshape(n, k // 2), "scales": d, "mins": m}
+    packed = torch.from_numpy(pack_nibbles(q.numpy()))
+    return {"qweight": packed, "scales": d, "mins": m}
 
 
 # -- layouts -> float (the reference) --------------------------------------------------------
 
 def unpack_q4(qweight: Tensor) -> Tensor:
-    """[..., K/2] nibbles -> [..., K] values 0..15 (uint8)."""
-    b = qweight.reshape(*qweight.shape[:-1], -1, 16)
-    return torch.cat([b & 0x0F, b >> 4], dim=-1).reshape(*qweight.shape[:-1], -1)
+    """q4 bytes [..., K/2] -> values 0..15 [..., K] (uint8)."""
+    lead, nbytes = qweight.shape[:-1], qweight.shape[-1]
+    nb = nbytes // 16
+    pairs = nb // 2 * 2
+    parts = []
+    if pairs:
+        p = qweight[..., :pairs * 16].reshape(*lead, pairs // 2, 1, BLOCK)
+        parts.append(torch.cat([p & 0x0F, p >> 4], dim=-2).reshape(*lead, pairs * BLOCK))
+    if nb % 2:
+        last = qweight[..., pairs * 16:]
+        parts.append(torch.cat([last & 0x0F, last >> 4], dim=-1))
+    return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
 
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:

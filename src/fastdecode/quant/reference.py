@@ -2,13 +2,14 @@
 
 It repeats `kernels/quant_kernel.h` operation by operation: activations are
 quantized per row to int8 blocks of 32 (scale amax/127, round half to even);
-each block's integer dot product is kept as 8 lanes of 4 products (exact in
-float32); lanes accumulate block by block as acc + isum * (w_scale * x_scale),
-are summed in the kernel's tree order, and the q4 minimum term is added last.
+each block's integer dot product is exact (in float32 too); blocks go in groups
+of 8, block i of a group scaled by (w_scale * x_scale) and added to lane i of a
+float accumulator; the lanes are summed in the kernel's tree order, then the
+leftover blocks one by one, then the q4 minimum term (summed the kernel's way).
 So native and reference give identical outputs, hence identical tokens.
 
 Used on CPUs without AVX2, without a compiler, and in tests. It is slow: one
-pair of tensor ops per block of K.
+pair of tensor ops per group of 8 blocks.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from torch import Tensor
 
 from .formats import BLOCK, unpack_q4
 
-_MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32, 8] lane sums per chunk of rows
+_MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] block sums per chunk of rows
 
 
 def quantize_activations(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -37,29 +38,42 @@ def _hsum8(acc: Tensor) -> Tensor:
     return (a[..., 0] + a[..., 2]) + (a[..., 1] + a[..., 3])
 
 
+def _min_term(mn: Tensor, xs: Tensor) -> Tensor:
+    """sum_b mn[n, b] * xs[m, b] -> [M, N], as the kernel orders it: 8 blocks per step
+    in lanes, the lanes' tree sum, then the remaining blocks one by one."""
+    nb = mn.shape[1]
+    full = nb // 8 * 8
+    lanes = torch.zeros(xs.shape[0], mn.shape[0], 8, device=xs.device)
+    for j in range(0, full, 8):
+        lanes = lanes + mn[None, :, j:j + 8] * xs[:, None, j:j + 8]
+    t = _hsum8(lanes)
+    for b in range(full, nb):
+        t = t + mn[None, :, b] * xs[:, None, b]
+    return t
+
+
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] = None) -> Tensor:
     """x [M, K] float -> [M, N] float32, for a q4 (mins given) or q8 weight."""
     M, K = x.shape
     N, nb = qweight.shape[0], K // BLOCK
     q, d = quantize_activations(x)
-    w = (unpack_q4(qweight) if mins is not None else qweight).float().reshape(N, nb, 8, 4)
+    w = (unpack_q4(qweight) if mins is not None else qweight).float().reshape(N, nb, BLOCK)
     ws = scales.float()
     xs = d * q.sum(-1)  # [M, nb]: the activation block's scale times its integer sum
-    rows = max(1, _MAX_ELEMENTS // (N * nb * 8))
+    full = nb // 8 * 8
+    rows = max(1, _MAX_ELEMENTS // (N * nb))
     out = []
     for m0 in range(0, M, rows):
-        qm = q[m0:m0 + rows].reshape(-1, nb, 8, 4)
-        isum = torch.einsum("cbli,nbli->cnbl", qm, w)  # [c, N, nb, 8], exact integers
-        scale = ws[None] * d[m0:m0 + rows, None, :]  # [c, N, nb]
-        acc = torch.zeros(qm.shape[0], N, 8, device=x.device)
-        for b in range(nb):
-            acc = acc + isum[:, :, b] * scale[:, :, b, None]
-        y = _hsum8(acc)
+        qm = q[m0:m0 + rows]
+        isum = torch.einsum("cbi,nbi->cnb", qm, w)  # [c, N, nb], exact integers
+        prod = isum * (ws[None] * d[m0:m0 + rows, None, :])
+        lanes = torch.zeros(qm.shape[0], N, 8, device=x.device)
+        for b0 in range(0, full, 8):
+            lanes = lanes + prod[:, :, b0:b0 + 8]
+        y = _hsum8(lanes)
+        for b in range(full, nb):
+            y = y + prod[:, :, b]
         if mins is not None:
-            t = torch.zeros_like(y)
-            mn = mins.float()
-            for b in range(nb):
-                t = t + mn[None, :, b] * xs[m0:m0 + rows, None, b]
-            y = y + t
+            y = y + _min_term(mins.float(), xs[m0:m0 + rows])
         out.append(y)
     return torch.cat(out)

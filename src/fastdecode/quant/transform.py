@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from ..config import ModelArgs
 from ..errors import FastDecodeError
-from ..model import Embedding, RMSNorm, Transformer
+from ..model import Attention, Embedding, RMSNorm, Transformer
 from .formats import SUFFIXES, BlockSizeError, dequantize, layout_of, quantize
 from .linear import QuantEmbedding, QuantLinear, _Packed
 
@@ -173,6 +173,8 @@ def native_ops(model: nn.Module) -> list[str]:
             ops.add("gemv")
         elif isinstance(m, RMSNorm) and m.native:
             ops.add("rms_norm")
+        elif isinstance(m, Attention) and m.native:
+            ops.add("attention")
     return sorted(ops)
 
 
@@ -194,6 +196,8 @@ def apply_kernels(model: Transformer, *, gemv: Optional[bool] = None) -> KernelC
         for m in model.modules():
             if isinstance(m, RMSNorm):
                 m.native = True
+            elif isinstance(m, Attention):
+                m.native = m.head_dim % 8 == 0 and m.head_dim <= 256
         use = gemv_is_faster() if gemv is None else gemv
         if use:
             _swap_float_modules(model)

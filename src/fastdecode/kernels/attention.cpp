@@ -1,0 +1,160 @@
+// Attention over a KV cache for float32 CPU models, grouped-query aware.
+//
+// y[b, t, h] = softmax_j(q[b, t, h] . k[b, h / n_rep, j] / sqrt(D)) v[b, h / n_rep, j]
+// over the keys j < max(input_pos) + 1 that mask[b, 0, t, j] allows.
+//
+// Why not scaled_dot_product_attention: it spans the whole cache buffer, not
+// the slots in use; it needs the query heads folded and the mask repeated per
+// group; and at decode its CPU kernel splits a batch-1 step's keys across
+// threads, so a row sums in a different order alone than in a batch. Here each
+// query row is one task that visits its allowed keys in slot order, so its
+// result is the same at any batch size, padding or thread count, in eager and
+// compiled code alike.
+#include <torch/library.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace {
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// e^x for x <= 0 (scores minus their maximum): 2^n * p(r), x = n ln2 + r, |r| <= ln2 / 2,
+// a degree-6 polynomial (relative error ~2e-7); underflows to 0 below -87.
+inline __m256 exp_neg(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+struct Args {
+  const float *q, *k, *v;
+  const bool* mask;
+  float* y;
+  int64_t T, H, Hkv, D, L;
+  int64_t qs[4], ks[3], ms[3];  // strides: q [B, T, H, D] (elements), k/v [B, Hkv, S] (D contiguous), mask [B, T, S]
+  float scale;
+};
+
+// One query row (b, t, h): scores into s[L], softmax, weighted sum of values into y.
+void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s, std::vector<int32_t>& keep) {
+  const int64_t D = a.D, kvh = h / (a.H / a.Hkv);
+  const float* q = a.q + b * a.qs[0] + t * a.qs[1] + h * a.qs[2];
+  const float* kb = a.k + b * a.ks[0] + kvh * a.ks[1];
+  const float* vb = a.v + b * a.ks[0] + kvh * a.ks[1];
+  const bool* m = a.mask + b * a.ms[0] + t * a.ms[1];
+  int64_t n = 0;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < a.L; ++j) {
+    if (!m[j * a.ms[2]]) continue;
+    const float* kj = kb + j * a.ks[2];
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kj + d), acc);
+    const float sc = hsum(acc) * a.scale;
+    s[n] = sc;
+    keep[n++] = static_cast<int32_t>(j);
+    mx = std::max(mx, sc);
+  }
+  float* y = a.y + ((b * a.T + t) * a.H + h) * D;
+  if (n == 0) {
+    for (int64_t d = 0; d < D; ++d) y[d] = 0.f;
+    return;
+  }
+  // Probabilities, 8 at a time, then the tail padded with -inf (exp -> 0).
+  const __m256 mv = _mm256_set1_ps(mx);
+  __m256 sumv = _mm256_setzero_ps();
+  const int64_t n8 = (n + 7) / 8 * 8;
+  for (int64_t i = n; i < n8; ++i) s[i] = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n8; i += 8) {
+    const __m256 p = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(&s[i]), mv));
+    _mm256_storeu_ps(&s[i], p);
+    sumv = _mm256_add_ps(sumv, p);
+  }
+  const float inv = 1.f / hsum(sumv);
+  // y = sum_j p_j v_j, 8 dims per register; D <= 256 keeps 32 accumulators at most.
+  for (int64_t d0 = 0; d0 < D; d0 += 64) {
+    const int64_t w = std::min<int64_t>(64, D - d0) / 8;
+    __m256 acc[8];
+    for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; ++i) {
+      const __m256 p = _mm256_set1_ps(s[i]);
+      const float* vj = vb + keep[i] * a.ks[2] + d0;
+      for (int64_t c = 0; c < w; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * c), acc[c]);
+    }
+    const __m256 iv = _mm256_set1_ps(inv);
+    for (int64_t c = 0; c < w; ++c) _mm256_storeu_ps(y + d0 + 8 * c, _mm256_mul_ps(acc[c], iv));
+  }
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
+                     const at::Tensor& input_pos) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && mask.dim() == 4, "attention: 4-d q, k, v, mask");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
+              "attention: float32 q, k, v");
+  TORCH_CHECK(mask.scalar_type() == at::kBool, "attention: bool mask");
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), S = k.size(2);
+  TORCH_CHECK(D % 8 == 0 && D <= 256 && H % Hkv == 0, "attention: head_dim a multiple of 8 up to 256");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1 && k.strides() == v.strides(),
+              "attention: head_dim must be contiguous, k and v alike");
+  TORCH_CHECK(k.size(0) >= B && v.sizes() == k.sizes() && mask.size(0) == B && mask.size(2) == T &&
+              mask.size(3) == S, "attention: shapes q [B, T, H, D], k/v [B, Hkv, S, D], mask [B, 1, T, S]");
+  const at::Tensor pos = input_pos.to(at::kLong).contiguous();
+  const int64_t* pp = pos.data_ptr<int64_t>();
+  int64_t L = 0;
+  for (int64_t i = 0; i < pos.numel(); ++i) L = std::max(L, pp[i] + 1);
+  L = std::min(L, S);
+  at::Tensor y = at::empty({B, T, H, D}, q.options());
+  Args a{q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), mask.data_ptr<bool>(), y.data_ptr<float>(),
+         T, H, Hkv, D, L,
+         {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
+         {mask.stride(0), mask.stride(2), mask.stride(3)}, 1.f / std::sqrt(static_cast<float>(D))};
+  at::parallel_for(0, B * T * H, 1, [&](int64_t r0, int64_t r1) {
+    std::vector<float> s(L + 8);
+    std::vector<int32_t> keep(L);
+    for (int64_t r = r0; r < r1; ++r) row(a, r / (T * H), (r / H) % T, r % H, s, keep);
+  });
+  return y;
+}
+
+}  // namespace
+
+extern "C" AOTITorchError aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v,
+                                                   AtenTensorHandle mask, AtenTensorHandle pos,
+                                                   AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    using torch::aot_inductor::tensor_handle_to_tensor_pointer;
+    *ret0 = torch::aot_inductor::new_tensor_handle(
+        attention(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(k),
+                  *tensor_handle_to_tensor_pointer(v), *tensor_handle_to_tensor_pointer(mask),
+                  *tensor_handle_to_tensor_pointer(pos)));
+  });
+}
+
+TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, Tensor input_pos) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
+  m.impl("attention", &attention);
+}
