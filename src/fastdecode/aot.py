@@ -22,7 +22,9 @@ loading it for anything else fails with a message that names the difference.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import logging
 import os
 import tempfile
 import warnings
@@ -42,6 +44,8 @@ from .model import Transformer
 from .quant.linear import _Packed
 from .kernels import load_kernels
 from .quant.transform import native_ops, set_gemv
+
+log = logging.getLogger("fastdecode")
 
 FORMAT = "2"
 _ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
@@ -145,6 +149,34 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
         if os.path.exists(tmp):
             os.unlink(tmp)
     return meta
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
+def cached_package(model: Transformer) -> str:
+    """This machine's package for `model`, exported on first use.
+
+    Kept under the fastdecode cache directory, keyed by what the package is
+    compiled for (architecture, dtype, weight layouts, kernels, torch and
+    fastdecode versions, CPU instruction set and model), so only the first
+    process on a machine pays for the export.
+    """
+    from .checkpoints.cache import cache_root
+
+    ident = json.dumps({**_metadata(model), "cpu_model": _cpu_model()}, sort_keys=True)
+    key = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:16]
+    path = cache_root() / "packages" / f"step-{key}.pt2"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        log.warning("compiling the model step for this machine, once (a minute or two); later runs load %s", path)
+        export_package(model, path)
+    return str(path)
 
 
 def read_metadata(path: str | os.PathLike) -> tuple[object, dict[str, str]]:

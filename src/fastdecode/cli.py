@@ -50,7 +50,8 @@ class _RunKeys:
         f"compile strategy for the model steps: {', '.join(STRATEGIES)} (none runs eagerly)."))
     compiled: Optional[str] = field(default=_LOAD_DEFAULTS["compiled"], metadata=_help(
         "a .pt2 package from `fastdecode export` for this model's architecture: runs the steps "
-        "without tracing or compiling (compile must stay none or decode)."))
+        "without tracing or compiling (compile must stay none or decode); auto uses this machine's "
+        "cached package for the model, exporting it once on first use."))
     max_seq_len: Optional[int] = field(default=_LOAD_DEFAULTS["max_seq_len"], metadata=_help(
         "longest prompt + completion (the KV cache limit); none takes the model's limit."))
     max_batch_size: Optional[int] = field(default=_LOAD_DEFAULTS["max_batch_size"], metadata=_help(

@@ -19,6 +19,8 @@ Shapes, and why the `decode` strategy is a single graph per model:
 from __future__ import annotations
 
 import contextlib
+import itertools
+import types
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -103,6 +105,22 @@ def fit_cache(model: torch.nn.Module, batch_size: int, seq_len: int) -> None:
             model.setup_caches(batch_size, seq_len)
 
 
+_code_ids = itertools.count()
+
+
+def own_code(fn: Callable) -> Callable:
+    """`fn` with a code object of its own.
+
+    Dynamo keeps its shape decisions (which sizes are dynamic, what was
+    specialized) per code object, so a second model compiled through the same
+    closure code inherits the first one's, which can break its trace (seen as
+    an internal KeyError when a quantized and a float model were compiled in
+    one process). A fresh code object per compiled step keeps models apart.
+    """
+    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{next(_code_ids)}")
+    return types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+
+
 class CompiledSteps:
     """The `decode` strategy: one fullgraph-compiled model step, for prefill and decode."""
 
@@ -121,7 +139,7 @@ class CompiledSteps:
         def step_fn(tokens, input_pos, left_pad):
             return model(tokens, input_pos, left_pad=left_pad, last_only=True)
 
-        self._step = torch.compile(step_fn, **kwargs)
+        self._step = torch.compile(own_code(step_fn), **kwargs)
         self._marked: Optional[Tensor] = None
         self.warmed_up = False
         self.extra_warmups: list[Callable[[], None]] = []  # e.g. the chunk graphs

@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 import torch
 from torch import Tensor
 
-from .compile import CompiledSteps, Steps, fit_cache
+from .compile import CompiledSteps, Steps, fit_cache, own_code
 from .sampling import PenaltyState, SamplingParams, draw_noise, sample
 
 DEFAULT_CHUNK = 8
@@ -66,7 +66,7 @@ class ChunkDecoder:
                 token = nxt
             return torch.stack(out), done, n_gen  # [K, B], [B], [B]
 
-        self._chunk = torch.compile(chunk_fn, **steps.compile_kwargs)
+        self._chunk = torch.compile(own_code(chunk_fn), **steps.compile_kwargs)
 
     def __call__(self, token: Tensor, start: int, n: int, left_pad: Optional[Tensor], pick) -> Iterator[Tensor]:
         B, dev = token.shape[0], token.device

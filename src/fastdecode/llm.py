@@ -112,7 +112,8 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
 
     compiled: a package from `fastdecode export` (or `aot.export_package`) for
     this model's architecture; its steps replace the `compile` strategy's,
-    with no tracing or compiling in this process."""
+    with no tracing or compiling in this process. "auto" uses this machine's
+    cached package for the model, exporting it on first use (`aot.cached_package`)."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     check_weights(weights)
@@ -140,6 +141,10 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
         raise FastDecodeError(f"max_batch_size={max_batch_size!r} is out of range; accepted: an integer >= 1")
     llm = LLM(m, loaded.tokenizer, compile="none" if compiled else compile, max_seq_len=max_seq_len,
               max_batch_size=max_batch_size, cache=cache, source=loaded.source)
+    if compiled == "auto":
+        from .aot import cached_package
+
+        compiled = cached_package(m)
     if compiled is not None:
         llm.use_package(compiled)
     llm.load_seconds = time.perf_counter() - t0

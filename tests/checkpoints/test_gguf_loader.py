@@ -253,4 +253,4 @@ def test_progress_is_reported_per_tensor(good_gguf):
     load_checkpoint(good_gguf, dtype=torch.float32, device="cpu", use_cache=False,
                     progress=lambda what, done, total: calls.append((what, done, total)))
     total = calls[-1][2]
-    assert calls[-1] == ("dequantizing", total, total) and len(calls) == total
+    assert calls[-1] == ("converting", total, total) and len(calls) == total

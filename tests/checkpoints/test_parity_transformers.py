@@ -50,7 +50,10 @@ def ours(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("FASTDECODE_CACHE", str(tmp_path_factory.mktemp("fd-cache")))
         # A short cache: the tests never need the 8192-token default, and allocating it is slow.
-        return fastdecode.load(None, device="cpu", dtype="float32", max_seq_len=512, max_batch_size=1)
+        # The float path: transformers dequantizes the GGUF too (the quantized path is
+        # checked against it in tests/quant).
+        return fastdecode.load(None, device="cpu", dtype="float32", max_seq_len=512, max_batch_size=1,
+                               weights="float")
 
 
 @pytest.fixture(scope="module")

@@ -251,8 +251,9 @@ class GreedyBatchDecoder:
         p.n_batch = self.n_batch
         p.n_ubatch = min(self.n_batch, 512)  # as `Llama` sets it
         p.n_threads = p.n_threads_batch = threads
-        # `Llama`'s default, so batch 1 matches the high-level API's numerics and speed.
-        p.flash_attn_type = self.lib.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # llama.cpp's own default ("auto": flash attention where supported), its fastest
+        # setting here (6-10% over `Llama`'s default of off); we measure against its best.
+        p.flash_attn_type = self.lib.LLAMA_FLASH_ATTN_TYPE_AUTO
         return p
 
     def clear(self) -> None:
