@@ -1,5 +1,11 @@
+import os
+
 import pytest
 import torch
+
+# load() exports a package per model on first use (compiled="auto"); tests that are
+# not about that run without one instead of paying a minute per model and cache folder.
+os.environ.setdefault("FASTDECODE_NO_PACKAGE", "1")
 
 import fastdecode
 from fastdecode.config import get_preset

@@ -144,3 +144,24 @@ def test_generate_cli_runs_a_package(tiny_llm, package, capsys):
                      "max_new_tokens=8", "hello"]) == 0
     want = tiny_llm.generate(["hello"], temperature=0, max_new_tokens=8)[0].text
     assert capsys.readouterr().out == want + "\n"
+
+
+def test_default_load_exports_once_then_reuses_the_machine_package(tiny_llm, tmp_path, monkeypatch):
+    """compiled="auto" (the default): the first load exports this machine's package into the
+    cache folder, later loads only open it, and it generates what eager does."""
+    monkeypatch.delenv("FASTDECODE_NO_PACKAGE", raising=False)
+    monkeypatch.setenv("FASTDECODE_CACHE", str(tmp_path))
+    first = fastdecode.load("tiny", max_batch_size=4)
+    if first.kernels.ops == []:
+        pytest.skip("native kernels unavailable here: no package is made without them")
+    (path,) = (tmp_path / "packages").iterdir()
+    assert first.compiled == str(path)
+    again = fastdecode.load("tiny", max_batch_size=4)
+    assert again.compiled == str(path) and again.load_seconds < first.load_seconds
+    assert list((tmp_path / "packages").iterdir()) == [path]
+    prompts = [[1, 2, 3], [4, 5]]
+    assert ids(again.generate(prompts, max_new_tokens=8, temperature=0)) == \
+        ids(tiny_llm.generate(prompts, max_new_tokens=8, temperature=0))
+    # Where a package does not apply, "auto" means none.
+    assert fastdecode.load("tiny", compile="generate").compiled is None
+    assert fastdecode.load("tiny", cache="dynamic").compiled is None

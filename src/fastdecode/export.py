@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
     from .aot import export_package
     from .llm import load
 
-    llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights)
+    llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compiled=None)
     print(f"exporting {llm.source} to {s.out} (a minute or more on a small CPU)", file=sys.stderr)
     t0 = time.perf_counter()
     export_package(llm.model, s.out)

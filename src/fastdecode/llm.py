@@ -100,7 +100,7 @@ def _load_weights(name: str, device: torch.device, dtype: torch.dtype, weights: 
 def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu",
          dtype: Union[None, str, torch.dtype] = None, compile: str = "none",
          max_seq_len: Optional[int] = None, max_batch_size: Optional[int] = None,
-         cache: str = "static", compiled: Optional[str] = None, weights: str = "auto") -> "LLM":
+         cache: str = "static", compiled: Optional[str] = "auto", weights: str = "auto") -> "LLM":
     """Load a model by preset name, known checkpoint name or path (.gguf file or
     Hugging Face directory). None loads the default, SmolLM2-135M-Instruct.
 
@@ -112,13 +112,20 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
 
     compiled: a package from `fastdecode export` (or `aot.export_package`) for
     this model's architecture; its steps replace the `compile` strategy's,
-    with no tracing or compiling in this process. "auto" uses this machine's
-    cached package for the model, exporting it on first use (`aot.cached_package`)."""
+    with no tracing or compiling in this process. "auto" (the default) uses
+    this machine's cached package for the model, exporting it on first use
+    (`aot.cached_package`; a minute or two, once per machine), where a package
+    applies: on CPU with the native kernels, compile "none" or "decode", a
+    static cache, and FASTDECODE_NO_PACKAGE unset; elsewhere it means None.
+    None runs the `compile` strategy's steps."""
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     check_weights(weights)
     if cache not in ("static", "dynamic"):
         raise FastDecodeError(f"unknown cache {cache!r}; accepted: static, dynamic")
+    if compiled == "auto" and (compile not in ("none", "decode") or cache != "static" or dev.type != "cpu"
+                               or os.environ.get("FASTDECODE_NO_PACKAGE")):
+        compiled = None
     if compiled is not None and compile not in ("none", "decode"):
         raise FastDecodeError(f"compiled={compiled!r} runs an exported decode step; it cannot be combined with "
                               f"compile={compile!r} (accepted with a package: none, decode)")
@@ -144,7 +151,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     if compiled == "auto":
         from .aot import cached_package
 
-        compiled = cached_package(m)
+        compiled = cached_package(m) if kernels.ops else None  # no package without the native kernels
     if compiled is not None:
         llm.use_package(compiled)
     llm.load_seconds = time.perf_counter() - t0

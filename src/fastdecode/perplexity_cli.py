@@ -105,7 +105,8 @@ def run(s: PerplexitySettings) -> int:
 
     text = read_text(s.text)  # bad files fail before the model loads
     with progress(f"loading {s.model or 'the default model'}"):
-        llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights)
+        # The cache-free forward scores windows: no package needed.
+        llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compiled=None)
     use_llama_cpp = _wants_llama_cpp(s, llm.source)
     ids = encode_text(llm.tokenizer, text)  # one tokenization: both engines score these ids
     # ctx against the model's limit and the text's length, before any window runs

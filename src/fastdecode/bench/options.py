@@ -8,13 +8,15 @@ from typing import Optional
 from ..errors import FastDecodeError
 
 # fastdecode modes -> keyword arguments of fastdecode.load()
-MODES: dict[str, dict[str, str]] = {
-    "dynamic": {"cache": "dynamic"},
-    "static": {"cache": "static", "compile": "none"},
-    "static-float": {"cache": "static", "compile": "none", "weights": "float"},  # dequantized, for comparison
-    "static+compile": {"cache": "static", "compile": "decode"},
-    "compiled-generate": {"cache": "static", "compile": "generate"},
-    "package": {"cache": "static"},  # + compiled=<a package from `fastdecode export`>; see EngineContender
+MODES: dict[str, dict] = {
+    "default": {},  # what a new user gets: load() with no options (the cached package where it applies)
+    "dynamic": {"cache": "dynamic", "compiled": None},
+    "static": {"cache": "static", "compile": "none", "compiled": None},
+    "static-float": {"cache": "static", "compile": "none", "weights": "float", "compiled": None},  # dequantized
+    "static+compile": {"cache": "static", "compile": "decode", "compiled": None},
+    "compiled-generate": {"cache": "static", "compile": "generate", "compiled": None},
+    # + compiled=<a package from `fastdecode export`>; see EngineContender
+    "package": {"cache": "static", "compiled": None},
 }
 PEERS = ("hf-dynamic", "hf-static", "hf-static+compile", "llama.cpp")
 
