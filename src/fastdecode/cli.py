@@ -26,7 +26,8 @@ from .generate import GenerationConfig
 from .llm import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MODEL, LLM, load
 from .progress import progress
 from .sampling import SamplingParams
-from .settings import copy_fields, describe_settings, format_value, is_override, load_settings, read_user_file
+from .settings import (copy_fields, decode_utf8, describe_settings, format_value, is_override, load_settings,
+                       read_user_file)
 
 _LOAD_DEFAULTS = {name: p.default for name, p in inspect.signature(load).parameters.items()}
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 130, 141
@@ -103,12 +104,7 @@ def check_utf8(text: str, what: str) -> str:
 def read_prompt_file(path: str) -> list[str]:
     """One prompt per line of a UTF-8 file (or stdin for '-'); blank lines are skipped."""
     data = sys.stdin.buffer.read() if path == "-" else read_user_file(path, "prompt_file")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise FastDecodeError(
-            f"prompt_file {path!r} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}") from None
+    text = decode_utf8(data, path, "prompt_file")
     # split on newlines only: str.splitlines would also split on form feeds and U+2028
     prompts = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
     if not prompts:

@@ -16,7 +16,7 @@ from .errors import FastDecodeError
 from .perplexity import (DEFAULT_CTX, MIN_CTX, PerplexityResult, check_ctx, check_max_windows, encode_text,
                          llama_cpp_available, llama_cpp_perplexity, perplexity, plan_windows)
 from .progress import progress
-from .settings import describe_settings, load_settings, parse_config_args, read_user_file
+from .settings import decode_utf8, describe_settings, load_settings, parse_config_args, read_user_file
 
 DEFAULT_TEXT_NAME = "Alice's Adventures in Wonderland, chapters I-II"
 
@@ -67,13 +67,7 @@ def read_text(path: Optional[str]) -> str:
     """The text to score: the file at `path` (strict UTF-8) or the built-in one."""
     if path is None:
         return (resources.files("fastdecode") / "data" / "perplexity.txt").read_text(encoding="utf-8")
-    data = read_user_file(path, "text")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data[:e.start].count(b"\n") + 1
-        raise FastDecodeError(
-            f"text {path!r} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}") from None
+    text = decode_utf8(read_user_file(path, "text"), path, "text")
     text = text.removeprefix("\ufeff")  # a byte order mark is not part of the text
     if not text.strip():
         raise FastDecodeError(f"text {path!r} is empty")

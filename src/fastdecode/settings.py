@@ -81,6 +81,16 @@ def read_user_file(path: str, what: str) -> bytes:
         raise FastDecodeError(f"cannot read {what} {path!r}: {e.strerror or e}") from None
 
 
+def decode_utf8(data: bytes, path: str, what: str) -> str:
+    """`data` as strict UTF-8, or a one-line error naming `what`, the byte and its line."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise FastDecodeError(
+            f"{what} {path!r} is not valid UTF-8: byte 0x{data[e.start]:02x} on line {line}") from None
+
+
 def read_yaml(path: str) -> dict[str, Any]:
     """The mapping at the top of a YAML file ({} for an empty file)."""
     raw = read_user_file(path, "config file")
