@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -159,8 +160,9 @@ def _cpu_model() -> str:
         return ""
 
 
-def cached_package(model: Transformer) -> str:
-    """This machine's package for `model`, exported on first use.
+def cached_package(model: Transformer) -> tuple[str, Optional[float]]:
+    """This machine's package for `model`, exported on first use: (path, seconds
+    spent exporting it now, or None when it was already there).
 
     Kept under the fastdecode cache directory, keyed by what the package is
     compiled for (architecture, dtype, weight layouts, kernels, torch and
@@ -172,11 +174,13 @@ def cached_package(model: Transformer) -> str:
     ident = json.dumps({**_metadata(model), "cpu_model": _cpu_model()}, sort_keys=True)
     key = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:16]
     path = cache_root() / "packages" / f"step-{key}.pt2"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        log.warning("compiling the model step for this machine, once (a minute or two); later runs load %s", path)
-        export_package(model, path)
-    return str(path)
+    if path.is_file():
+        return str(path), None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log.warning("compiling the model step for this machine, once (a minute or two); later runs load %s", path)
+    t0 = time.perf_counter()
+    export_package(model, path)
+    return str(path), time.perf_counter() - t0
 
 
 def read_metadata(path: str | os.PathLike) -> tuple[object, dict[str, str]]:

@@ -169,6 +169,8 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
     loaded = f"model load:           {llm.load_seconds:.2f} s"
     if llm.cache_path:
         loaded += f" ({'from' if llm.from_cache else 'converted, cached at'} {llm.cache_path})"
+    if llm.package_export_seconds is not None:
+        loaded += f"; {llm.package_export_seconds:.0f} s of it compiling this machine's package, once"
     return "\n".join([
         loaded,
         f"weights:              {llm.weights_summary}",

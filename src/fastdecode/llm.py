@@ -151,7 +151,9 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     if compiled == "auto":
         from .aot import cached_package
 
-        compiled = cached_package(m) if kernels.ops else None  # no package without the native kernels
+        compiled = None
+        if kernels.ops:  # no package without the native kernels
+            compiled, llm.package_export_seconds = cached_package(m)
     if compiled is not None:
         llm.use_package(compiled)
     llm.load_seconds = time.perf_counter() - t0
@@ -171,6 +173,7 @@ class LLM:
         self.cache, self.source, self.compile = cache, source, compile
         self.steps = make_steps(model, compile)
         self.compiled: Optional[str] = None  # path of the exported package running the steps, if any
+        self.package_export_seconds: Optional[float] = None  # set when load() exported this machine's package
         self.load_seconds = 0.0
         # Where a converted GGUF copy lives (fastdecode.checkpoints.clear_cache() removes it).
         self.cache_path: Optional[str] = None
