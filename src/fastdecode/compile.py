@@ -103,6 +103,8 @@ def fit_cache(model: torch.nn.Module, batch_size: int, seq_len: int) -> None:
         # inside would carry other dispatch keys and trigger a recompile.
         with torch.inference_mode(False):
             model.setup_caches(batch_size, seq_len)
+    for layer in model.layers:
+        layer.attention.kv_cache.whole_batch = True
 
 
 _code_ids = itertools.count()

@@ -26,6 +26,10 @@ class KVCache(nn.Module):
         shape = (batch_size, n_kv_heads, seq_len, head_dim)
         self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        # True when every update covers all batch rows (compiled and exported steps,
+        # see compile.fit_cache): writes then index the whole buffer, which Inductor
+        # updates in place; through a [:B] slice it copied the whole cache every step.
+        self.whole_batch = False
 
     @classmethod
     def from_tensors(cls, k_cache: Tensor, v_cache: Tensor) -> "KVCache":
@@ -35,6 +39,7 @@ class KVCache(nn.Module):
         nn.Module.__init__(cache)
         cache.register_buffer("k_cache", k_cache, persistent=False)
         cache.register_buffer("v_cache", v_cache, persistent=False)
+        cache.whole_batch = True  # an exported step's caches have the batch's rows
         return cache
 
     @property
@@ -55,6 +60,11 @@ class KVCache(nn.Module):
         input_pos: [T] slot indices; k, v: [B, H_kv, T, D] with B <= batch_size.
         Returns k, v views of shape [B, H_kv, S, D].
         """
+        # Compiled code trusts the flag (a shape test there would be a guard); eager checks.
+        if self.whole_batch and (torch.compiler.is_compiling() or k.shape[0] == self.batch_size):
+            self.k_cache.index_copy_(2, input_pos, k)
+            self.v_cache.index_copy_(2, input_pos, v)
+            return self.k_cache, self.v_cache
         B = k.shape[0]
         k_out, v_out = self.k_cache[:B], self.v_cache[:B]
         k_out.index_copy_(2, input_pos, k)
