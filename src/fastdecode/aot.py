@@ -160,18 +160,29 @@ def _cpu_model() -> str:
         return ""
 
 
+def _traced_code_hash() -> str:
+    """A hash of the sources a package's graph is traced from, so a changed model,
+    cache or layer never runs from a package exported by an older copy."""
+    root = Path(__file__).parent
+    h = hashlib.sha256()
+    for name in ("model.py", "kv_cache.py", "aot.py", "quant/linear.py", "quant/reference.py",
+                 "kernels/linear.py"):
+        h.update((root / name).read_bytes())
+    return h.hexdigest()[:16]
+
+
 def cached_package(model: Transformer) -> tuple[str, Optional[float]]:
     """This machine's package for `model`, exported on first use: (path, seconds
     spent exporting it now, or None when it was already there).
 
     Kept under the fastdecode cache directory, keyed by what the package is
     compiled for (architecture, dtype, weight layouts, kernels, torch and
-    fastdecode versions, CPU instruction set and model), so only the first
-    process on a machine pays for the export.
+    fastdecode versions, CPU instruction set and model, the traced sources), so
+    only the first process on a machine pays for the export.
     """
     from .checkpoints.cache import cache_root
 
-    ident = json.dumps({**_metadata(model), "cpu_model": _cpu_model()}, sort_keys=True)
+    ident = json.dumps({**_metadata(model), "cpu_model": _cpu_model(), "code": _traced_code_hash()}, sort_keys=True)
     key = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:16]
     path = cache_root() / "packages" / f"step-{key}.pt2"
     if path.is_file():
