@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .errors import FastDecodeError
-from .settings import describe_settings, load_settings, parse_config_args
+from .settings import ModelKeys, describe_settings, load_settings, parse_config_args
 
 USAGE = """usage: fastdecode export [--config FILE] [key=value ...]
 
@@ -29,13 +29,8 @@ keys (defaults shown):
 
 
 @dataclass
-class ExportSettings:
+class ExportSettings(ModelKeys):
     out: Optional[str] = field(default=None, metadata={"help": "path of the package to write; must end in .pt2"})
-    model: Optional[str] = field(default=None, metadata={
-        "help": "preset name, known checkpoint or path; none is the default model (SmolLM2-135M-Instruct GGUF)"})
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:N or mps"})
-    dtype: Optional[str] = field(default=None, metadata={
-        "help": "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere"})
     weights: str = field(default="auto", metadata={
         "help": "auto (keep the checkpoint's quantization), float, int8 or int4; generate must load the "
                 "model the same way to use the package"})

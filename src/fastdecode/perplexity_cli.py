@@ -16,7 +16,7 @@ from .errors import FastDecodeError
 from .perplexity import (DEFAULT_CTX, MIN_CTX, PerplexityResult, check_ctx, check_max_windows, encode_text,
                          llama_cpp_available, llama_cpp_perplexity, perplexity, plan_windows)
 from .progress import progress
-from .settings import decode_utf8, describe_settings, load_settings, parse_config_args, read_user_file
+from .settings import ModelKeys, decode_utf8, describe_settings, load_settings, parse_config_args, read_user_file
 
 DEFAULT_TEXT_NAME = "Alice's Adventures in Wonderland, chapters I-II"
 
@@ -36,14 +36,7 @@ keys (defaults shown):
 
 
 @dataclass
-class PerplexitySettings:
-    model: Optional[str] = field(default=None, metadata={
-        "help": "preset name, known checkpoint or path; none is the default model (SmolLM2-135M-Instruct GGUF)"})
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:N or mps"})
-    dtype: Optional[str] = field(default=None, metadata={
-        "help": "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere"})
-    weights: str = field(default="auto", metadata={
-        "help": "how the weights are held: auto, float, int8 or int4 (as load(weights=...))"})
+class PerplexitySettings(ModelKeys):
     text: Optional[str] = field(default=None, metadata={
         "help": f"UTF-8 text file to score; none is the built-in text, {DEFAULT_TEXT_NAME}"})
     ctx: int = field(default=DEFAULT_CTX, metadata={

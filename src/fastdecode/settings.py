@@ -68,6 +68,20 @@ def load_settings(cls: type[T], overrides: list[str], config_path: Optional[str]
         raise TypeError(f"cannot build {cls.__name__}: {e}") from None
 
 
+@dataclasses.dataclass
+class ModelKeys:
+    """The keys that pick and load a model, shared by the commands built on `load()`
+    (`bench`, `export`, `perplexity`); a command may redefine one to say more."""
+
+    model: Optional[str] = dataclasses.field(default=None, metadata={
+        "help": "preset name, known checkpoint or path; none is the default model (SmolLM2-135M-Instruct GGUF)"})
+    device: str = dataclasses.field(default="cpu", metadata={"help": "cpu, cuda, cuda:N or mps"})
+    dtype: Optional[str] = dataclasses.field(default=None, metadata={
+        "help": "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere"})
+    weights: str = dataclasses.field(default="auto", metadata={
+        "help": "auto (keep the checkpoint's quantization), float, int8 or int4, as load(weights=...)"})
+
+
 def read_user_file(path: str, what: str) -> bytes:
     """The bytes of a file the user named, or a one-line error naming `what` and the path."""
     try:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import FastDecodeError
+from ..settings import ModelKeys
 
 # fastdecode modes -> keyword arguments of fastdecode.load()
 MODES: dict[str, dict] = {
@@ -22,12 +23,7 @@ PEERS = ("hf-dynamic", "hf-static", "hf-static+compile", "llama.cpp")
 
 
 @dataclass
-class BenchSettings:
-    model: Optional[str] = field(default=None, metadata={
-        "help": "preset name, known checkpoint or path; none is the default model (SmolLM2-135M-Instruct GGUF)"})
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda, cuda:N or mps"})
-    dtype: Optional[str] = field(default=None, metadata={
-        "help": "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere"})
+class BenchSettings(ModelKeys):
     weights: str = field(default="auto", metadata={
         "help": "load()'s weights= for every mode but static-float: auto (keep the file's quantization), "
                 "float, int8 or int4"})
