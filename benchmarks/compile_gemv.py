@@ -5,8 +5,8 @@ weights so nothing stays in cache): stock F.linear vs the native kernel.
 """
 import time, sys, torch, torch.nn.functional as F
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
-from fastdecode.kernels import load_gemv
-load_gemv()
+from fastdecode.kernels import load_kernels
+load_kernels()
 shapes = [(960, 576), (576, 576), (3072, 576), (576, 1536)]
 layers = [[torch.randn(N, K) for N, K in shapes] for _ in range(30)]
 head = torch.randn(49152, 576)

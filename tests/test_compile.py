@@ -130,11 +130,11 @@ def test_compiled_needs_static_cache():
 
 
 def test_gemv_kernel_matches_linear():
-    from fastdecode.kernels import load_gemv
+    from fastdecode.kernels import load_kernels
     from fastdecode.kernels.linear import gemv_linear
     from fastdecode.quant.transform import native_ops, set_gemv
 
-    if not load_gemv():
+    if not load_kernels():
         pytest.skip("native kernel unavailable here (no compiler or no AVX2)")
     g = torch.Generator().manual_seed(0)
     for M, K, N in ((1, 64, 37), (3, 72, 16), (8, 576, 5), (12, 40, 9)):

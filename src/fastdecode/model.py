@@ -173,15 +173,6 @@ class Transformer(nn.Module):
         if self.norm.weight.device.type != "meta":
             self.init_rope()
 
-    @classmethod
-    def from_state_dict(cls, args: ModelArgs, state_dict: dict[str, Tensor]) -> "Transformer":
-        """Build on the meta device and adopt the checkpoint's tensors (no random init, no copy)."""
-        with torch.device("meta"):
-            model = cls(args)
-        model.load_state_dict(state_dict, strict=True, assign=True)
-        model.init_rope(next(iter(state_dict.values())).device)
-        return model
-
     @property
     def device(self) -> torch.device:
         return self.norm.weight.device

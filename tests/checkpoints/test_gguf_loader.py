@@ -17,9 +17,9 @@ from tiny_checkpoints import VOCAB, byte_level_tokens, gguf_tensors, hf_model, l
 
 
 def build_ours(ckpt):
-    from fastdecode.model import Transformer
+    from fastdecode.quant import build_model  # what load() builds the model with
 
-    return Transformer.from_state_dict(ckpt.args, ckpt.state_dict).eval()
+    return build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()
 
 
 def hf_names(model):

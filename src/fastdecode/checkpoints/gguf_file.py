@@ -66,17 +66,13 @@ class GGUFFile:
 
         Call `check_tensor_types` first.
         """
-        t = self.tensors[name]
-        qtype = GGMLQuantizationType(int(t.tensor_type))
-        shape = tuple(reversed([int(d) for d in t.shape]))
-        raw = self._reader.data[t.data_offset:t.data_offset + t.n_bytes]
-        return dequant.dequantize(raw, qtype, shape, dtype)
+        return dequant.dequantize(*self.raw(name), dtype)
 
     def raw(self, name: str) -> tuple[Any, GGMLQuantizationType, tuple[int, ...]]:
         """The named tensor's bytes (a read-only uint8 view of the file), type and torch shape."""
         t = self.tensors[name]
-        shape = tuple(reversed([int(d) for d in t.shape]))
-        return self._reader.data[t.data_offset:t.data_offset + t.n_bytes], GGMLQuantizationType(int(t.tensor_type)), shape
+        raw = self._reader.data[t.data_offset:t.data_offset + t.n_bytes]
+        return raw, GGMLQuantizationType(int(t.tensor_type)), tuple(reversed([int(d) for d in t.shape]))
 
     def check_tensor_types(self) -> None:
         """Fail on the first tensor whose type we cannot decode."""

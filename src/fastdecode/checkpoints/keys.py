@@ -14,7 +14,7 @@ import torch
 
 from ..config import ModelArgs
 from ..errors import FastDecodeError
-from ..quant.formats import packed_shapes
+from ..quant.formats import layout_of, packed_shapes
 
 
 def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
@@ -54,9 +54,8 @@ def _expand_packed(expected: dict[str, tuple[int, ...]], state_dict: dict[str, t
         q = state_dict.get(f"{base}.qweight")
         if len(shape) != 2 or key in state_dict or q is None:
             continue
-        layout = "q4" if q.dtype == torch.uint8 else "q8"
         del expected[key]
-        expected.update({f"{base}.{s}": t for s, t in packed_shapes(layout, *shape).items()})
+        expected.update({f"{base}.{s}": t for s, t in packed_shapes(layout_of({"qweight": q}), *shape).items()})
 
 
 def check_state_dict(state_dict: dict[str, torch.Tensor], args: ModelArgs, source: str) -> None:

@@ -114,11 +114,6 @@ def _register_fakes() -> None:
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
-def load_gemv() -> bool:
-    """True when `torch.ops.fastdecode.gemv` is usable (it ships with the other kernels)."""
-    return load_kernels()
-
-
 def set_isa(name: Optional[str]) -> str:
     """Force the quantized kernels' instruction set ("avx2", "avx512-vnni"), or None to detect.
 
