@@ -10,7 +10,6 @@ Compile strategies and exported packages take the model as this leaves it.
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass, field
 from typing import Optional
@@ -24,8 +23,6 @@ from ..errors import FastDecodeError
 from ..model import Attention, Embedding, RMSNorm, Transformer
 from .formats import SUFFIXES, BlockSizeError, dequantize, layout_of, quantize
 from .linear import QuantEmbedding, QuantLinear, _Packed
-
-log = logging.getLogger("fastdecode.quant")
 
 WEIGHTS = ("auto", "float", "int8", "int4")
 # Fused modules and the checkpoint matrices they concatenate (see model._fuse).
@@ -200,7 +197,7 @@ def apply_kernels(model: Transformer, *, gemv: Optional[bool] = None) -> KernelC
                 m.native = m.head_dim % 8 == 0 and m.head_dim <= 256
         use = gemv_is_faster() if gemv is None else gemv
         if use:
-            _swap_float_modules(model)
+            set_gemv(model, True)
     choice.ops = native_ops(model)
     choice.gemv = "gemv" in choice.ops
     return choice
@@ -214,26 +211,16 @@ def set_native(model: nn.Module, on: bool) -> None:
 
 
 def set_gemv(model: Transformer, on: bool) -> None:
-    """Run the float32 linears on the native GEMV (on=True) or on F.linear; an
-    exported package calls whichever it was exported with."""
-    if on:
-        _swap_float_modules(model)
-    else:
-        from ..kernels.linear import GemvEmbedding, GemvLinear, swap_class
-
-        back = {GemvLinear: nn.Linear, GemvEmbedding: Embedding}
-        for module in list(model.modules()):
-            for name, child in list(module.named_children()):
-                if type(child) in back:
-                    setattr(module, name, swap_class(child, back[type(child)]))
-
-
-def _swap_float_modules(model: nn.Module) -> None:
+    """Run the float32 linears (and a tied head) on the native GEMV (on=True) or on
+    F.linear; an exported package calls whichever it was exported with."""
     from ..kernels.linear import GemvEmbedding, GemvLinear, swap_class
 
+    swaps = {nn.Linear: GemvLinear, Embedding: GemvEmbedding}
+    if not on:
+        swaps = {new: old for old, new in swaps.items()}
     for module in list(model.modules()):
         for name, child in list(module.named_children()):
-            if type(child) is nn.Linear:
-                setattr(module, name, swap_class(child, GemvLinear))
-            elif type(child) is Embedding and module is model and model.output is None:
-                setattr(module, name, swap_class(child, GemvEmbedding))
+            new = swaps.get(type(child))
+            # The embedding's matmul is the head only in tied models.
+            if new is not None and (not isinstance(child, nn.Embedding) or model.output is None):
+                setattr(module, name, swap_class(child, new))
