@@ -195,8 +195,10 @@ def apply_kernels(model: Transformer, *, gemv: Optional[bool] = None) -> KernelC
                 m.native = True
             elif isinstance(m, Attention):
                 m.native = m.head_dim % 8 == 0 and m.head_dim <= 256
-        use = gemv_is_faster() if gemv is None else gemv
-        if use:
+        # Time the GEMV only when the model has float matrices for it (not a fully packed one).
+        has_float = (any(type(m) is nn.Linear for m in model.modules())
+                     or (model.output is None and type(model.tok_embeddings) is Embedding))
+        if has_float and (gemv_is_faster() if gemv is None else gemv):
             set_gemv(model, True)
     choice.ops = native_ops(model)
     choice.gemv = "gemv" in choice.ops
