@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
 _SOURCES = ("gemv.cpp", "quant.cpp", "norm.cpp", "attention.cpp")
-_HEADERS = ("quant_kernel.h",)
+_HEADERS = ("quant_kernel.h", "simd.h")
 _NAME = "fastdecode_kernels"
 _loaded: Optional[bool] = None
 _lib: Optional[ctypes.CDLL] = None

@@ -19,14 +19,9 @@
 #include <limits>
 #include <vector>
 
-namespace {
+#include "simd.h"
 
-inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+namespace {
 
 // e^x for x <= 0 (scores minus their maximum): 2^n * p(r), x = n ln2 + r, |r| <= ln2 / 2,
 // a degree-6 polynomial (relative error ~2e-7); underflows to 0 below -87.

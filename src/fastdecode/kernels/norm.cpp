@@ -12,6 +12,8 @@
 #include <immintrin.h>
 #include <cmath>
 
+#include "simd.h"
+
 namespace {
 
 void norm_row(const float* x, const float* w, float* y, int64_t K, float eps) {
@@ -22,10 +24,7 @@ void norm_row(const float* x, const float* w, float* y, int64_t K, float eps) {
     const __m256 v = _mm256_loadu_ps(x + k);
     acc = _mm256_add_ps(acc, _mm256_mul_ps(v, v));
   }
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  float ss = _mm_cvtss_f32(s);
+  float ss = hsum(acc);
   for (; k < K; ++k) ss += x[k] * x[k];
   const float r = 1.f / std::sqrt(ss / static_cast<float>(K) + eps);
   const __m256 rv = _mm256_set1_ps(r);

@@ -8,12 +8,7 @@
 // on M, and the AVX2 and VNNI paths and the PyTorch twin in
 // quant/reference.py give bit-identical results.
 
-static inline float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+#include "simd.h"
 
 // q4 blocks come in pairs: 32 bytes hold block 2p's values in their low
 // nibbles and block 2p+1's in their high ones; an odd last block has 16 bytes,
