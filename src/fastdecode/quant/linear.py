@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from . import reference
-from .formats import BLOCK, packed_shapes, unpack_q4
+from .formats import dequantize, packed_shapes
 
 
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor], native: bool) -> Tensor:
@@ -77,12 +77,7 @@ class QuantEmbedding(_Packed):
         self.dtype = dtype  # of the rows returned
 
     def forward(self, tokens: Tensor) -> Tensor:
-        q = self.qweight[tokens]  # [..., K or K/2]
-        vals = unpack_q4(q) if self.mins is not None else q
-        w = vals.reshape(*tokens.shape, -1, BLOCK).float() * self.scales[tokens].float()[..., None]
-        if self.mins is not None:
-            w = w + self.mins[tokens].float()[..., None]
-        return w.reshape(*tokens.shape, self.k).to(self.dtype)
+        return dequantize({name: t[tokens] for name, t in self.packed().items()}, self.dtype)
 
     def as_linear(self, x: Tensor) -> Tensor:
         return qlinear(x, self.qweight, self.scales, self.mins, self.native)
