@@ -1,8 +1,9 @@
 """Compile strategies: functions that take the model and return the step callables.
 
 Each strategy returns a `Steps` pair; nothing here rebinds globals or changes
-the model (which kernels run is decided at load, by `quant.transform`). Inductor and Dynamo settings are applied around each
-compiled call, never at import time.
+the model (which kernels run is decided at load, by `quant.transform`).
+Inductor and Dynamo settings are applied around each compiled call, never at
+import time.
 
 Shapes, and why the `decode` strategy is a single graph per model:
 - prefill and decode run the same compiled function: a decode step is a
