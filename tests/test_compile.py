@@ -1,8 +1,8 @@
 """Compiled strategies against eager, on the tiny model.
 
 Each Inductor compile costs seconds on a small CPU, so the module compiles one
-`generate`-strategy LLM; the `decode` strategy is the same compiled prefill and
-decode steps without the chunk decoder, so it reuses those graphs.
+`generate`-strategy LLM; the `decode` strategy is the same compiled step
+without the chunk decoder, so it reuses those graphs.
 """
 
 import dataclasses
@@ -42,8 +42,8 @@ def ids(completions):
 
 def requests(n: int = 20):
     """n mixed requests: batch sizes 1..MAX_BATCH, prompt lengths 1..40 with
-    1..19 new tokens (two chunks and a tail), and every fifth prompt long enough for the next cache
-    bucket; odd requests greedy, even ones sampled with every option."""
+    1..19 new tokens (two chunks and a tail), and every fifth prompt longer than
+    a prefill chunk; odd requests greedy, even ones sampled with every option."""
     rng = random.Random(0)
     out = []
     for i in range(n):
@@ -72,10 +72,7 @@ def eos_inside(eager, prompts, max_new):
 def test_compiled_equals_eager_without_recompiles(eager, expected, compiled, strategy, monkeypatch):
     llm = compiled
     if strategy == "decode":  # what make_steps(model, "decode") builds, on the same graphs
-        monkeypatch.setattr(llm, "steps", dataclasses.replace(llm.steps, chunk=None))
-    # The `generate` strategy specializes its chunk graph on the SamplingParams:
-    # one sampled request compiles it, for every batch size.
-    llm.generate([[3, 4]], max_new_tokens=20, **SAMPLED)
+        monkeypatch.setattr(llm.engine.runner, "steps", dataclasses.replace(llm.steps, chunk=None))
     after_warmup = graphs()
 
     for i, (prompts, opts) in enumerate(requests()):
@@ -100,13 +97,16 @@ def test_one_graph_serves_every_shape():
     llm = fastdecode.load("tiny", compile="decode", max_batch_size=MAX_BATCH)
     before = graphs()
     llm.steps.warmup()
-    # One graph at most: none when an earlier test's graph (same code, other
-    # model object) already serves it, since parameters are graph inputs.
-    warmed = graphs()
-    assert warmed - before <= 1
+    assert graphs() == before + 1  # each model's step has code of its own (compile.own_code)
+    compiled = llm.steps.step.__self__  # the CompiledSteps behind the engine's step
+    real, calls = compiled._step, []
+    compiled._step = lambda *args: calls.append(args[0].shape) or real(*args)
     for B, T in ((1, 1), (3, 1), (1, 30), (4, 7)):
         llm.generate([[5] * T] * B, max_new_tokens=3, temperature=0)
-    assert graphs() == warmed
+    assert graphs() == before + 1
+    # Every step ran through the compiled graph: prefill [B, T], then decode [B, 1] twice.
+    assert calls == [s for B, T in ((1, 1), (3, 1), (1, 30), (4, 7))
+                     for s in (torch.Size([B, T]), torch.Size([B, 1]), torch.Size([B, 1]))]
 
 
 def test_decode_strategy_builds_steps_without_chunks():
@@ -114,7 +114,7 @@ def test_decode_strategy_builds_steps_without_chunks():
 
     llm = fastdecode.load("tiny")
     steps = make_steps(llm.model, "decode")  # compiles lazily: nothing runs here
-    assert steps.chunk is None and callable(steps.prefill) and callable(steps.decode)
+    assert steps.chunk is None and callable(steps.step)
     assert make_steps(llm.model, "generate").chunk is not None
 
 
@@ -124,9 +124,8 @@ def test_unknown_strategy_is_rejected():
 
 
 def test_compiled_needs_static_cache():
-    llm = fastdecode.load("tiny", compile="decode", cache="dynamic")
     with pytest.raises(FastDecodeError, match="cache='static'"):
-        llm.generate("hi", max_new_tokens=2)
+        fastdecode.load("tiny", compile="decode", cache="dynamic")
 
 
 def test_gemv_kernel_matches_linear():

@@ -3,7 +3,6 @@ import torch
 
 import fastdecode
 from fastdecode import FastDecodeError, GenerationConfig
-from fastdecode.generate import bucket_length
 from fastdecode.tokenizer import ByteTokenizer, StreamDecoder
 
 PROMPTS = ["Hello", "The quick brown fox jumps", "a", "Once upon a time, in a land far away"]
@@ -105,10 +104,13 @@ def test_completion_reports_timing_and_memory(tiny_llm):
     assert c.time_to_first_token_s > 0 and c.decode_tokens_per_s > 0 and c.peak_memory_bytes > 0
 
 
-def test_cache_sized_to_request(tiny_llm):
-    greedy(tiny_llm, "x", max_new_tokens=4)
-    assert tiny_llm.model.kv_cache.seq_len == 256  # not the model's 512
-    assert bucket_length(300, 8192) == 512 and bucket_length(9000, 8192) == 8192
+def test_more_prompts_than_slots_wait_their_turn():
+    llm = fastdecode.load("tiny", max_batch_size=2)
+    prompts = [f"prompt number {i}" for i in range(5)]
+    out = greedy(llm, prompts, max_new_tokens=6, ignore_eos=True)
+    assert [c.token_ids for c in out] == [greedy(llm, p, max_new_tokens=6, ignore_eos=True)[0].token_ids
+                                          for p in prompts]
+    assert llm.engine.slots_in_use == 0 and llm.engine.queue_length == 0
 
 
 def test_stream_decoder_never_splits_characters():
@@ -129,7 +131,6 @@ def test_stream_decoder_never_splits_characters():
     ([-1], {}, "outside the vocabulary"),
     ([[1], 2], {}, "prompt 1 has type int"),
     ("x" * 500, {"max_new_tokens": 20}, "max_seq_len"),
-    (["a"] * 9, {}, "max_batch_size"),
     ("x", {"max_new_tokens": 0}, "max_new_tokens"),
     ("x", {"max_new_tokens": -3}, "max_new_tokens"),
     ("x", {"min_new_tokens": 50, "max_new_tokens": 10}, "min_new_tokens"),

@@ -9,13 +9,17 @@ from conftest import make_model
 ATOL = 1e-4
 
 
-def incremental_logits(model, tokens, prefill_len, kind="static"):
+def positions(B, start, n):
+    return torch.arange(start, start + n).expand(B, n)  # [B, n]
+
+
+def incremental_logits(model, tokens, prefill_len, kind="static", rows=None):
     """Prefill `prefill_len` tokens, then feed the rest one at a time through the cache."""
     B, T = tokens.shape
-    model.setup_caches(B, 64, kind=kind)
-    out = [model(tokens[:, :prefill_len], torch.arange(prefill_len))]
+    model.setup_caches(B if rows is None else int(rows.max()) + 1, 64, kind=kind)
+    out = [model(tokens[:, :prefill_len], positions(B, 0, prefill_len), rows=rows)]
     for i in range(prefill_len, T):
-        out.append(model(tokens[:, i:i + 1], torch.tensor([i])))
+        out.append(model(tokens[:, i:i + 1], positions(B, i, 1), rows=rows))
     return torch.cat(out, dim=1)
 
 
@@ -42,28 +46,40 @@ def test_reference_path_touches_no_cache():
     model = make_model()
     model.setup_caches(1, 32)
     tokens = torch.randint(0, 256, (1, 9))
-    model(tokens[:, :4], torch.arange(4))
+    model(tokens[:, :4], positions(1, 0, 4))
     before = [layer.attention.kv_cache.k_cache.clone() for layer in model.layers]
     model(tokens, None)
     after = [layer.attention.kv_cache.k_cache for layer in model.layers]
     assert all(torch.equal(a, b) for a, b in zip(before, after))
 
 
-def test_left_padding_equals_unpadded_rows():
+@pytest.mark.parametrize("kind", ["static", "dynamic"])
+def test_rows_at_different_positions_share_a_step(kind):
+    """Three sequences in slots 4, 0 and 2, fed at different lengths in one
+    batch, compute what each computes alone."""
     model = make_model()
     g = torch.Generator().manual_seed(3)
-    short, long = torch.randint(0, 256, (1, 6), generator=g), torch.randint(0, 256, (1, 11), generator=g)
-    pad = torch.full((1, 5), 258)
-    batch = torch.cat([torch.cat([pad, short], 1), long])
-    left_pad = torch.tensor([5, 0])
-    model.setup_caches(2, 32)
-    logits = model(batch, torch.arange(11), left_pad=left_pad)
-    torch.testing.assert_close(logits[0, 5:], model(short, None)[0], atol=ATOL, rtol=0)
-    torch.testing.assert_close(logits[1], model(long, None)[0], atol=ATOL, rtol=0)
-    # ... and the padded reference path agrees too
-    torch.testing.assert_close(model(batch, None, left_pad=left_pad)[0, 5:], model(short, None)[0],
-                               atol=ATOL, rtol=0)
-    assert torch.isfinite(logits).all()
+    seqs = [torch.randint(0, 256, (1, n), generator=g) for n in (9, 14, 6)]
+    model.setup_caches(5, 32, kind=kind)
+    rows = torch.tensor([4, 0, 2])
+    # Ragged prefill, one row at a time, then each row's last token in one decode step.
+    for row, seq in zip(rows, seqs):
+        model(seq[:, :-1], positions(1, 0, seq.shape[1] - 1), rows=row[None])
+    last = torch.cat([seq[:, -1:] for seq in seqs])
+    pos = torch.tensor([[seq.shape[1] - 1] for seq in seqs])
+    got = model(last, pos, rows=rows)  # [3, 1, V]
+    for b, seq in enumerate(seqs):
+        torch.testing.assert_close(got[b, 0], model(seq, None)[0, -1], atol=ATOL, rtol=0)
+
+
+def test_a_reused_slot_hides_its_previous_occupant():
+    model = make_model()
+    g = torch.Generator().manual_seed(4)
+    long, short = torch.randint(0, 256, (1, 30), generator=g), torch.randint(0, 256, (1, 5), generator=g)
+    model.setup_caches(1, 32)
+    model(long, positions(1, 0, 30))
+    got = model(short, positions(1, 0, 5))  # the same slot, from position 0
+    torch.testing.assert_close(got, model(short, None), atol=ATOL, rtol=0)
 
 
 def test_last_only_returns_final_position():
@@ -75,13 +91,13 @@ def test_last_only_returns_final_position():
 def test_free_and_reset_caches():
     model = make_model()
     model.setup_caches(1, 16)
-    model(torch.tensor([[1, 2]]), torch.arange(2))
+    model(torch.tensor([[1, 2]]), positions(1, 0, 2))
     model.reset_caches()
     assert all(layer.attention.kv_cache.k_cache.abs().sum() == 0 for layer in model.layers)
     model.free_caches()
     assert model.kv_cache is None
     with pytest.raises(RuntimeError, match="setup_caches"):
-        model(torch.tensor([[1]]), torch.tensor([0]))
+        model(torch.tensor([[1]]), torch.tensor([[0]]))
 
 
 def test_cache_longer_than_model_context_is_refused():

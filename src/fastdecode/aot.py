@@ -8,11 +8,12 @@ Dynamo tracing nor Inductor: loading takes milliseconds.
 
 The exported function is the model step with its KV caches as inputs:
 
-    (tokens [B, T], input_pos [T], left_pad [B], k_caches, v_caches) -> logits [B, 1, V]
+    (tokens [B, T], input_pos [B, T], rows [B], k_caches, v_caches) -> logits [B, 1, V]
 
-where k_caches and v_caches are lists of n_layers tensors [B, H_kv, S, D],
-written in place. B, T and S are dynamic (sizes of 1 included), so one
-package serves prefill and decode at every batch size and cache bucket.
+where k_caches and v_caches are lists of n_layers tensors [slots, S, H_kv, D],
+written in place at (rows[b], input_pos[b]). B, T, the number of slots and S
+are dynamic (sizes of 1 included), so one package serves prefill chunks and
+decode steps at every batch size, for any engine's cache.
 
 The package's metadata records what it was built for (architecture, dtype,
 device, CPU instruction set, torch version, weight layouts and native kernels);
@@ -37,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from . import __version__
-from .compile import Steps, fit_cache, static_cache
+from .compile import Steps
 from .config import ModelArgs
 from .errors import FastDecodeError
 from .kv_cache import KVCache
@@ -48,7 +49,7 @@ from .quant.transform import native_ops, set_gemv
 
 log = logging.getLogger("fastdecode")
 
-FORMAT = "2"
+FORMAT = "3"  # 3: per-row positions and cache slots (2 took one shared position and left padding)
 _ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
 # The native kernels' C entry points, declared for AOTInductor's generated code
 # (defined in kernels/*.cpp); without them each call goes through a boxed fallback.
@@ -58,7 +59,7 @@ _SHIMS = {
     "q4_linear": f"AOTITorchError aoti_torch_cpu_q4_linear({_H} x, {_H} w, {_H} s, {_H} m, {_H}* ret0)",
     "q8_linear": f"AOTITorchError aoti_torch_cpu_q8_linear({_H} x, {_H} w, {_H} s, {_H}* ret0)",
     "rms_norm": f"AOTITorchError aoti_torch_cpu_rms_norm({_H} x, {_H} w, double eps, {_H}* ret0)",
-    "attention": f"AOTITorchError aoti_torch_cpu_attention({_H} q, {_H} k, {_H} v, {_H} mask, {_H} pos, {_H}* ret0)",
+    "attention": f"AOTITorchError aoti_torch_cpu_attention({_H} q, {_H} k, {_H} v, {_H} pos, {_H} rows, {_H}* ret0)",
 }
 
 
@@ -69,13 +70,13 @@ class _StepWithCaches(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens: Tensor, input_pos: Tensor, left_pad: Tensor,
+    def forward(self, tokens: Tensor, input_pos: Tensor, rows: Tensor,
                 k_caches: list[Tensor], v_caches: list[Tensor]) -> Tensor:
         saved = [layer.attention.kv_cache for layer in self.model.layers]
         try:
             for layer, k, v in zip(self.model.layers, k_caches, v_caches):
                 layer.attention.kv_cache = KVCache.from_tensors(k, v)
-            return self.model(tokens, input_pos, left_pad=left_pad, last_only=True)
+            return self.model(tokens, input_pos, rows=rows, last_only=True)
         finally:
             for layer, cache in zip(self.model.layers, saved):
                 layer.attention.kv_cache = cache
@@ -121,15 +122,17 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     device = model.device
     meta = _metadata(model)
     a = model.args
-    # Example sizes of 2 and 3: export would specialize sizes of 1.
-    B, T, S = 2, 3, min(16, a.max_seq_len)
-    cache = [torch.zeros(B, a.n_kv_heads, S, a.head_dim, dtype=model.dtype, device=device)
+    # Distinct example sizes of at least 2: export would specialize sizes of 1
+    # and could tie equal ones together.
+    B, T, slots, S = 2, 3, 4, min(16, a.max_seq_len)
+    cache = [torch.zeros(slots, S, a.n_kv_heads, a.head_dim, dtype=model.dtype, device=device)
              for _ in range(2 * a.n_layers)]
-    example = (torch.zeros(B, T, dtype=torch.long, device=device), torch.arange(T, device=device),
-               torch.zeros(B, dtype=torch.long, device=device), cache[:a.n_layers], cache[a.n_layers:])
+    example = (torch.zeros(B, T, dtype=torch.long, device=device),
+               torch.arange(T, device=device)[None].repeat(B, 1), torch.tensor([3, 1], device=device),
+               cache[:a.n_layers], cache[a.n_layers:])
     dyn = torch.export.Dim.DYNAMIC
-    per_cache = [{0: dyn, 2: dyn}] * a.n_layers
-    shapes = ({0: dyn, 1: dyn}, {0: dyn}, {0: dyn}, per_cache, per_cache)
+    per_cache = [{0: dyn, 1: dyn}] * a.n_layers
+    shapes = ({0: dyn, 1: dyn}, {0: dyn, 1: dyn}, {0: dyn}, per_cache, per_cache)
     configs: dict = {"aot_inductor.package_constants_in_so": False, "aot_inductor.metadata": meta}
     ops = native_ops(model)
     if ops:
@@ -278,18 +281,12 @@ class ExportedSteps:
         self._runner = runner
 
     def steps(self) -> Steps:
-        return Steps(prefill=self.prefill, decode=self.decode)
+        return Steps(step=self.step)
 
-    def prefill(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
-        fit_cache(self.model, tokens.shape[0], static_cache(self.model).seq_len)
-        return self.decode(tokens, input_pos, left_pad)
-
-    def decode(self, tokens: Tensor, input_pos: Tensor, left_pad: Optional[Tensor]) -> Tensor:
-        if left_pad is None:
-            left_pad = torch.zeros(tokens.shape[0], dtype=torch.long, device=tokens.device)
+    def step(self, tokens: Tensor, input_pos: Tensor, rows: Tensor) -> Tensor:
         caches = [layer.attention.kv_cache for layer in self.model.layers]
         # The inputs in the exported order, flat: the loader's own __call__
         # would re-parse its input spec on every step.
-        flat = [tokens.contiguous(), input_pos.contiguous(), left_pad.contiguous(),
+        flat = [tokens.contiguous(), input_pos.contiguous(), rows.contiguous(),
                 *(c.k_cache for c in caches), *(c.v_cache for c in caches)]
         return self._runner.boxed_run(flat)[0]

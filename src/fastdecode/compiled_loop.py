@@ -1,38 +1,32 @@
 """The `generate` compile strategy: K decode steps per compiled call.
 
-One graph holds K model steps and everything between them: sampling with the
-request's SamplingParams (randomness passed in as Exponential noise, drawn in
-the same order as the eager loop draws it), repetition/frequency/presence
-penalties, the EOS ban before min_new_tokens, and per-row finishing (a row
-that emits a stop token or reaches max_new_tokens is done; later steps feed it
-its stop token again). The host checks stop strings and "all rows done"
-between calls, so the eager loop in `generate` drives this unchanged: it pulls
-tokens one at a time, and a new chunk is computed when the last one is used up.
+One graph holds K model steps and everything between them: per-row sampling
+from a `SamplingBatch` built with every stage on (so requests with any
+settings share the graph), randomness passed in as Exponential noise drawn
+from each request's generator in the order the single-step path draws it,
+the penalties' statistics, and the EOS ban before min_new_tokens. The engine
+checks EOS, stop strings and lengths on the host after the call, and drops a
+row's tokens after it finished; new requests join between calls.
 
-A chunk never writes past the request's cache: when fewer than K steps remain,
-the rest runs through the single-step decode graph with the same sampler.
+A row's positions are clamped to the cache's last slot: after a row has
+finished inside a chunk, the steps left write only into its own slot, which
+no one reads until a new request has overwritten it.
 """
 
 from __future__ import annotations
 
-from typing import Iterator, Optional
-
 import torch
 from torch import Tensor
 
-from .compile import CompiledSteps, Steps, fit_cache, own_code
-from .sampling import PenaltyState, SamplingParams, draw_noise, sample
+from .compile import CompiledSteps, Steps, own_code, require_cache
+from .sampling import SamplingBatch, sample
 
 DEFAULT_CHUNK = 8
 
 
 class ChunkDecoder:
-    """decode_tokens(token, start, n, left_pad, pick) -> iterator of next tokens [B].
-
-    `pick` is generate's per-request sampler: its generator, penalty state, EOS
-    mask, min_new_tokens and step count are read and advanced here exactly as
-    its own __call__ would, which is what keeps seeded sampling identical.
-    """
+    """chunk(runner, requests) -> [(request, K new token ids, None)], one call
+    for all rows. The engine uses it while some row has >= K tokens to go."""
 
     def __init__(self, steps: CompiledSteps, k: int = DEFAULT_CHUNK):
         self.steps, self.k = steps, k
@@ -41,87 +35,68 @@ class ChunkDecoder:
         # The K model steps are inlined, but each of their blocks is a nested
         # compile region (model.TransformerBlock): the graph compiles one block
         # and calls it K * n_layers times, so compile time barely grows with K.
-        def model_step(token: Tensor, input_pos: Tensor, left_pad: Tensor) -> Tensor:
-            return model(token[:, None], input_pos, left_pad=left_pad, last_only=True)[:, -1]  # [B, V]
-
-        def chunk_fn(token: Tensor, input_pos: Tensor, left_pad: Tensor, noise: Optional[Tensor],
-                     counts: Optional[Tensor], seen: Optional[Tensor], eos_mask: Tensor, step0: Tensor,
-                     min_new: Tensor, done: Tensor, n_gen: Tensor, max_new: Tensor,
-                     params: SamplingParams):
-            # token: [B] at slot input_pos ([1]); noise: [K, B, V]; eos_mask: [V] bool;
-            # step0, min_new, max_new: [] ; done: [B] bool; n_gen: [B] tokens so far.
-            penalties = None if counts is None else PenaltyState(counts, seen)
+        def chunk_fn(token: Tensor, pos: Tensor, rows: Tensor, noise: Tensor, greedy: Tensor, temperature: Tensor,
+                     top_k: Tensor, top_p: Tensor, min_p: Tensor, repetition: Tensor, frequency: Tensor,
+                     presence: Tensor, counts: Tensor, seen: Tensor, bias: Tensor, eos: Tensor, n_gen: Tensor,
+                     min_new: Tensor):
+            # token, pos, rows, n_gen, min_new: [B]; noise: [K, B, V]; counts, seen: [slots, V]
+            # (updated in place); bias, eos: [B, V].
+            batch = SamplingBatch(greedy, temperature, top_k, top_p, min_p, repetition, frequency, presence)
+            last = model.kv_cache.seq_len - 1  # static: the engine's cache
             out = []
             for i in range(k):
-                logits = model_step(token, input_pos + i, left_pad)
-                banned = eos_mask & (step0 + i < min_new)  # [V]: EOS only before min_new_tokens
-                nxt = sample(logits, params, None if noise is None else noise[i], penalties, banned)
-                if penalties is not None:
-                    penalties.update(nxt)
-                # Finished rows repeat their last token; their output is ignored.
-                nxt = torch.where(done, token, nxt)
-                n_gen = n_gen + (~done).long()
-                done = done | eos_mask[nxt] | (n_gen >= max_new)
-                out.append(nxt)
-                token = nxt
-            return torch.stack(out), done, n_gen  # [K, B], [B], [B]
+                p = (pos + i).clamp(max=last)[:, None]
+                logits = model(token[:, None], p, rows=rows, last_only=True)[:, -1]  # [B, V]
+                banned = eos & (n_gen + i < min_new)[:, None]
+                token = sample(logits, batch, noise[i], counts[rows], seen[rows], bias, banned)
+                counts.index_put_((rows, token), torch.ones_like(token, dtype=counts.dtype), accumulate=True)
+                seen.index_put_((rows, token), torch.ones_like(token, dtype=torch.bool))
+                out.append(token)
+            return torch.stack(out)  # [K, B]
 
         self._chunk = torch.compile(own_code(chunk_fn), **steps.compile_kwargs)
 
-    def __call__(self, token: Tensor, start: int, n: int, left_pad: Optional[Tensor], pick) -> Iterator[Tensor]:
-        B, dev = token.shape[0], token.device
-        V = pick.eos_ban.shape[0]
+    def __call__(self, runner, reqs) -> list:
+        dev, k = runner.device, self.k
+        slots = [r.slot for r in reqs]
+        s = runner.sampling
         with torch.inference_mode():
-            pos = torch.tensor([start], device=dev)
-            done = pick.eos_ban[token].clone()
-            n_gen = torch.ones(B, dtype=torch.long, device=dev)
-            max_new = torch.tensor(n + 1, device=dev)
-            min_new = torch.tensor(pick.min_new, device=dev)
-            pad = torch.zeros(B, dtype=torch.long, device=dev) if left_pad is None else left_pad.clone()
-        produced = 0
-        while n - produced >= self.k:
-            with torch.inference_mode():
-                noise = None if pick.generator is None else torch.stack(
-                    [draw_noise(pick.generator, (B, V), dev) for _ in range(self.k)])
-                pen = pick.penalties
-                toks, done, n_gen = self.steps.call(
-                    self._chunk, token.clone(), pos.clone(), pad, noise,
-                    None if pen is None else pen.counts, None if pen is None else pen.seen,
-                    pick.eos_ban, torch.tensor(pick.step, device=dev), min_new, done, n_gen, max_new,
-                    params=pick.params, dynamic={0: (0,), 2: (0,), 3: (1,), 4: (0,), 5: (0,), 9: (0,), 10: (0,)})
-            pick.step += self.k
-            pos = pos + self.k
-            produced += self.k
-            for i in range(self.k):
-                yield toks[i]
-            token = toks[-1]
-        # The tail, shorter than a chunk: single compiled steps, eager sampling.
-        for _ in range(n - produced):
-            with torch.inference_mode():
-                token = pick(self.steps.decode(token[:, None], pos, left_pad)[:, -1])
-            pos = pos + 1
-            yield token
+            t = runner._tensor
+            b = s.batch(slots, full=True)
+            rows = t(slots)
+            args = (t([r.last_token for r in reqs]), t([r.pos for r in reqs]), rows, runner.noise(reqs, k),
+                    b.greedy, b.temperature, b.top_k, b.top_p, b.min_p, b.repetition, b.frequency, b.presence,
+                    s.counts, s.seen, s.bias[rows], s.eos[rows], t([r.n_generated for r in reqs]),
+                    t([r.config.min_new_tokens for r in reqs]))
+            # Dims marked dynamic: B everywhere, and K's neighbours never change.
+            dyn = {i: (0,) for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15, 16, 17)}
+            dyn[3] = (1,)
+            toks = self.steps.call(self._chunk, *args, dynamic=dyn)
+        for r in reqs:
+            r.pos += k
+        ids = toks.t().tolist()  # [B, K]
+        return [(r, ids[i], None) for i, r in enumerate(reqs)]
 
     def warmup(self) -> None:
-        """Compile the greedy chunk graph (it serves every batch size)."""
-        from .generate import RequestSampler, GenerationConfig
+        """Compile the chunk graph (it serves every batch size and setting) on slot 0."""
+        from types import SimpleNamespace
+
+        from .engine.request import GenerationConfig
+        from .engine.runner import Runner
+        from .sampling import SamplingParams
 
         model = self.steps.model
-        device = model.device
-        S = min(256, model.args.max_seq_len)
-        V = model.args.vocab_size
-        fit_cache(model, 1, S)
+        cache = require_cache(model)
+        runner = Runner(model, Steps(step=self.steps.step), cache.batch_size, cache.seq_len)
         params = SamplingParams(temperature=0)
-        with torch.inference_mode(False):  # as generate builds it
-            cfg = GenerationConfig(max_new_tokens=self.k + 1)
-            pick = RequestSampler(params, cfg, frozenset(), [[0]], V, device)
-        token = torch.zeros(1, dtype=torch.long, device=device)
-        for _ in self(token, 1, self.k, None, pick):
-            pass
+        row = SimpleNamespace(slot=0, last_token=0, pos=1, n_generated=1, generator=None, params=params,
+                              config=GenerationConfig(max_new_tokens=self.k + 1))
+        runner.sampling.assign(0, params, [0], frozenset())
+        self(runner, [row])
 
 
 def make_generate_steps(model: torch.nn.Module, k: int = DEFAULT_CHUNK, **kwargs) -> Steps:
     steps = CompiledSteps(model, **kwargs)
     chunk = ChunkDecoder(steps, k)
     steps.extra_warmups.append(chunk.warmup)
-    return Steps(prefill=steps.prefill, decode=steps.decode, warmup=steps.warmup, chunk=chunk)
+    return Steps(step=steps.step, warmup=steps.warmup, chunk=chunk)

@@ -1,9 +1,17 @@
 """Key/value caches for incremental decoding.
 
-Both caches store keys and values **unexpanded**: `[B, H_kv, S, D]` with the
-model's n_kv_heads, not n_heads. Attention groups the query heads instead of
-copying the cache (see `model.Attention`), so grouped-query models keep their
-memory saving.
+Both caches store keys and values **unexpanded**, with the model's
+n_kv_heads, not n_heads: attention groups the query heads instead of copying
+the cache (see `model.Attention`), so grouped-query models keep their memory
+saving. Storage is `[slots, S, H_kv, D]`, so that one (slot, position) is one
+contiguous row and a step's writes are a single `index_copy_` along a flat
+axis; `update` returns `[slots, H_kv, S, D]` views (D stays contiguous).
+
+Slot s of the cache holds one sequence: one sequence lives in it from position 0 up. A
+model step names, per batch row, the slot it works on (`rows [B]`) and the
+positions of its tokens (`input_pos [B, T]`), so sequences at different
+lengths share one step, and a slot's previous occupant is never seen: a query
+at position p attends to keys 0..p only, all written by the current occupant.
 """
 
 from __future__ import annotations
@@ -12,34 +20,34 @@ import torch
 from torch import Tensor, nn
 
 
+def cache_bytes(n_layers: int, batch_size: int, n_kv_heads: int, seq_len: int, head_dim: int,
+                dtype: torch.dtype) -> int:
+    """Bytes of K and V caches for the whole model."""
+    return 2 * n_layers * batch_size * n_kv_heads * seq_len * head_dim * torch.empty(0, dtype=dtype).element_size()
+
+
 class KVCache(nn.Module):
-    """Preallocated ("static") cache written in place at `input_pos`.
+    """Preallocated ("static") cache written in place at `(rows, input_pos)`.
 
     Shapes are fixed for the cache's lifetime, which is what compiled decoding
-    and CUDA graphs need. `generate` sizes it to the request (bucketed), not to
-    the model's context length, so attention cost follows the length in use.
+    and CUDA graphs need. It is allocated once, by the engine that owns it.
     """
 
     def __init__(self, batch_size: int, n_kv_heads: int, seq_len: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device | str | None = None):
         super().__init__()
-        shape = (batch_size, n_kv_heads, seq_len, head_dim)
+        shape = (batch_size, seq_len, n_kv_heads, head_dim)
         self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
         self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        # True when every update covers all batch rows (compiled and exported steps,
-        # see compile.fit_cache): writes then index the whole buffer, which Inductor
-        # updates in place; through a [:B] slice it copied the whole cache every step.
-        self.whole_batch = False
 
     @classmethod
     def from_tensors(cls, k_cache: Tensor, v_cache: Tensor) -> "KVCache":
-        """A cache over existing [B, H_kv, S, D] tensors, written in place
+        """A cache over existing [slots, S, H_kv, D] tensors, written in place
         (an exported graph takes its caches as inputs; see aot.py)."""
         cache = cls.__new__(cls)
         nn.Module.__init__(cache)
         cache.register_buffer("k_cache", k_cache, persistent=False)
         cache.register_buffer("v_cache", v_cache, persistent=False)
-        cache.whole_batch = True  # an exported step's caches have the batch's rows
         return cache
 
     @property
@@ -48,68 +56,68 @@ class KVCache(nn.Module):
 
     @property
     def seq_len(self) -> int:
-        return self.k_cache.shape[2]
+        return self.k_cache.shape[1]
 
-    def kv_len(self, input_pos: Tensor) -> int:
-        """Number of key slots attention sees after this update: the whole buffer."""
-        return self.seq_len
+    def update(self, rows: Tensor, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write k, v of batch row b at slot rows[b], positions input_pos[b].
 
-    def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k, v at slots `input_pos` and return views of the whole cache.
-
-        input_pos: [T] slot indices; k, v: [B, H_kv, T, D] with B <= batch_size.
-        Returns k, v views of shape [B, H_kv, S, D].
+        rows: [B]; input_pos: [B, T]; k, v: [B, T, H_kv, D].
+        Returns views of the whole cache, [slots, H_kv, S, D]: row b reads slot rows[b].
         """
-        # Compiled code trusts the flag (a shape test there would be a guard); eager checks.
-        if self.whole_batch and (torch.compiler.is_compiling() or k.shape[0] == self.batch_size):
-            self.k_cache.index_copy_(2, input_pos, k)
-            self.v_cache.index_copy_(2, input_pos, v)
-            return self.k_cache, self.v_cache
-        B = k.shape[0]
-        k_out, v_out = self.k_cache[:B], self.v_cache[:B]
-        k_out.index_copy_(2, input_pos, k)
-        v_out.index_copy_(2, input_pos, v)
-        return k_out, v_out
+        _write(self.k_cache, rows, input_pos, k)
+        _write(self.v_cache, rows, input_pos, v)
+        return self.k_cache.transpose(1, 2), self.v_cache.transpose(1, 2)
 
     def reset(self) -> None:
         self.k_cache.zero_()
         self.v_cache.zero_()
 
 
+def _write(cache: Tensor, rows: Tensor, input_pos: Tensor, x: Tensor) -> None:
+    # One index_copy_ into the whole buffer along its flat (slot, position)
+    # axis: compiled code updates it in place, and a 1-d index has no
+    # broadcasting for graphs to specialize on (sizes of 1 stay symbolic).
+    slots, S, H, D = cache.shape
+    B, T = input_pos.shape
+    flat = (rows[:, None] * S + input_pos).view(B * T)
+    # An explicit copy: reshape would copy or not depending on whether B or T is 1.
+    x = x.clone(memory_format=torch.contiguous_format).view(B * T, H, D)
+    cache.view(slots * S, H, D).index_copy_(0, flat, x)
+
+
 class DynamicKVCache(nn.Module):
     """A cache that grows by concatenation, as eager Hugging Face generation does.
 
-    This is the baseline mode of the benchmark: no preallocation, a new tensor
-    per step, so it cannot be compiled into a static graph. Writes must be
-    contiguous appends (`input_pos` continues where the last call ended).
+    This is the baseline mode of the benchmark: no preallocation along the
+    sequence, a new tensor whenever a step writes past the current length, so it
+    cannot be compiled into a static graph. Slots and positions work as in
+    `KVCache`.
     """
 
-    def __init__(self, dtype: torch.dtype, device: torch.device | str | None = None, **_: object):
+    def __init__(self, batch_size: int, n_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | str | None = None):
         super().__init__()
-        self.dtype, self.device = dtype, device
-        self.k: Tensor | None = None
-        self.v: Tensor | None = None
+        self.k = torch.zeros(batch_size, 0, n_kv_heads, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+
+    @property
+    def batch_size(self) -> int:
+        return self.k.shape[0]
 
     @property
     def seq_len(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
+        return self.k.shape[1]
 
-    def kv_len(self, input_pos: Tensor) -> int:
-        # Eager only: reading the last position costs a host sync, which this
-        # baseline mode accepts.
-        return int(input_pos[-1]) + 1
-
-    def update(self, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Append k, v ([B, H_kv, T, D]) and return the whole cache ([B, H_kv, S, D])."""
-        start = int(input_pos[0])
-        if self.k is None or start == 0:
-            self.k, self.v = k.clone(), v.clone()
-        else:
-            if start != self.k.shape[2]:
-                raise RuntimeError(f"DynamicKVCache appends only: at {self.k.shape[2]}, got {start}")
-            self.k = torch.cat([self.k, k], dim=2)
-            self.v = torch.cat([self.v, v], dim=2)
-        return self.k, self.v
+    def update(self, rows: Tensor, input_pos: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """As `KVCache.update`, growing the sequence axis to the largest position first."""
+        grow = int(input_pos.max()) + 1 - self.k.shape[1]  # eager only: a host sync this baseline accepts
+        if grow > 0:
+            pad = self.k.new_zeros(self.k.shape[0], grow, *self.k.shape[2:])
+            self.k, self.v = torch.cat([self.k, pad], dim=1), torch.cat([self.v, pad], dim=1)
+        _write(self.k, rows, input_pos, k)
+        _write(self.v, rows, input_pos, v)
+        return self.k.transpose(1, 2), self.v.transpose(1, 2)
 
     def reset(self) -> None:
-        self.k = self.v = None
+        self.k = self.k[:, :0]
+        self.v = self.v[:, :0]

@@ -13,8 +13,10 @@ import torch
 
 from .compile import make_steps
 from .config import PRESETS, ModelArgs, get_preset
+from .engine import DEFAULT_PREFILL_CHUNK, Engine
 from .errors import FastDecodeError
 from .generate import Completion, GenerationConfig, GenerationRun, run_generation
+from .kv_cache import cache_bytes
 from .model import Transformer, init_random_weights
 from .quant import KernelChoice, apply_kernels, build_model, check_weights, quantize_state_dict
 from .sampling import SamplingParams
@@ -22,6 +24,9 @@ from .tokenizer import BYTE_CHAT_TEMPLATE, ByteTokenizer, Tokenizer
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_MAX_BATCH_SIZE = 8
+# The default max_seq_len keeps the engine's KV cache (max_batch_size x
+# max_seq_len positions) within this many bytes: 8 x 2048 for the default model in fp32.
+DEFAULT_CACHE_BUDGET = 1 << 30
 
 Prompts = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]]]
 
@@ -97,12 +102,44 @@ def _load_weights(name: str, device: torch.device, dtype: torch.dtype, weights: 
     return _Loaded(model, ckpt.tokenizer, str(path), cache_path, ckpt.from_cache, summary)
 
 
+def available_memory(device: torch.device) -> Optional[int]:
+    """Bytes free for new tensors on `device`, where the platform says (else None)."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        try:
+            with open("/proc/meminfo", encoding="ascii") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+    return None
+
+
+def default_max_seq_len(args: ModelArgs, max_batch_size: int, dtype: torch.dtype) -> int:
+    """The model's context, or the largest power of two (>= 256) whose cache
+    fits DEFAULT_CACHE_BUDGET at this batch size, whichever is smaller."""
+    per_position = cache_bytes(args.n_layers, max_batch_size, args.n_kv_heads, 1, args.head_dim, dtype)
+    fit = 256
+    while fit * 2 * per_position <= DEFAULT_CACHE_BUDGET:
+        fit *= 2
+    return min(args.max_seq_len, fit)
+
+
 def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu",
          dtype: Union[None, str, torch.dtype] = None, compile: str = "none",
          max_seq_len: Optional[int] = None, max_batch_size: Optional[int] = None,
-         cache: str = "static", compiled: Optional[str] = "auto", weights: str = "auto") -> "LLM":
+         cache: str = "static", compiled: Optional[str] = "auto", weights: str = "auto",
+         prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> "LLM":
     """Load a model by preset name, known checkpoint name or path (.gguf file or
     Hugging Face directory). None loads the default, SmolLM2-135M-Instruct.
+
+    max_batch_size: the engine's slots, requests decoding at once (more wait
+    in a queue); default 8. max_seq_len: positions per slot (prompt plus new
+    tokens); default: the model's context, capped so the KV cache, allocated
+    once, stays within 1 GiB. prefill_chunk: the most prompt tokens prefilled
+    per engine step, so new prompts do not stall running streams.
 
     weights: "auto" keeps the checkpoint's quantized matrices in their packed
     form and runs them on the quantized CPU kernels (float checkpoints stay
@@ -123,6 +160,11 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     check_weights(weights)
     if cache not in ("static", "dynamic"):
         raise FastDecodeError(f"unknown cache {cache!r}; accepted: static, dynamic")
+    if cache == "dynamic" and compile != "none":
+        raise FastDecodeError(f"compile={compile!r} needs cache='static' (a dynamic cache changes shape every "
+                              "step); use compile=none with cache=dynamic")
+    if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
+        raise FastDecodeError(f"prefill_chunk={prefill_chunk!r} is out of range; accepted: an integer >= 1")
     if compiled == "auto" and (compile not in ("none", "decode") or cache != "static" or dev.type != "cpu"
                                or os.environ.get("FASTDECODE_NO_PACKAGE")):
         compiled = None
@@ -138,16 +180,23 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     m = loaded.model.eval().requires_grad_(False)
     kernels = apply_kernels(m)
     limit = m.args.max_seq_len
-    if max_seq_len is None:
-        max_seq_len = limit
-    elif isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= limit:
-        raise FastDecodeError(f"max_seq_len={max_seq_len!r} is out of range; accepted: 1..{limit} for this model")
     if max_batch_size is None:
         max_batch_size = DEFAULT_MAX_BATCH_SIZE
     elif isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
         raise FastDecodeError(f"max_batch_size={max_batch_size!r} is out of range; accepted: an integer >= 1")
+    if max_seq_len is None:
+        max_seq_len = default_max_seq_len(m.args, max_batch_size, dt)
+    elif isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= limit:
+        raise FastDecodeError(f"max_seq_len={max_seq_len!r} is out of range; accepted: 1..{limit} for this model")
+    a = m.args
+    need = cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, dt)
+    free = available_memory(dev)
+    if cache == "static" and free is not None and need > free:
+        raise FastDecodeError(
+            f"a KV cache of max_batch_size={max_batch_size} x max_seq_len={max_seq_len} needs {need:,} bytes, "
+            f"but {free:,} are available; lower max_batch_size or max_seq_len")
     llm = LLM(m, loaded.tokenizer, compile="none" if compiled else compile, max_seq_len=max_seq_len,
-              max_batch_size=max_batch_size, cache=cache, source=loaded.source)
+              max_batch_size=max_batch_size, cache=cache, source=loaded.source, prefill_chunk=prefill_chunk)
     if compiled == "auto":
         from .aot import cached_package
 
@@ -166,12 +215,15 @@ class LLM:
     """A loaded model with its tokenizer, ready to generate."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, compile: str = "none",
-                 max_seq_len: int, max_batch_size: int, cache: str = "static", source: str = ""):
+                 max_seq_len: int, max_batch_size: int, cache: str = "static", source: str = "",
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
         self.model, self.tokenizer = model, tokenizer
         self.args: ModelArgs = model.args
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
         self.cache, self.source, self.compile = cache, source, compile
-        self.steps = make_steps(model, compile)
+        # The engine owns the model's KV cache and runs every request.
+        self.engine = Engine(model, tokenizer, make_steps(model, compile), max_batch_size=max_batch_size,
+                             max_seq_len=max_seq_len, cache=cache, prefill_chunk=prefill_chunk)
         self.compiled: Optional[str] = None  # path of the exported package running the steps, if any
         self.package_export_seconds: Optional[float] = None  # set when load() exported this machine's package
         self.load_seconds = 0.0
@@ -190,8 +242,13 @@ class LLM:
         """Run the steps from a `fastdecode export` package (checked against this model)."""
         from .aot import ExportedSteps
 
-        self.steps = ExportedSteps(self.model, path).steps()
+        self.engine.runner.steps = ExportedSteps(self.model, path).steps()
         self.compiled = str(path)
+
+    @property
+    def steps(self):
+        """The step callables the engine runs (a compile strategy's or a package's)."""
+        return self.engine.runner.steps
 
     @property
     def device(self) -> torch.device:
@@ -246,19 +303,16 @@ class LLM:
         return out
 
     def start(self, prompts: Prompts, params: SamplingParams, config: GenerationConfig) -> GenerationRun:
-        """Validate and start a generation; iterate the result to run it."""
+        """Validate and submit one request per prompt, each with its own
+        generator (seeded alike); iterate the result to run them. More prompts
+        than max_batch_size wait for free slots."""
         ids = self.encode_prompts(prompts)
-        if len(ids) > self.max_batch_size:
-            raise FastDecodeError(f"batch of {len(ids)} prompts exceeds max_batch_size={self.max_batch_size}")
         for i, p in enumerate(ids):
             if len(p) + config.max_new_tokens > self.max_seq_len:
                 raise FastDecodeError(
                     f"prompt {i} has {len(p)} tokens; with max_new_tokens={config.max_new_tokens} it needs "
                     f"{len(p) + config.max_new_tokens} > max_seq_len={self.max_seq_len}")
-        return run_generation(
-            self.model, self.tokenizer, ids, params, config, prefill_step=self.steps.prefill,
-            decode_step=self.steps.decode, pad_id=self.tokenizer.pad_id, max_seq_len=self.max_seq_len,
-            cache_kind=self.cache, decode_tokens=self.steps.chunk)
+        return run_generation(self.engine, ids, params, config)
 
     def generate(self, prompts: Prompts, **options: Any) -> list[Completion]:
         """One Completion per prompt, in order. Options: the fields of

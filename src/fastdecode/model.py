@@ -1,10 +1,12 @@
 """A Llama-family decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU.
 
-`Transformer.forward(tokens, input_pos)` has two paths:
+`Transformer.forward(tokens, input_pos, rows=...)` has two paths:
 - `input_pos=None`: full causal attention over `tokens`, no cache. This is the
   reference the cached path is tested against.
-- `input_pos` given (after `setup_caches`): K/V are written into the cache at
-  slots `input_pos` and attention runs over the cache with a mask.
+- `input_pos` given (after `setup_caches`): batch row b works on cache slot
+  `rows[b]`; its K/V are written at positions `input_pos[b]` ([B, T], one
+  position per token and row) and its queries attend to that slot's keys at
+  positions <= their own. Rows at different lengths share one step.
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ class Attention(nn.Module):
         self.native = False  # the cache attention kernel (fp32 CPU); set at load by quant.transform.apply_kernels
         self.register_load_state_dict_pre_hook(_fuse_qkv)
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor],
-                input_pos: Optional[Tensor]) -> Tensor:
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, input_pos: Optional[Tensor],
+                rows: Optional[Tensor]) -> Tensor:
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         # View before splitting: a view of the contiguous matmul output needs no
@@ -87,38 +89,47 @@ class Attention(nn.Module):
         qkv = self.wqkv(x).view(B, T, H + 2 * Hkv, D)
         q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
         q = apply_rope(q, cos, sin)  # [B, T, H, D]
-        k = apply_rope(k, cos, sin).transpose(1, 2)  # [B, Hkv, T, D]
-        v = v.transpose(1, 2)  # [B, Hkv, T, D]
+        k = apply_rope(k, cos, sin)  # [B, T, Hkv, D]
 
-        if input_pos is not None and self.native:
-            # Reads only the slots in use, groups heads itself, takes q and
-            # returns y in [B, T, H, D]: no folding, transposes or mask repeats.
-            k, v = self.kv_cache.update(input_pos, k, v)
-            y = torch.ops.fastdecode.attention(q, k, v, mask, input_pos)
-            return self.wo(y.view(B, T, H * D))
-        q = q.transpose(1, 2)  # [B, H, T, D]
         if input_pos is None:
-            # Reference path: plain expanded GQA over the current tokens only.
-            k = k.repeat_interleave(H // Hkv, dim=1)
-            v = v.repeat_interleave(H // Hkv, dim=1)
-            if mask is None:
-                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-            else:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            # Reference path: plain expanded causal GQA over the current tokens only.
+            q = q.transpose(1, 2)  # [B, H, T, D]
+            k = k.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+            v = v.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)  # [B, T, H, D]
         else:
-            k, v = self.kv_cache.update(input_pos, k, v)  # [B, Hkv, S, D]
-            # Group the n_rep query heads of each kv head along the query axis
-            # instead of copying the cache n_rep times.
-            n_rep = H // Hkv
-            # An explicit copy: reshape would copy or not depending on whether
-            # B or T is 1, and compiled graphs would specialize on that.
-            q = q.clone(memory_format=torch.contiguous_format).view(B, Hkv, n_rep * T, D)  # row r*T + t is head (kv, r), token t
-            if n_rep > 1:
-                mask = mask.repeat(1, 1, n_rep, 1)  # [B, 1, n_rep*T, S]
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            y = y.view(B, H, T, D)
-        y = y.transpose(1, 2).clone(memory_format=torch.contiguous_format)  # [B, T, H, D]
+            k_all, v_all = self.kv_cache.update(rows, input_pos, k, v)  # [slots, Hkv, S, D] views
+            if self.native:
+                # Reads each row's own slot up to its own position, groups heads
+                # itself, and takes q / returns y as [B, T, H, D].
+                y = torch.ops.fastdecode.attention(q, k_all, v_all, input_pos, rows)
+                return self.wo(y.view(B, T, H * D))
+            y = cache_attention(q, k_all, v_all, input_pos, rows)
+        y = y.clone(memory_format=torch.contiguous_format)  # [B, T, H, D]
         return self.wo(y.view(B, T, H * D))
+
+
+def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, rows: Tensor) -> Tensor:
+    """Attention over cache slots with scaled_dot_product_attention (the
+    portable path; the native kernel computes the same on fp32 CPUs).
+
+    q: [B, T, H, D]; k_all, v_all: [B_cache, Hkv, S, D]; input_pos: [B, T];
+    rows: [B]. Returns y: [B, T, H, D]. Spans the whole buffer under a mask.
+    """
+    B, T, H, D = q.shape
+    Hkv, S = k_all.shape[1], k_all.shape[2]
+    n_rep = H // Hkv
+    k, v = k_all.index_select(0, rows), v_all.index_select(0, rows)  # [B, Hkv, S, D]
+    # Group the n_rep query heads of each kv head along the query axis instead
+    # of copying the cache n_rep times. An explicit copy: reshape would copy or
+    # not depending on whether B or T is 1, and compiled graphs would specialize.
+    q = q.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, Hkv, n_rep * T, D)
+    keys = torch.arange(S, device=q.device)
+    mask = keys[None, None, None, :] <= input_pos[:, None, :, None]  # [B, 1, T, S]
+    if n_rep > 1:
+        mask = mask.repeat(1, 1, n_rep, 1)  # [B, 1, n_rep*T, S]; row r*T + t is head (kv, r), token t
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return y.view(B, H, T, D).transpose(1, 2)
 
 
 class FeedForward(nn.Module):
@@ -152,9 +163,9 @@ class TransformerBlock(nn.Module):
     # and Inductor compiles it once for all n_layers (which share code and
     # shapes): ~3x less compile time than inlining 30 copies.
     @torch.compiler.nested_compile_region
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor],
-                input_pos: Optional[Tensor]) -> Tensor:
-        x = x + self.attention(self.attention_norm(x), cos, sin, mask, input_pos)
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, input_pos: Optional[Tensor],
+                rows: Optional[Tensor]) -> Tensor:
+        x = x + self.attention(self.attention_norm(x), cos, sin, input_pos, rows)
         return x + self.feed_forward(self.ffn_norm(x))
 
 
@@ -193,10 +204,11 @@ class Transformer(nn.Module):
 
     def setup_caches(self, max_batch_size: int, max_seq_len: int, dtype: Optional[torch.dtype] = None,
                      device: torch.device | str | None = None, kind: str = "static") -> None:
-        """Give every layer a KV cache of shape [max_batch_size, n_kv_heads, max_seq_len, head_dim].
+        """Give every layer a KV cache of shape [max_batch_size, n_kv_heads, max_seq_len, head_dim]
+        (the engine does, once; see engine.Engine).
 
-        kind="static" preallocates (compile-friendly); kind="dynamic" grows by
-        concatenation and ignores the sizes.
+        kind="static" preallocates (compile-friendly); kind="dynamic" grows
+        along the sequence by concatenation.
         """
         if max_seq_len > self.args.max_seq_len:
             raise ValueError(f"cache length {max_seq_len} exceeds the model's max_seq_len {self.args.max_seq_len}")
@@ -207,7 +219,7 @@ class Transformer(nn.Module):
             if kind == "static":
                 cache = KVCache(max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, dtype, device)
             elif kind == "dynamic":
-                cache = DynamicKVCache(dtype, device)
+                cache = DynamicKVCache(max_batch_size, a.n_kv_heads, a.head_dim, dtype, device)
             else:
                 raise ValueError(f"unknown cache kind {kind!r}; valid: 'static', 'dynamic'")
             layer.attention.kv_cache = cache
@@ -229,41 +241,28 @@ class Transformer(nn.Module):
     # -- forward ------------------------------------------------------------
 
     def forward(self, tokens: Tensor, input_pos: Optional[Tensor] = None, *,
-                left_pad: Optional[Tensor] = None, last_only: bool = False) -> Tensor:
+                rows: Optional[Tensor] = None, last_only: bool = False) -> Tensor:
         """tokens: [B, T] -> logits [B, T, V] ([B, 1, V] with last_only).
 
-        input_pos: [T] cache slots for these tokens, or None for the cache-free
-            reference path.
-        left_pad: [B] count of padding slots at the start of each row. Row b's
-            RoPE positions are shifted down by left_pad[b] and its padding slots
-            are never attended to, so a padded row computes what it would alone.
+        input_pos: [B, T] cache positions of the tokens, or None for the
+            cache-free reference path (positions 0..T-1, causal).
+        rows: [B] the cache slot of each batch row; None means slots 0..B-1.
         """
         B, T = tokens.shape
-        if input_pos is not None and self.kv_cache is None:
+        if input_pos is None:
+            pos = torch.arange(T, device=tokens.device)[None, :]  # [1, T]
+        elif self.kv_cache is None:
             raise RuntimeError("input_pos given but no caches: call setup_caches() first")
-        slots = torch.arange(T, device=tokens.device) if input_pos is None else input_pos  # [T]
-        rope_pos = slots[None, :]  # [1, T]
-        if left_pad is not None:
-            rope_pos = (rope_pos - left_pad[:, None]).clamp(min=0)  # [B, T]
-        cos = self.rope_cos[rope_pos].unsqueeze(2)  # [B or 1, T, 1, D/2]
-        sin = self.rope_sin[rope_pos].unsqueeze(2)
-
-        mask = None
-        if input_pos is not None or left_pad is not None:
-            S = T if input_pos is None else self.kv_cache.kv_len(input_pos)
-            keys = torch.arange(S, device=tokens.device)
-            mask = keys[None, None, None, :] <= slots[None, None, :, None]  # [1, 1, T, S]
-            if left_pad is not None:
-                # Padding keys are hidden; a padding query still sees itself so
-                # its (ignored) output stays finite instead of NaN.
-                real = keys[None, None, None, :] >= left_pad[:, None, None, None]
-                own = keys[None, None, None, :] == slots[None, None, :, None]
-                mask = mask & (real | own)  # [B, 1, T, S]
-            mask = mask.expand(B, 1, T, S)
+        else:
+            pos = input_pos  # [B, T]
+            if rows is None:
+                rows = torch.arange(B, device=tokens.device)
+        cos = self.rope_cos[pos].unsqueeze(2)  # [B or 1, T, 1, D/2]
+        sin = self.rope_sin[pos].unsqueeze(2)
 
         x = self.tok_embeddings(tokens)
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, input_pos)
+            x = layer(x, cos, sin, input_pos, rows)
         if last_only:
             x = x[:, -1:]
         x = self.norm(x)

@@ -1,10 +1,11 @@
 // Attention over a KV cache for float32 CPU models, grouped-query aware.
 //
-// y[b, t, h] = softmax_j(q[b, t, h] . k[b, h / n_rep, j] / sqrt(D)) v[b, h / n_rep, j]
-// over the keys j < max(input_pos) + 1 that mask[b, 0, t, j] allows.
+// y[b, t, h] = softmax_j(q[b, t, h] . k[r, h / n_rep, j] / sqrt(D)) v[r, h / n_rep, j]
+// over the keys j <= input_pos[b, t] of cache slot r = rows[b]: each row reads
+// its own slot up to its own position, so cost follows the length in use.
 //
 // Why not scaled_dot_product_attention: it spans the whole cache buffer, not
-// the slots in use; it needs the query heads folded and the mask repeated per
+// the positions in use; it needs the query heads folded and a mask repeated per
 // group; and at decode its CPU kernel splits a batch-1 step's keys across
 // threads, so a row sums in a different order alone than in a batch. Here each
 // query row is one task that visits its allowed keys in slot order, so its
@@ -44,30 +45,29 @@ inline __m256 exp_neg(__m256 x) {
 
 struct Args {
   const float *q, *k, *v;
-  const bool* mask;
+  const int64_t *pos, *rows;  // [B, T] contiguous, [B]
   float* y;
-  int64_t T, H, Hkv, D, L;
-  int64_t qs[4], ks[3], ms[3];  // strides: q [B, T, H, D] (elements), k/v [B, Hkv, S] (D contiguous), mask [B, T, S]
+  int64_t T, H, Hkv, D;
+  int64_t qs[4], ks[3];  // strides: q [B, T, H, D] (elements), k/v [B_cache, Hkv, S] (D contiguous)
   float scale;
 };
 
 // One query row (b, t, h): scores into s[L], softmax, weighted sum of values into y.
-void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s, std::vector<int32_t>& keep) {
+void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s) {
   const int64_t D = a.D, kvh = h / (a.H / a.Hkv);
   const float* q = a.q + b * a.qs[0] + t * a.qs[1] + h * a.qs[2];
-  const float* kb = a.k + b * a.ks[0] + kvh * a.ks[1];
-  const float* vb = a.v + b * a.ks[0] + kvh * a.ks[1];
-  const bool* m = a.mask + b * a.ms[0] + t * a.ms[1];
+  const int64_t slot = a.rows[b];
+  const float* kb = a.k + slot * a.ks[0] + kvh * a.ks[1];
+  const float* vb = a.v + slot * a.ks[0] + kvh * a.ks[1];
+  const int64_t L = a.pos[b * a.T + t] + 1;
   int64_t n = 0;
   float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < a.L; ++j) {
-    if (!m[j * a.ms[2]]) continue;
+  for (int64_t j = 0; j < L; ++j) {
     const float* kj = kb + j * a.ks[2];
     __m256 acc = _mm256_setzero_ps();
     for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kj + d), acc);
     const float sc = hsum(acc) * a.scale;
-    s[n] = sc;
-    keep[n++] = static_cast<int32_t>(j);
+    s[n++] = sc;
     mx = std::max(mx, sc);
   }
   float* y = a.y + ((b * a.T + t) * a.H + h) * D;
@@ -93,7 +93,7 @@ void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s, 
     for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; ++i) {
       const __m256 p = _mm256_set1_ps(s[i]);
-      const float* vj = vb + keep[i] * a.ks[2] + d0;
+      const float* vj = vb + i * a.ks[2] + d0;
       for (int64_t c = 0; c < w; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * c), acc[c]);
     }
     const __m256 iv = _mm256_set1_ps(inv);
@@ -101,33 +101,36 @@ void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s, 
   }
 }
 
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-                     const at::Tensor& input_pos) {
-  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4 && mask.dim() == 4, "attention: 4-d q, k, v, mask");
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
+                     const at::Tensor& rows) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: 4-d q, k, v");
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
               "attention: float32 q, k, v");
-  TORCH_CHECK(mask.scalar_type() == at::kBool, "attention: bool mask");
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2);
   TORCH_CHECK(D % 8 == 0 && D <= 256 && H % Hkv == 0, "attention: head_dim a multiple of 8 up to 256");
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1 && k.strides() == v.strides(),
               "attention: head_dim must be contiguous, k and v alike");
-  TORCH_CHECK(k.size(0) >= B && v.sizes() == k.sizes() && mask.size(0) == B && mask.size(2) == T &&
-              mask.size(3) == S, "attention: shapes q [B, T, H, D], k/v [B, Hkv, S, D], mask [B, 1, T, S]");
-  const at::Tensor pos = input_pos.to(at::kLong).contiguous();
-  const int64_t* pp = pos.data_ptr<int64_t>();
+  TORCH_CHECK(v.sizes() == k.sizes() && input_pos.dim() == 2 && input_pos.size(0) == B && input_pos.size(1) == T &&
+              rows.dim() == 1 && rows.size(0) == B,
+              "attention: shapes q [B, T, H, D], k/v [B_cache, Hkv, S, D], input_pos [B, T], rows [B]");
+  const at::Tensor pos = input_pos.to(at::kLong).contiguous(), slots = rows.to(at::kLong).contiguous();
+  const int64_t *pp = pos.data_ptr<int64_t>(), *rp = slots.data_ptr<int64_t>();
   int64_t L = 0;
-  for (int64_t i = 0; i < pos.numel(); ++i) L = std::max(L, pp[i] + 1);
-  L = std::min(L, S);
+  for (int64_t i = 0; i < B * T; ++i) {
+    TORCH_CHECK(pp[i] >= 0 && pp[i] < S, "attention: position ", pp[i], " outside the cache [0, ", S, ")");
+    L = std::max(L, pp[i] + 1);
+  }
+  for (int64_t i = 0; i < B; ++i)
+    TORCH_CHECK(rp[i] >= 0 && rp[i] < k.size(0), "attention: slot ", rp[i], " outside the cache's ", k.size(0));
   at::Tensor y = at::empty({B, T, H, D}, q.options());
-  Args a{q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), mask.data_ptr<bool>(), y.data_ptr<float>(),
-         T, H, Hkv, D, L,
+  Args a{q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), pp, rp, y.data_ptr<float>(),
+         T, H, Hkv, D,
          {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
-         {mask.stride(0), mask.stride(2), mask.stride(3)}, 1.f / std::sqrt(static_cast<float>(D))};
+         1.f / std::sqrt(static_cast<float>(D))};
   at::parallel_for(0, B * T * H, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> s(L + 8);
-    std::vector<int32_t> keep(L);
-    for (int64_t r = r0; r < r1; ++r) row(a, r / (T * H), (r / H) % T, r % H, s, keep);
+    for (int64_t r = r0; r < r1; ++r) row(a, r / (T * H), (r / H) % T, r % H, s);
   });
   return y;
 }
@@ -135,19 +138,19 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 }  // namespace
 
 extern "C" AOTITorchError aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v,
-                                                   AtenTensorHandle mask, AtenTensorHandle pos,
+                                                   AtenTensorHandle pos, AtenTensorHandle rows,
                                                    AtenTensorHandle* ret0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
     using torch::aot_inductor::tensor_handle_to_tensor_pointer;
     *ret0 = torch::aot_inductor::new_tensor_handle(
         attention(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(k),
-                  *tensor_handle_to_tensor_pointer(v), *tensor_handle_to_tensor_pointer(mask),
-                  *tensor_handle_to_tensor_pointer(pos)));
+                  *tensor_handle_to_tensor_pointer(v), *tensor_handle_to_tensor_pointer(pos),
+                  *tensor_handle_to_tensor_pointer(rows)));
   });
 }
 
 TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
-  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, Tensor input_pos) -> Tensor");
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {

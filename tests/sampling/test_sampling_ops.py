@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from fastdecode import FastDecodeError, SamplingParams
-from fastdecode.sampling import (PenaltyState, apply_penalties, draw_noise, logits_to_probs, make_generator,
-                                 min_p_mask, sample, top_k_mask, top_p_mask)
+from fastdecode.sampling import (SamplingBatch, apply_penalties, draw_noise, logits_to_probs, make_generator,
+                                 min_p_mask, sample, token_logprobs, top_k_mask, top_p_mask)
 
 # -- references written from the definitions, one row at a time in plain Python --
 
@@ -62,24 +62,48 @@ def test_min_p_mask(min_p):
     assert_mask_matches(min_p_mask(probs, min_p), probs, lambda row: ref_min_p_keep(row, min_p))
 
 
+def batch_of(*params, V=8, full=False):
+    return SamplingBatch.from_params(list(params), V, "cpu", full=full)
+
+
+@pytest.mark.parametrize("k", [[1, 3, 17], [50, 80, 2]])
+def test_top_k_mask_per_row(k):
+    logits = rows(5, B=3)
+    drop = top_k_mask(logits, torch.tensor(k))
+    for r in range(3):
+        assert {i for i in range(50) if not drop[r, i]} == ref_top_k_keep(logits[r].tolist(), k[r])
+
+
+def test_top_p_and_min_p_masks_per_row():
+    probs = torch.softmax(rows(6, B=3) * 2, dim=-1)
+    ps, mins = [0.3, 1.0, 0.9], [0.0, 0.2, 0.05]
+    drop_p, drop_m = top_p_mask(probs, torch.tensor(ps)), min_p_mask(probs, torch.tensor(mins))
+    for r in range(3):
+        row = probs[r].tolist()
+        assert {i for i in range(50) if not drop_p[r, i]} == ref_top_p_keep(row, ps[r])
+        assert {i for i in range(50) if not drop_m[r, i]} == ref_min_p_keep(row, mins[r])
+
+
 def test_penalties_follow_their_definitions():
-    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0]])
-    state = PenaltyState.from_prompts([[0]], 4, "cpu")
-    state.update(torch.tensor([3]))
-    state.update(torch.tensor([3]))
-    p = SamplingParams(repetition_penalty=2.0, frequency_penalty=0.5, presence_penalty=0.25)
-    got = apply_penalties(logits, p, state)
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0], [2.0, -1.0, 0.5, 3.0]])
+    seen = torch.tensor([[True, False, False, True], [True, False, False, True]])  # 0 in the prompt, 3 generated
+    counts = torch.tensor([[0.0, 0, 0, 2], [0.0, 0, 0, 2]])
+    b = batch_of(SamplingParams(repetition_penalty=2.0, frequency_penalty=0.5, presence_penalty=0.25),
+                 SamplingParams(), V=4)
+    got = apply_penalties(logits, b, counts, seen)
     # token 0: seen in prompt -> 2/2; token 3: generated twice -> 3/2 - 2*0.5 - 0.25
-    expected = torch.tensor([[1.0, -1.0, 0.5, 1.5 - 1.0 - 0.25]])
+    expected = torch.tensor([[1.0, -1.0, 0.5, 1.5 - 1.0 - 0.25], [2.0, -1.0, 0.5, 3.0]])
     torch.testing.assert_close(got, expected)
-    neg = apply_penalties(torch.tensor([[-2.0, 0, 0, 0]]), SamplingParams(repetition_penalty=2.0), state)
+    assert torch.equal(got[1], logits[1])  # neutral settings leave a row exactly as it was
+    neg = apply_penalties(torch.tensor([[-2.0, 0, 0, 0]]), batch_of(SamplingParams(repetition_penalty=2.0), V=4),
+                          counts[:1], seen[:1])
     assert neg[0, 0] == -4.0  # negative logits are multiplied
 
 
 def empirical(logits, params, n=20000, seed=0):
     g = torch.Generator().manual_seed(seed)
     batch = logits.expand(n, -1)
-    tokens = sample(batch, params, draw_noise(g, batch.shape, "cpu"))
+    tokens = sample(batch, batch_of(*[params] * n, V=logits.shape[-1]), draw_noise(g, batch.shape, "cpu"))
     return torch.bincount(tokens, minlength=logits.shape[-1]).double() / n
 
 
@@ -113,17 +137,53 @@ def test_sampling_frequencies_match_distribution(params):
 
 def test_greedy_is_argmax():
     logits = rows(3).float()
-    assert torch.equal(sample(logits, SamplingParams(temperature=0)), logits.argmax(-1))
+    greedy = SamplingParams(temperature=0)
+    assert torch.equal(sample(logits, batch_of(*[greedy] * 6, V=50)), logits.argmax(-1))
+
+
+def test_rows_sample_independently_of_their_batch():
+    """A row's token depends only on its own logits, settings and noise."""
+    g = torch.Generator().manual_seed(4)
+    logits, noise = torch.randn(4, 50, generator=g), draw_noise(g, (4, 50), "cpu")
+    params = [SamplingParams(temperature=0), SamplingParams(temperature=0.7, top_k=5),
+              SamplingParams(temperature=1.2, top_p=0.8, min_p=0.05), SamplingParams(temperature=1.0)]
+    together = sample(logits, batch_of(*params, V=50), noise)
+    for full in (False, True):
+        alone = [sample(logits[i:i + 1], batch_of(params[i], V=50, full=full), noise[i:i + 1]).item()
+                 for i in range(4)]
+        assert together.tolist() == alone
+
+
+def test_logit_bias_moves_greedy_and_is_validated():
+    logits = torch.zeros(1, 6)
+    logits[0, 2] = 1.0
+    bias = torch.zeros(1, 6)
+    bias[0, 4] = 5.0
+    assert sample(logits, batch_of(SamplingParams(temperature=0), V=6), bias=bias).item() == 4
+    assert SamplingParams(logit_bias={"4": 5, 1: -100}).logit_bias == ((1, -100.0), (4, 5.0))
+    for bad in ({"x": 1}, {3: 101}, {3: "a"}, [1, 2]):
+        with pytest.raises(FastDecodeError, match="logit_bias"):
+            SamplingParams(logit_bias=bad)
+
+
+def test_token_logprobs_are_log_softmax():
+    logits = rows(7, B=2).float()
+    chosen, top_v, top_i = token_logprobs(logits, torch.tensor([3, 9]), 5)
+    ref = torch.log_softmax(logits, -1)
+    torch.testing.assert_close(chosen, ref[[0, 1], [3, 9]])
+    torch.testing.assert_close(top_v, ref.topk(5).values)
+    assert torch.equal(top_i, ref.topk(5).indices)
 
 
 def test_banned_tokens_never_sampled():
     logits = torch.zeros(1000, 5)
     logits[:, 2] = 10.0
-    banned = torch.tensor([False, False, True, False, False])
+    banned = torch.tensor([False, False, True, False, False]).expand(1000, 5)
     g = torch.Generator().manual_seed(0)
-    out = sample(logits, SamplingParams(temperature=1.0), draw_noise(g, logits.shape, "cpu"), banned=banned)
+    out = sample(logits, batch_of(*[SamplingParams(temperature=1.0)] * 1000, V=5),
+                 draw_noise(g, logits.shape, "cpu"), banned=banned)
     assert not (out == 2).any()
-    assert not (sample(logits, SamplingParams(temperature=0), banned=banned) == 2).any()
+    assert not (sample(logits, batch_of(*[SamplingParams(temperature=0)] * 1000, V=5), banned=banned) == 2).any()
 
 
 def test_seeded_generator_reproduces():
@@ -134,7 +194,8 @@ def test_seeded_generator_reproduces():
 
 
 def test_logits_to_probs_normalized():
-    probs = logits_to_probs(rows(4).float(), SamplingParams(temperature=0.9, top_k=10, top_p=0.7, min_p=0.05))
+    p = SamplingParams(temperature=0.9, top_k=10, top_p=0.7, min_p=0.05)
+    probs = logits_to_probs(rows(4).float(), batch_of(*[p] * 6, V=50))
     torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[0]))
 
 
@@ -142,6 +203,7 @@ def test_logits_to_probs_normalized():
     ("temperature", -0.1), ("temperature", math.inf), ("temperature", "hot"), ("top_k", 0), ("top_k", 2.5),
     ("top_p", 0.0), ("top_p", 1.5), ("min_p", 1.0), ("min_p", -0.1), ("repetition_penalty", 0.0),
     ("frequency_penalty", 2.5), ("presence_penalty", -3.0), ("seed", "abc"), ("top_p", float("nan")),
+    ("logprobs", 21), ("logprobs", -1), ("logprobs", 1.5),
 ])
 def test_invalid_params_name_field_value_and_range(field, value):
     with pytest.raises(FastDecodeError) as e:

@@ -1,0 +1,254 @@
+"""The engine: one owner for the model, its KV cache and the slots.
+
+Requests join and leave a running batch between steps. Each `step()` admits
+waiting requests into free slots, decodes one token for every running request
+in one batched forward, and prefills one chunk of new prompts. Callers never
+touch the model: they `submit` and read their request's outputs, which a
+step hands to the request's sink.
+
+Two ways to drive it:
+- synchronously, `LLM.generate`/`stream`/`chat` call `step()` in their own
+  thread until their requests finish (see generate.py);
+- asynchronously, `start()` runs the loop in a background thread and
+  `generate_async` yields a request's outputs to an asyncio consumer (the
+  server's interface). Both may be used at once: steps are serialized.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from typing import AsyncIterator, Callable, Optional, Sequence
+
+import torch
+
+from .. import metrics
+from ..compile import Steps
+from ..errors import FastDecodeError
+from ..kv_cache import cache_bytes
+from ..sampling import SamplingParams
+from ..tokenizer import Tokenizer
+from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
+from .runner import Runner
+from .scheduler import Scheduler
+
+log = logging.getLogger("fastdecode")
+
+DEFAULT_PREFILL_CHUNK = 256
+
+
+class Engine:
+    def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, steps: Steps, *, max_batch_size: int,
+                 max_seq_len: int, cache: str = "static", prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+        self.model, self.tokenizer = model, tokenizer
+        self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
+        a = model.args
+        self.cache_bytes = cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, model.dtype)
+        # Outside inference mode: buffers made inside carry other dispatch keys,
+        # which compiled graphs would guard on.
+        with torch.inference_mode(False):
+            model.setup_caches(max_batch_size, max_seq_len, kind=cache)
+        log.info("KV cache: %d slots x %d positions, %s, %.1f MB", max_batch_size, max_seq_len,
+                 str(model.dtype).removeprefix("torch."), self.cache_bytes / 1e6)
+        self.scheduler = Scheduler(max_batch_size, prefill_chunk)
+        self.runner = Runner(model, steps, max_batch_size, max_seq_len)
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(threading.Lock())
+        self._thread: Optional[threading.Thread] = None
+        self._ids = itertools.count()
+        self.closed = False
+        self.steps_run = 0
+
+    # -- submitting ---------------------------------------------------------------------
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams, config: GenerationConfig, *,
+               sink: Optional[Callable[[RequestOutput], None]] = None, request_id: Optional[str] = None) -> Request:
+        """Queue a request (prompt: token ids). Its outputs go to `sink`, or to
+        `request.outputs` (a deque) without one. Raises FastDecodeError, with
+        nothing queued, when the request cannot run."""
+        if self.closed:
+            raise FastDecodeError("the engine is closed; load the model again to generate")
+        prompt = list(prompt)
+        V = self.model.args.vocab_size
+        if not prompt:
+            raise FastDecodeError("the prompt is empty")
+        bad = next((t for t in prompt if not 0 <= t < V), None)
+        if bad is not None:
+            raise FastDecodeError(f"the prompt has token id {bad}, outside the vocabulary [0, {V})")
+        need = len(prompt) + config.max_new_tokens
+        if need > self.max_seq_len:
+            raise FastDecodeError(
+                f"the prompt has {len(prompt)} tokens; with max_new_tokens={config.max_new_tokens} it needs "
+                f"{need} > max_seq_len={self.max_seq_len}")
+        bad = next((i for i, _ in params.logit_bias or () if not 0 <= i < V), None)
+        if bad is not None:
+            raise FastDecodeError(f"logit_bias has token id {bad}, outside the vocabulary [0, {V})")
+        eos = frozenset() if config.ignore_eos else (
+            config.eos_token_ids if config.eos_token_ids is not None else self.tokenizer.eos_ids)
+        outputs: deque = deque()
+        rid = request_id or f"req-{next(self._ids)}"
+        req = Request(rid, prompt, params, config, eos, self.tokenizer, self.model.device,
+                      sink or outputs.append)
+        req.outputs = outputs
+        with self._lock:
+            self.scheduler.add(req)
+        self._notify()
+        return req
+
+    def cancel(self, request: Request) -> None:
+        """Stop a request; its slot is freed at the next step, with finish_reason "abort"."""
+        request.cancelled = True
+        self._notify()
+
+    # -- stepping -------------------------------------------------------------------------
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    @property
+    def slots_in_use(self) -> int:
+        return self.scheduler.slots_in_use
+
+    @property
+    def queue_length(self) -> int:
+        return len(self.scheduler.waiting)
+
+    def _reap(self) -> None:
+        """Free the slots of cancelled requests (at the start of each step)."""
+        for r in [*self.scheduler.waiting, *self.scheduler.active]:
+            if r.cancelled and not r.finished:
+                self._finish(r, "abort", "")
+
+    def step(self) -> None:
+        """Run one step: cancellations, admissions, a decode step and a prefill chunk."""
+        with self._lock:
+            self._reap()
+            plan = self.scheduler.schedule()
+            if plan.empty:
+                return
+            for r in plan.admitted:
+                self.runner.assign(r)
+            results = []
+            try:
+                if plan.decode:
+                    results += self.runner.decode(plan.decode)
+                if plan.prefill:
+                    results += self.runner.prefill(plan.prefill, plan.prefill_len)
+            except BaseException as e:  # the model failed: fail its requests, keep the engine usable
+                for r in plan.decode + plan.prefill:
+                    self._fail(r, e)
+                raise
+            self.steps_run += 1
+            now = time.perf_counter()
+            for r, ids, lps in results:
+                self._advance(r, ids, lps, now)
+
+    def _advance(self, r: Request, ids: list[int], lps: Optional[list[TokenLogprob]], now: float) -> None:
+        """Take a request's new tokens: stopping, text, and its output."""
+        if r.finished:
+            return
+        r.t_first = r.t_first or now
+        r.t_last = now
+        new_ids, new_lps, piece, reason = [], [], "", None
+        for i, tok in enumerate(ids):
+            r.n_generated += 1
+            r.last_token = tok
+            if tok in r.eos_ids:
+                reason = "stop"
+                break
+            r.output_ids.append(tok)
+            new_ids.append(tok)
+            if lps is not None:
+                new_lps.append(lps[i])
+            piece += r.text.push(tok)
+            if r.text.hit_stop:
+                reason = "stop"
+            elif r.remaining <= 0 or r.pos - (len(ids) - 1 - i) >= self.max_seq_len:  # no slot to feed it
+                reason = "length"
+            if reason:
+                break
+        if r.logprobs is not None:
+            r.logprobs += new_lps
+        if reason:
+            self._finish(r, reason, piece, new_ids, new_lps if r.logprobs is not None else None)
+        else:
+            r.sink(RequestOutput(r.id, piece, new_ids, new_lps if r.logprobs is not None else None))
+
+    def _finish(self, r: Request, reason: str, piece: str, ids: Optional[list[int]] = None,
+                lps: Optional[list] = None) -> None:
+        r.finish_reason = reason
+        piece += r.text.finish()
+        self.scheduler.remove(r)
+        r.generator = None
+        done = r.completion(metrics.peak_memory_bytes(self.model.device))
+        r.sink(RequestOutput(r.id, piece, ids or [], lps, finished=True, finish_reason=reason, completion=done))
+
+    def _fail(self, r: Request, error: BaseException) -> None:
+        if r.finished:
+            return
+        r.finish_reason = "error"
+        self.scheduler.remove(r)
+        r.sink(RequestOutput(r.id, "", [], finished=True, finish_reason="error", error=error))
+
+    # -- the background loop and the async interface ------------------------------------
+
+    def _notify(self) -> None:
+        with self._wake:
+            self._wake.notify_all()
+
+    def start(self) -> None:
+        """Run steps in a background thread whenever there is work (idempotent)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="fastdecode-engine", daemon=True)
+            self._thread.start()
+
+    @property
+    def background(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self.closed:
+            with self._wake:
+                while not self.closed and not self.has_work():
+                    self._wake.wait()
+            if self.closed:
+                break
+            try:
+                self.step()
+            except BaseException as e:  # noqa: BLE001 - its requests were failed with it; keep serving
+                log.error("engine step failed: %s", e)
+
+    def close(self) -> None:
+        """Cancel everything and stop the loop; later submissions are refused."""
+        self.closed = True
+        with self._lock:
+            for r in [*self.scheduler.waiting, *self.scheduler.active]:
+                self._finish(r, "abort", "")
+        self._notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    async def generate_async(self, prompt: Sequence[int], params: SamplingParams, config: GenerationConfig,
+                             request_id: Optional[str] = None) -> AsyncIterator[RequestOutput]:
+        """Submit, then yield the request's outputs as steps produce them; leaving
+        the iteration early (or being cancelled) cancels the request."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        req = self.submit(prompt, params, config, request_id=request_id,
+                          sink=lambda out: loop.call_soon_threadsafe(queue.put_nowait, out))
+        self.start()
+        try:
+            while True:
+                out = await queue.get()
+                if out.error is not None:
+                    raise out.error
+                yield out
+                if out.finished:
+                    return
+        finally:
+            if not req.finished:
+                self.cancel(req)

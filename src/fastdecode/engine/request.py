@@ -1,0 +1,137 @@
+"""A request's settings, its life in the engine, and what it hands back."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+
+from ..errors import FastDecodeError
+from ..sampling import SamplingParams, make_generator
+from ..tokenizer import Tokenizer
+from .stopping import StopText
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """When to stop.
+
+    max_new_tokens: >= 1, the most tokens generated per prompt.
+    min_new_tokens: EOS is suppressed until this many tokens exist (0 <= min <= max).
+    stop: strings that end a completion; the text is cut before the match.
+    ignore_eos: keep going through EOS tokens (until max_new_tokens or a stop string).
+    eos_token_ids: ids that end a completion; None takes the tokenizer's.
+    """
+
+    max_new_tokens: int = 256
+    min_new_tokens: int = 0
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    eos_token_ids: Optional[frozenset[int]] = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_new_tokens", "min_new_tokens"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise FastDecodeError(f"{name} must be an integer, got {v!r}")
+        if self.max_new_tokens < 1:
+            raise FastDecodeError(f"max_new_tokens={self.max_new_tokens} is out of range; accepted: an integer >= 1")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise FastDecodeError(
+                f"min_new_tokens={self.min_new_tokens} is out of range; accepted: 0 <= min_new_tokens <= "
+                f"max_new_tokens ({self.max_new_tokens})")
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        if any(not isinstance(s, str) or not s for s in stop):
+            raise FastDecodeError(f"stop must be non-empty strings, got {self.stop!r}")
+        object.__setattr__(self, "stop", stop)
+        if self.eos_token_ids is not None:
+            object.__setattr__(self, "eos_token_ids", frozenset(int(i) for i in self.eos_token_ids))
+
+
+@dataclass
+class TokenLogprob:
+    """A generated token's log-probability under the model, with the most likely alternatives."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]]  # (id, logprob), most likely first
+
+
+@dataclass
+class Completion:
+    """One request's result. `token_ids` are the generated ids only (no EOS)."""
+
+    text: str
+    token_ids: list[int]
+    finish_reason: str  # "stop" (EOS or stop string), "length" or "abort" (cancelled)
+    prompt_tokens: int
+    completion_tokens: int
+    time_to_first_token_s: float  # from submission to the first token (queueing and prefill)
+    decode_tokens_per_s: float  # tokens after the first, per second of this request's decoding
+    peak_memory_bytes: int
+    logprobs: Optional[list[TokenLogprob]] = None
+
+
+@dataclass
+class RequestOutput:
+    """What one engine step added to a request."""
+
+    request_id: str
+    text: str  # the new text ('' while a partial stop string or UTF-8 sequence is held back)
+    token_ids: list[int]  # the new tokens (EOS excluded)
+    logprobs: Optional[list[TokenLogprob]] = None
+    finished: bool = False
+    finish_reason: Optional[str] = None
+    completion: Optional[Completion] = None  # set on the last output
+    error: Optional[BaseException] = None  # set when the engine failed this request
+
+
+class Request:
+    """One prompt's state in the engine. Only the engine's thread changes it,
+    except `cancelled`, which any thread may set (through Engine.cancel)."""
+
+    def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, config: GenerationConfig,
+                 eos_ids: frozenset[int], tokenizer: Tokenizer, device: torch.device,
+                 sink: Callable[[RequestOutput], None]):
+        self.id, self.prompt, self.params, self.config = request_id, prompt, params, config
+        self.eos_ids = eos_ids
+        self.sink = sink
+        self.generator = None if params.greedy else make_generator(params, device)
+        self.slot: Optional[int] = None
+        self.prefilled = 0  # prompt tokens already in the cache
+        self.pos = 0  # the next cache position to write
+        self.last_token = 0  # the newest token, fed at `pos` by the next decode step
+        self.n_generated = 0  # tokens picked so far (an EOS counts)
+        self.output_ids: list[int] = []
+        self.logprobs: Optional[list[TokenLogprob]] = [] if params.logprobs is not None else None
+        self.text = StopText(tokenizer, config.stop)
+        self.finish_reason: Optional[str] = None
+        self.cancelled = False
+        self.t_submit = time.perf_counter()
+        self.t_first: Optional[float] = None
+        self.t_last: Optional[float] = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prefilled < len(self.prompt)
+
+    @property
+    def remaining(self) -> int:
+        """Tokens it may still generate."""
+        return self.config.max_new_tokens - self.n_generated
+
+    def completion(self, peak_memory_bytes: int) -> Completion:
+        t_first = self.t_first if self.t_first is not None else time.perf_counter()
+        n = len(self.output_ids)
+        span = (self.t_last or t_first) - t_first
+        return Completion(
+            text=self.text.text, token_ids=list(self.output_ids), finish_reason=self.finish_reason,
+            prompt_tokens=len(self.prompt), completion_tokens=n, time_to_first_token_s=t_first - self.t_submit,
+            decode_tokens_per_s=(self.n_generated - 1) / span if span > 0 and self.n_generated > 1 else 0.0,
+            peak_memory_bytes=peak_memory_bytes, logprobs=self.logprobs)

@@ -1,0 +1,154 @@
+"""Everything that turns a batch of logits into next tokens, row by row.
+
+Each row has its own settings, carried as tensors in a `SamplingBatch`, so
+requests with different settings share one step and one compiled graph. The
+functions are pure tensor code with no host syncs; randomness comes in as
+precomputed Exponential(1) `noise`, drawn from each request's own generator.
+
+Order of operations (as in Hugging Face and vLLM): penalties, logit bias, bans,
+temperature, top-k, softmax, top-p, min-p, then the draw.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from .params import SamplingParams
+
+
+@dataclass
+class SamplingBatch:
+    """The settings of B rows. Greedy rows have temperature 1 here (unused);
+    top_k is V for rows without a limit.
+
+    The `use_*` flags say which stages some row needs; eager code skips the
+    others (each skipped stage is an identity for every row). Compiled code
+    builds its batch with `full=True`, so one graph serves every combination.
+    """
+
+    greedy: Tensor  # [B] bool
+    temperature: Tensor  # [B] float32
+    top_k: Tensor  # [B] int64
+    top_p: Tensor  # [B] float32
+    min_p: Tensor  # [B] float32
+    repetition: Tensor  # [B] float32
+    frequency: Tensor  # [B] float32
+    presence: Tensor  # [B] float32
+    all_greedy: bool = False
+    use_top_k: bool = True
+    use_top_p: bool = True
+    use_min_p: bool = True
+    use_penalties: bool = True
+
+    @classmethod
+    def from_params(cls, params: Sequence[SamplingParams], vocab_size: int, device: torch.device | str,
+                    full: bool = False) -> "SamplingBatch":
+        def t(values, dtype=torch.float32):
+            return torch.tensor(values, dtype=dtype, device=device)
+
+        return cls(
+            greedy=t([p.greedy for p in params], torch.bool),
+            temperature=t([1.0 if p.greedy else p.temperature for p in params]),
+            top_k=t([vocab_size if p.top_k is None else min(p.top_k, vocab_size) for p in params], torch.long),
+            top_p=t([p.top_p for p in params]), min_p=t([p.min_p for p in params]),
+            repetition=t([p.repetition_penalty for p in params]),
+            frequency=t([p.frequency_penalty for p in params]), presence=t([p.presence_penalty for p in params]),
+            all_greedy=not full and all(p.greedy for p in params),
+            use_top_k=full or any(p.top_k is not None and not p.greedy for p in params),
+            use_top_p=full or any(p.top_p < 1 and not p.greedy for p in params),
+            use_min_p=full or any(p.min_p > 0 and not p.greedy for p in params),
+            use_penalties=full or any(p.uses_penalties for p in params))
+
+
+# -- masks, each written to match its definition; k, p: a number or [B] ---------
+
+def _col(x, ref: Tensor) -> Tensor:
+    return torch.as_tensor(x, dtype=ref.dtype if ref.is_floating_point() else None, device=ref.device).reshape(-1, 1)
+
+
+def top_k_mask(logits: Tensor, k) -> Tensor:
+    """True where a token is NOT among the k largest logits of its row (ties with the k-th are kept)."""
+    V = logits.shape[-1]
+    k = torch.as_tensor(k, device=logits.device).clamp(1, V).reshape(-1, 1)
+    kth = torch.sort(logits, dim=-1, descending=True).values.gather(-1, (k - 1).expand(logits.shape[0], 1))
+    return logits < kth
+
+
+def top_p_mask(probs: Tensor, p) -> Tensor:
+    """True where a token is outside its row's nucleus: the smallest set of most
+    likely tokens whose total probability reaches p. The most likely token is
+    always kept, and rows with p >= 1 keep everything."""
+    p = _col(p, probs)
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    # A mask, not an in-place write, keeps compiled graphs free of a size-1 specialization.
+    first = torch.arange(probs.shape[-1], device=probs.device) == 0
+    drop_sorted = (mass_before >= p) & ~first & (p < 1)  # rounding must not drop a p=1 row's tail
+    return torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+
+
+def min_p_mask(probs: Tensor, min_p) -> Tensor:
+    """True where a token's probability is below min_p times its row's largest."""
+    return probs < _col(min_p, probs) * probs.amax(dim=-1, keepdim=True)
+
+
+# -- penalties ------------------------------------------------------------------------------
+
+def apply_penalties(logits: Tensor, batch: SamplingBatch, counts: Tensor, seen: Tensor) -> Tensor:
+    """counts: [B, V] occurrences in the output so far; seen: [B, V] tokens in
+    prompt or output. A row with neutral settings is left exactly as it was."""
+    r = batch.repetition[:, None]
+    penalized = torch.where(logits > 0, logits / r, logits * r)
+    logits = torch.where(seen, penalized, logits)
+    return (logits - batch.frequency[:, None] * counts
+            - batch.presence[:, None] * (counts > 0).to(logits.dtype))
+
+
+# -- the draw ------------------------------------------------------------------------------
+
+def logits_to_probs(logits: Tensor, batch: SamplingBatch) -> Tensor:
+    """[B, V] logits (penalties applied) -> [B, V] filtered, normalized probabilities."""
+    logits = logits.float() / batch.temperature[:, None]
+    if batch.use_top_k:
+        logits = logits.masked_fill(top_k_mask(logits, batch.top_k), -math.inf)
+    probs = torch.softmax(logits, dim=-1)
+    if batch.use_top_p:
+        probs = probs.masked_fill(top_p_mask(probs, batch.top_p), 0.0)
+    if batch.use_min_p:
+        probs = probs.masked_fill(min_p_mask(probs, batch.min_p), 0.0)
+    return probs / probs.sum(dim=-1, keepdim=True)
+
+
+def sample(logits: Tensor, batch: SamplingBatch, noise: Optional[Tensor] = None,
+           counts: Optional[Tensor] = None, seen: Optional[Tensor] = None,
+           bias: Optional[Tensor] = None, banned: Optional[Tensor] = None) -> Tensor:
+    """Pick one token per row. logits: [B, V]; noise: [B, V] Exponential(1)
+    (any positive values on greedy rows; may be None when all rows are greedy);
+    counts/seen: penalty state (None skips penalties); bias: [B, V] added to the
+    logits; banned: [B, V] bool, tokens that may not be picked now (EOS before
+    min_new_tokens). Returns [B] int64."""
+    logits = logits.float()
+    if counts is not None and batch.use_penalties:
+        logits = apply_penalties(logits, batch, counts, seen)
+    if bias is not None:
+        logits = logits + bias
+    if banned is not None:
+        logits = logits.masked_fill(banned, -math.inf)
+    best = logits.argmax(dim=-1)
+    if batch.all_greedy:
+        return best
+    drawn = torch.argmax(logits_to_probs(logits, batch) / noise, dim=-1)
+    return torch.where(batch.greedy, best, drawn)
+
+
+def token_logprobs(logits: Tensor, tokens: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The raw model distribution's log-probabilities: of `tokens` [B], and the
+    n most likely per row. Returns ([B], [B, n] values, [B, n] ids)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    top = torch.topk(logp, n, dim=-1)
+    return logp.gather(-1, tokens[:, None])[:, 0], top.values, top.indices

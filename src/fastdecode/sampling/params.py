@@ -1,0 +1,119 @@
+"""Sampling parameters, validated once when built, and per-request generators."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from ..errors import FastDecodeError
+
+MAX_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to pick each next token.
+
+    temperature: >= 0; 0 means greedy (argmax).
+    top_k: keep the k most likely tokens; >= 1, or None for no limit.
+    top_p: keep the smallest set of most likely tokens whose mass reaches p; in (0, 1].
+    min_p: drop tokens less likely than min_p times the most likely one; in [0, 1).
+    repetition_penalty: > 0; tokens seen in prompt or output have positive
+        logits divided by it and negative ones multiplied (1 disables).
+    frequency_penalty: in [-2, 2]; subtracted once per earlier occurrence in the output.
+    presence_penalty: in [-2, 2]; subtracted once if the token occurred in the output.
+    seed: seeds this request's generator; None draws a fresh seed.
+    logit_bias: {token id: bias in [-100, 100]} added to the logits before sampling
+        (greedy too); stored as sorted (id, bias) pairs.
+    logprobs: None, or return each generated token's logprob with this many
+        most likely alternatives (0..20), from the model's raw distribution.
+    """
+
+    temperature: float = 0.8
+    top_k: Optional[int] = None
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    seed: Optional[int] = None
+    logit_bias: Optional[tuple[tuple[int, float], ...]] = None
+    logprobs: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        def number(name: str) -> float:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+                raise FastDecodeError(f"{name} must be a number, got {value!r}")
+            return float(value)
+
+        def check(name: str, ok: bool, accepted: str) -> None:
+            if not ok:
+                raise FastDecodeError(f"{name}={getattr(self, name)!r} is out of range; accepted: {accepted}")
+
+        t = number("temperature")
+        check("temperature", 0 <= t < math.inf, "a number >= 0 (0 means greedy)")
+        if self.top_k is not None:
+            if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
+                raise FastDecodeError(f"top_k must be an integer >= 1 or None, got {self.top_k!r}")
+            check("top_k", self.top_k >= 1, "an integer >= 1, or None")
+        check("top_p", 0 < number("top_p") <= 1, "0 < top_p <= 1")
+        check("min_p", 0 <= number("min_p") < 1, "0 <= min_p < 1")
+        check("repetition_penalty", 0 < number("repetition_penalty") < math.inf, "a number > 0")
+        check("frequency_penalty", -2 <= number("frequency_penalty") <= 2, "-2 <= frequency_penalty <= 2")
+        check("presence_penalty", -2 <= number("presence_penalty") <= 2, "-2 <= presence_penalty <= 2")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise FastDecodeError(f"seed must be an integer or None, got {self.seed!r}")
+        if self.logprobs is not None:
+            if isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int):
+                raise FastDecodeError(f"logprobs must be an integer 0..{MAX_LOGPROBS} or None, got {self.logprobs!r}")
+            check("logprobs", 0 <= self.logprobs <= MAX_LOGPROBS, f"an integer 0..{MAX_LOGPROBS}, or None")
+        if self.logit_bias is not None:
+            object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias) or None)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def uses_penalties(self) -> bool:
+        return (self.repetition_penalty != 1.0 or self.frequency_penalty != 0.0
+                or self.presence_penalty != 0.0)
+
+
+def _bias_pairs(bias: Any) -> tuple[tuple[int, float], ...]:
+    items = bias.items() if isinstance(bias, dict) else bias
+    try:
+        pairs = [(k, v) for k, v in items]
+    except (TypeError, ValueError):
+        raise FastDecodeError(f"logit_bias must map token ids to numbers, got {bias!r}") from None
+    out = {}
+    for k, v in pairs:
+        if isinstance(k, str) and k.strip().lstrip("-").isdigit():
+            k = int(k)  # JSON object keys are strings
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise FastDecodeError(f"logit_bias key {k!r} is not a token id; accepted: integer ids")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -100 <= v <= 100:
+            raise FastDecodeError(f"logit_bias[{k}]={v!r} is out of range; accepted: a number in [-100, 100]")
+        out[k] = float(v)
+    return tuple(sorted(out.items()))
+
+
+def make_generator(params: SamplingParams, device: torch.device | str) -> torch.Generator:
+    """A generator for one request. The engine draws a request's noise from its
+    own generator only, so a seed gives the same tokens whatever shares the batch."""
+    g = torch.Generator(device=device)
+    if params.seed is None:
+        g.seed()
+    else:
+        g.manual_seed(params.seed)
+    return g
+
+
+def draw_noise(generator: torch.Generator, shape: Sequence[int], device: torch.device | str) -> Tensor:
+    """Exponential(1) noise; argmax(probs / noise) is a draw from probs."""
+    return torch.empty(shape, device=device, dtype=torch.float32).exponential_(1.0, generator=generator)
