@@ -1,6 +1,6 @@
 """Batch-1 decode speed against the model's context length (max_seq_len).
 
-Usage: python benchmarks/cache_length.py [--model smollm2-135m] [--steps 64] [--repeats 3]
+Usage: python benchmarks/cache_length.py [--model random-smollm2-135m] [--steps 64] [--repeats 3]
 
 Compares, in one run:
   sized-512   load(max_seq_len=512):  the cache is sized to the request
@@ -49,7 +49,7 @@ def full_cache_ms(llm, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--model", default="random-smollm2-135m")
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()

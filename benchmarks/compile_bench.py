@@ -1,6 +1,6 @@
 """Measure one compile configuration in a fresh process; prints one JSON line.
 
-    .venv/bin/python benchmarks/compile_bench.py --model smollm2-135m --strategy decode \
+    .venv/bin/python benchmarks/compile_bench.py --model random-smollm2-135m --strategy decode \
         --options '{"freezing": true}' --gemv 1 --batch 1 4 --new 48
     .venv/bin/python benchmarks/compile_bench.py --model smollm2-135m-instruct --compiled model.pt2
 
@@ -25,7 +25,7 @@ from fastdecode.kernels.linear import use_gemv
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--model", default="random-smollm2-135m")
     p.add_argument("--strategy", default="decode", choices=["none", "decode", "generate"])
     p.add_argument("--options", default=None, help="Inductor options as JSON (decode strategy)")
     p.add_argument("--gemv", type=int, default=1)

@@ -11,7 +11,7 @@ from torch.profiler import ProfilerActivity, profile
 import fastdecode
 from fastdecode.kernels.linear import use_gemv
 
-llm = fastdecode.load("smollm2-135m", max_batch_size=1)
+llm = fastdecode.load("random-smollm2-135m", max_batch_size=1)
 if "--gemv" in sys.argv:
     use_gemv(llm.model)
 prompt = [[7 + i for i in range(16)]]

@@ -19,24 +19,23 @@ import torch
 
 def measure(nested: bool) -> dict:
     import fastdecode
-    from fastdecode.compile import CompiledSteps, fit_cache
+    from fastdecode.compile import CompiledSteps
     from fastdecode.model import TransformerBlock
 
     if not nested:  # the undecorated function: Dynamo inlines all 30 blocks
         TransformerBlock.forward = TransformerBlock.forward.__marked_compile_region_fn__
-    llm = fastdecode.load("smollm2-135m")
+    llm = fastdecode.load("random-smollm2-135m", max_batch_size=1, max_seq_len=256)  # the engine's cache
     steps = CompiledSteps(llm.model)
     steps.warmed_up = True  # compile on the first call below, timed
-    fit_cache(llm.model, 1, 256)
-    token, pos = torch.zeros(1, 1, dtype=torch.long), torch.tensor([3])
+    token, pos, rows = torch.zeros(1, 1, dtype=torch.long), torch.tensor([[3]]), torch.tensor([0])
     t0 = time.perf_counter()
-    steps.decode(token, pos, None)
+    steps.step(token, pos, rows)
     compile_s = time.perf_counter() - t0
     for _ in range(3):
-        steps.decode(token, pos, None)
+        steps.step(token, pos, rows)
     t0 = time.perf_counter()
     for _ in range(20):
-        steps.decode(token, pos, None)
+        steps.step(token, pos, rows)
     step_ms = (time.perf_counter() - t0) / 20 * 1000
     return {"nested": nested, "compile_s": round(compile_s, 1), "step_ms": round(step_ms, 2)}
 

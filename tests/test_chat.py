@@ -109,14 +109,3 @@ def test_syntax_error_names_the_line():
 def test_bad_messages(messages):
     with pytest.raises(FastDecodeError, match="messages"):
         render_chat_template(StubTokenizer("{{ 1 }}"), messages)
-
-
-def test_no_template():
-    with pytest.raises(FastDecodeError, match="no chat template"):
-        StubTokenizer(None).apply_chat_template([{"role": "user", "content": "x"}])
-
-
-def test_tokenizer_method_uses_the_renderer():
-    tok = StubTokenizer(LLAMA3_STYLE)
-    messages = CONVERSATIONS[0]
-    assert tok.apply_chat_template(messages, add_generation_prompt=False) == reference(LLAMA3_STYLE, messages, False)

@@ -14,7 +14,7 @@ def test_preset_lookup_is_exact():
 
 def test_derived_fields():
     a = ModelArgs(dim=128, n_layers=1, n_heads=8, vocab_size=10, hidden_dim=32)
-    assert a.n_kv_heads == 8 and a.head_dim == 16 and a.n_rep == 1
+    assert a.n_kv_heads == 8 and a.head_dim == 16
 
 
 @pytest.mark.parametrize("changes, word", [

@@ -3,7 +3,6 @@ import torch
 
 import fastdecode
 from fastdecode import FastDecodeError, GenerationConfig
-from fastdecode.tokenizer import ByteTokenizer, StreamDecoder
 
 PROMPTS = ["Hello", "The quick brown fox jumps", "a", "Once upon a time, in a land far away"]
 
@@ -113,15 +112,6 @@ def test_more_prompts_than_slots_wait_their_turn():
     assert llm.engine.slots_in_use == 0 and llm.engine.queue_length == 0
 
 
-def test_stream_decoder_never_splits_characters():
-    tok = ByteTokenizer()
-    text = "héllo 世界 🎉 ok"
-    dec = StreamDecoder(tok)
-    pieces = [dec.push([b]) for b in text.encode("utf-8")] + [dec.flush()]
-    assert "".join(pieces) == text
-    assert all("\ufffd" not in p for p in pieces)
-
-
 @pytest.mark.parametrize("prompts, options, match", [
     ("", {}, "empty"),
     ([], {}, "non-empty"),
@@ -142,21 +132,6 @@ def test_bad_input_is_refused_before_work(tiny_llm, prompts, options, match):
     with pytest.raises(FastDecodeError, match=match) as e:
         tiny_llm.generate(prompts, **options)
     assert "\n" not in str(e.value)
-
-
-def test_load_validation():
-    for kwargs, match in [(dict(dtype="int8"), "dtype"), (dict(device="tpu"), "device"),
-                          (dict(max_seq_len=10**6), "max_seq_len"), (dict(max_batch_size=0), "max_batch_size"),
-                          (dict(cache="paged"), "cache"), (dict(compile="fast"), "compile")]:
-        with pytest.raises(FastDecodeError, match=match):
-            fastdecode.load("tiny", **kwargs)
-    with pytest.raises(FastDecodeError, match="tiny"):
-        fastdecode.load("no-such-model")
-
-
-def test_load_accepts_dtype_objects_and_names():
-    assert fastdecode.load("tiny", dtype=torch.bfloat16).dtype == torch.bfloat16
-    assert fastdecode.load("tiny", dtype="float32").dtype == torch.float32
 
 
 def test_generation_config_validation():

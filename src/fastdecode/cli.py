@@ -18,12 +18,12 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from . import __version__
+from . import __version__, metrics
 from .compile import STRATEGIES
 from .config import PRESETS
 from .errors import FastDecodeError
 from .generate import GenerationConfig
-from .llm import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MODEL, LLM, load
+from .llm import DEFAULT_MODEL, LLM, load
 from .progress import progress
 from .sampling import SamplingParams
 from .settings import (copy_fields, decode_utf8, describe_settings, format_value, is_override, load_settings,
@@ -54,10 +54,10 @@ class _RunKeys:
         "without tracing or compiling (compile must stay none or decode); auto uses this machine's "
         "cached package for the model, exporting it once on first use."))
     max_seq_len: Optional[int] = field(default=_LOAD_DEFAULTS["max_seq_len"], metadata=_help(
-        "longest prompt + completion (the KV cache limit); none takes the model's limit."))
+        "longest prompt + completion (the KV cache's positions per slot); none takes the model's "
+        "limit, capped so the cache (max_batch_size slots) stays within 1 GiB."))
     max_batch_size: Optional[int] = field(default=_LOAD_DEFAULTS["max_batch_size"], metadata=_help(
-        f"most prompts per batch; none fits the prompts given (generate) or "
-        f"{DEFAULT_MAX_BATCH_SIZE} otherwise."))
+        "most prompts per batch; none fits the prompts given (generate) or 1 (chat)."))
     cache: str = field(default=_LOAD_DEFAULTS["cache"], metadata=_help("KV cache kind: static or dynamic."))
     weights: str = field(default=_LOAD_DEFAULTS["weights"], metadata=_help(
         "auto keeps the checkpoint's quantized weights and runs them on the quantized kernels; float "
@@ -73,12 +73,15 @@ class _RunKeys:
     system: Optional[str] = field(default=None, metadata=_help("system message for chat-template prompts."))
 
 
+# Per-request fields of the Python API and the server, not command-line keys.
+API_ONLY_KEYS = ("logit_bias", "logprobs")
+
 GenerateSettings = dataclasses.make_dataclass(
-    "GenerateSettings", copy_fields(SamplingParams) + copy_fields(GenerationConfig),
+    "GenerateSettings", copy_fields(SamplingParams, exclude=API_ONLY_KEYS) + copy_fields(GenerationConfig),
     bases=(_RunKeys,), namespace={"__module__": __name__})
 GenerateSettings.__doc__ = "Every key of `fastdecode generate` and `fastdecode chat`."
 
-_SAMPLING_KEYS = [f.name for f in dataclasses.fields(SamplingParams)]
+_SAMPLING_KEYS = [f.name for f in dataclasses.fields(SamplingParams) if f.name not in API_ONLY_KEYS]
 _CONFIG_KEYS = [f.name for f in dataclasses.fields(GenerationConfig)]
 
 
@@ -165,7 +168,7 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
     generated = sum(c.completion_tokens for c in completions)
     rate = first["decode_tokens_per_s"]
     batch = f" per sequence, {rate * n:.1f} total ({n} sequences)" if n > 1 else ""
-    memory = "torch.cuda.max_memory_allocated" if llm.device.type == "cuda" else "process RSS"
+    memory = metrics.memory_source(llm.device)
     loaded = f"model load:           {llm.load_seconds:.2f} s"
     if llm.cache_path:
         loaded += f" ({'from' if llm.from_cache else 'converted, cached at'} {llm.cache_path})"

@@ -76,11 +76,6 @@ class ModelArgs:
         if isinstance(self.rope_scaling, dict):
             object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
 
-    @property
-    def n_rep(self) -> int:
-        """Query heads per key/value head."""
-        return self.n_heads // self.n_kv_heads
-
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelArgs":
         """Build from a dict, ignoring keys that are not fields."""
@@ -91,15 +86,16 @@ class ModelArgs:
         return dataclasses.replace(self, **changes)
 
 
-# Presets are found by exact name. Weights for "tiny" are random and seeded,
-# which makes it the fixture model for tests; the others describe real
-# checkpoints and are loaded from files.
+# Presets are found by exact name and every one gets random, seeded weights
+# (llm.py); "tiny" is the fixture model for tests. The others copy a real
+# model's shapes for benchmarks, and their names start with "random-" so that
+# none is mistaken for the checkpoint it imitates.
 PRESETS: dict[str, ModelArgs] = {
     "tiny": ModelArgs(
         dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=260,
         hidden_dim=160, max_seq_len=512, rope_theta=10000.0, tie_embeddings=False,
     ),
-    "smollm2-135m": ModelArgs(
+    "random-smollm2-135m": ModelArgs(  # the shapes of checkpoint smollm2-135m-instruct
         dim=576, n_layers=30, n_heads=9, n_kv_heads=3, vocab_size=49152,
         hidden_dim=1536, norm_eps=1e-5, rope_theta=100000.0, max_seq_len=8192,
         tie_embeddings=True,

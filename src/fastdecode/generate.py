@@ -58,11 +58,13 @@ def run_generation(engine: Engine, prompts: list[list[int]], params: SamplingPar
             engine.cancel(r)
         raise
     run = GenerationRun(iter(()))
-    run.steps = _drive(run, engine, requests, outputs)
+    # The generator fills run.completions but holds no reference to `run`: with
+    # none, dropping an abandoned run closes the generator (and cancels) at once.
+    run.steps = _drive(run.completions, engine, requests, outputs)
     return run
 
 
-def _drive(run: GenerationRun, engine: Engine, requests, outputs: queue.SimpleQueue) -> Iterator[StepOutput]:
+def _drive(results: list, engine: Engine, requests, outputs: queue.SimpleQueue) -> Iterator[StepOutput]:
     B = len(requests)
     finished = [False] * B
     completions: list = [None] * B
@@ -90,7 +92,7 @@ def _drive(run: GenerationRun, engine: Engine, requests, outputs: queue.SimpleQu
                     finished[i] = True
                     completions[i] = out.completion
             yield StepOutput(pieces, list(finished))
-        run.completions = completions
+        results[:] = completions
     finally:
         # Abandoned (closed, interrupted or collected): the next step frees the slots.
         # Only a flag is set here, since this may run while a step is in progress.

@@ -93,7 +93,7 @@ def _load_weights(name: str, device: torch.device, dtype: torch.dtype, weights: 
         path = name
         if not os.path.exists(path):
             raise FastDecodeError(
-                f"model {name!r} is not a preset, a known checkpoint or an existing path; presets: "
+                f"model {name!r} is not a preset, a known checkpoint or an existing path{checkpoints.suggest(name)}; presets: "
                 f"{', '.join(sorted(PRESETS))}; checkpoints: {DEFAULT_MODEL}")
     ckpt = checkpoints.load_checkpoint(path, dtype=dtype, device=device, weights=weights)
     model, notes = build_model(ckpt.args, ckpt.state_dict, dtype)

@@ -246,11 +246,3 @@ def test_unrecognised_rope_freqs_table(tmp_path):
     tensors = gguf_tensors(hf_model())
     tensors["rope_freqs.weight"] = llama3_factors(16, 10000.0, 8.0, 2.0, 3.0, 8192)
     one_line_error(write_gguf(tmp_path / "odd.gguf", tensors), "not a Llama-3 RoPE scaling table")
-
-
-def test_progress_is_reported_per_tensor(good_gguf):
-    calls = []
-    load_checkpoint(good_gguf, dtype=torch.float32, device="cpu", use_cache=False,
-                    progress=lambda what, done, total: calls.append((what, done, total)))
-    total = calls[-1][2]
-    assert calls[-1] == ("converting", total, total) and len(calls) == total

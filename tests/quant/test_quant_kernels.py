@@ -143,19 +143,6 @@ def test_reference_activation_quantization_matches_definition():
     assert ((q * d[..., None] - xb).abs() <= d[..., None] / 2 + 1e-7).all()
 
 
-def test_opcheck():
-    if not ISAS:
-        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
-    raw, _ = gguf_weight(T.Q4_1, 8, 64, seed=0)
-    p4 = formats.pack_gguf(raw, T.Q4_1, 8, 64)
-    raw8, _ = gguf_weight(T.Q8_0, 8, 64, seed=0)
-    p8 = formats.pack_gguf(raw8, T.Q8_0, 8, 64)
-    x = torch.randn(3, 64)
-    torch.library.opcheck(torch.ops.fastdecode.q4_linear, (x, p4["qweight"], p4["scales"], p4["mins"]))
-    torch.library.opcheck(torch.ops.fastdecode.q8_linear, (x, p8["qweight"], p8["scales"]))
-    torch.library.opcheck(torch.ops.fastdecode.gemv, (x, torch.randn(8, 64)))
-
-
 def test_bad_shapes_raise():
     if not ISAS:
         pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")

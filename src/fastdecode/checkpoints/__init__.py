@@ -6,10 +6,10 @@
 
 from .cache import cache_root, clear_cache
 from .hf_tokenizer import HFTokenizer
-from .loader import Checkpoint, ProgressFn, load_checkpoint
-from .registry import CHECKPOINTS, INSTALL_COMMAND, default_model_path, resolve_checkpoint_name
+from .loader import Checkpoint, load_checkpoint
+from .registry import CHECKPOINTS, INSTALL_COMMAND, default_model_path, resolve_checkpoint_name, suggest
 
 __all__ = [
-    "Checkpoint", "load_checkpoint", "default_model_path", "resolve_checkpoint_name", "CHECKPOINTS",
-    "INSTALL_COMMAND", "clear_cache", "cache_root", "HFTokenizer", "ProgressFn",
+    "Checkpoint", "load_checkpoint", "default_model_path", "resolve_checkpoint_name", "suggest", "CHECKPOINTS",
+    "INSTALL_COMMAND", "clear_cache", "cache_root", "HFTokenizer",
 ]

@@ -126,9 +126,3 @@ def dequantize(raw: np.ndarray, qtype: T, shape: tuple[int, ...], dtype: torch.d
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
     values = _DECODERS[qtype](raw.reshape(-1, block_bytes))
     return torch.from_numpy(values).reshape(shape).to(dtype)
-
-
-def nbytes(qtype: T, n_elements: int) -> int:
-    """Bytes that `n_elements` values of `qtype` occupy (n_elements is a whole number of blocks)."""
-    block_size, block_bytes = GGML_QUANT_SIZES[qtype]
-    return n_elements // block_size * block_bytes

