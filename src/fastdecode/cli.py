@@ -257,13 +257,15 @@ def cmd_chat(s: Any) -> int:
 
 # -- entry point -------------------------------------------------------------------------
 
-_DISPATCH = {"bench": "fastdecode.bench.cli", "export": "fastdecode.export",
+_DISPATCH = {"bench": "fastdecode.bench.cli", "bench-engine": "fastdecode.bench.engine_load",
+             "export": "fastdecode.export",
              "perplexity": "fastdecode.perplexity_cli"}
-_USAGE = """usage: fastdecode [--version] {generate,chat,bench,export,perplexity} ...
+_USAGE = """usage: fastdecode [--version] {generate,chat,bench,bench-engine,export,perplexity} ...
 
   generate   generate text for one or more prompts (fastdecode generate --help)
   chat       interactive multi-turn chat with the model's chat template
   bench      benchmarks
+  bench-engine  concurrent requests through the engine (fastdecode bench-engine --help)
   export     export the compiled model step to a .pt2 package (fastdecode export --help)
   perplexity the model's perplexity on a text, as llama-perplexity (fastdecode perplexity --help)"""
 
@@ -338,7 +340,7 @@ def run(argv: list[str]) -> int:
     if name in _DISPATCH:
         return _dispatch(name, rest)
     if name not in ("generate", "chat"):
-        raise FastDecodeError(f"unknown command {name!r}; accepted: generate, chat, bench, export, perplexity")
+        raise FastDecodeError(f"unknown command {name!r}; accepted: generate, chat, {', '.join(_DISPATCH)}")
     settings, ns = parse_command(name, rest)
     if name == "chat":
         return cmd_chat(settings)
