@@ -34,11 +34,16 @@ class KVCache(nn.Module):
     """
 
     def __init__(self, batch_size: int, n_kv_heads: int, seq_len: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device | str | None = None):
+                 dtype: torch.dtype, device: torch.device | str | None = None, zero: bool = True):
         super().__init__()
         shape = (batch_size, seq_len, n_kv_heads, head_dim)
-        self.register_buffer("k_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
-        self.register_buffer("v_cache", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        # zero=False leaves the memory untouched, so it becomes resident only as positions
+        # are written; only for readers that never look past a row's own position (the
+        # native attention kernel). A masked read of garbage could meet a NaN, and NaN * 0
+        # is NaN, so the masked attention path needs zeros.
+        make = torch.zeros if zero else torch.empty
+        self.register_buffer("k_cache", make(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v_cache", make(shape, dtype=dtype, device=device), persistent=False)
 
     @classmethod
     def from_tensors(cls, k_cache: Tensor, v_cache: Tensor) -> "KVCache":

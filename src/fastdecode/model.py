@@ -217,7 +217,8 @@ class Transformer(nn.Module):
         a = self.args
         for layer in self.layers:
             if kind == "static":
-                cache = KVCache(max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, dtype, device)
+                cache = KVCache(max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, dtype, device,
+                                zero=not layer.attention.native)
             elif kind == "dynamic":
                 cache = DynamicKVCache(max_batch_size, a.n_kv_heads, a.head_dim, dtype, device)
             else:

@@ -2,8 +2,8 @@
 picks each step's work (scheduler.py), the runner that executes it
 (runner.py), stopping (stopping.py), and the engine that owns them (engine.py)."""
 
-from .engine import DEFAULT_PREFILL_CHUNK, Engine
+from .engine import DEFAULT_PREFILL_CHUNK, Engine, EngineThread
 from .request import Completion, GenerationConfig, Request, RequestOutput, TokenLogprob
 
-__all__ = ["Engine", "Request", "RequestOutput", "Completion", "GenerationConfig", "TokenLogprob",
+__all__ = ["Engine", "EngineThread", "Request", "RequestOutput", "Completion", "GenerationConfig", "TokenLogprob",
            "DEFAULT_PREFILL_CHUNK"]

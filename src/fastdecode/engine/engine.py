@@ -9,9 +9,18 @@ step hands to the request's sink.
 Two ways to drive it:
 - synchronously, `LLM.generate`/`stream`/`chat` call `step()` in their own
   thread until their requests finish (see generate.py);
-- asynchronously, `start()` runs the loop in a background thread and
-  `generate_async` yields a request's outputs to an asyncio consumer (the
-  server's interface). Both may be used at once: steps are serialized.
+- asynchronously, a thread runs `run_loop()` and `generate_async` yields a
+  request's outputs to an asyncio consumer (the server's interface); `start()`
+  spawns such a thread if none runs. Both may be used at once: steps are
+  serialized.
+
+Which thread runs the loop matters on CPUs: each thread that starts OpenMP
+parallel regions gets a thread pool of its own, and once a second pool exists
+libgomp sees more threads than cores and its workers stop spinning between
+regions. A step then waits on a wake-up per parallel region: the default
+model decoded 2-4x slower in a thread other than the one that had loaded it
+(benchmarks/engine/README.md). `EngineThread` loads the model and runs the
+loop in one thread, which avoids that; the server and bench-engine use it.
 """
 
 from __future__ import annotations
@@ -56,7 +65,8 @@ class Engine:
                  str(model.dtype).removeprefix("torch."), self.cache_bytes / 1e6)
         self.scheduler = Scheduler(max_batch_size, prefill_chunk)
         self.runner = Runner(model, steps, max_batch_size, max_seq_len)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # held for a whole step
+        self._inbox: deque[Request] = deque()  # submitted, not yet seen by a step (append is atomic)
         self._wake = threading.Condition(threading.Lock())
         self._thread: Optional[threading.Thread] = None
         self._ids = itertools.count()
@@ -94,8 +104,10 @@ class Engine:
         req = Request(rid, prompt, params, config, eos, self.tokenizer, self.model.device,
                       sink or outputs.append)
         req.outputs = outputs
-        with self._lock:
-            self.scheduler.add(req)
+        # Not under the step lock: a submitter (the server's event loop) never waits for a step.
+        self._inbox.append(req)
+        if self.closed:  # closed while this was submitted: abort it rather than leave it waiting
+            self._abort_all()
         self._notify()
         return req
 
@@ -107,7 +119,7 @@ class Engine:
     # -- stepping -------------------------------------------------------------------------
 
     def has_work(self) -> bool:
-        return self.scheduler.has_work()
+        return bool(self._inbox) or self.scheduler.has_work()
 
     @property
     def slots_in_use(self) -> int:
@@ -115,7 +127,8 @@ class Engine:
 
     @property
     def queue_length(self) -> int:
-        return len(self.scheduler.waiting)
+        """Requests waiting for a slot."""
+        return len(self.scheduler.waiting) + len(self._inbox)
 
     def _reap(self) -> None:
         """Free the slots of cancelled requests (at the start of each step)."""
@@ -126,6 +139,8 @@ class Engine:
     def step(self) -> None:
         """Run one step: cancellations, admissions, a decode step and a prefill chunk."""
         with self._lock:
+            while self._inbox:
+                self.scheduler.add(self._inbox.popleft())
             self._reap()
             plan = self.scheduler.schedule()
             if plan.empty:
@@ -176,7 +191,14 @@ class Engine:
         if reason:
             self._finish(r, reason, piece, new_ids, new_lps if r.logprobs is not None else None)
         else:
-            r.sink(RequestOutput(r.id, piece, new_ids, new_lps if r.logprobs is not None else None))
+            self._emit(r, RequestOutput(r.id, piece, new_ids, new_lps if r.logprobs is not None else None))
+
+    def _emit(self, r: Request, out: RequestOutput) -> None:
+        try:
+            r.sink(out)
+        except Exception as e:  # noqa: BLE001 - e.g. a consumer's closed event loop: drop the request only
+            log.warning("request %s: its output could not be delivered (%s); cancelling it", r.id, e)
+            r.cancelled = True
 
     def _finish(self, r: Request, reason: str, piece: str, ids: Optional[list[int]] = None,
                 lps: Optional[list] = None) -> None:
@@ -185,14 +207,14 @@ class Engine:
         self.scheduler.remove(r)
         r.generator = None
         done = r.completion(metrics.peak_memory_bytes(self.model.device))
-        r.sink(RequestOutput(r.id, piece, ids or [], lps, finished=True, finish_reason=reason, completion=done))
+        self._emit(r, RequestOutput(r.id, piece, ids or [], lps, finished=True, finish_reason=reason, completion=done))
 
     def _fail(self, r: Request, error: BaseException) -> None:
         if r.finished:
             return
         r.finish_reason = "error"
         self.scheduler.remove(r)
-        r.sink(RequestOutput(r.id, "", [], finished=True, finish_reason="error", error=error))
+        self._emit(r, RequestOutput(r.id, "", [], finished=True, finish_reason="error", error=error))
 
     # -- the background loop and the async interface ------------------------------------
 
@@ -201,16 +223,20 @@ class Engine:
             self._wake.notify_all()
 
     def start(self) -> None:
-        """Run steps in a background thread whenever there is work (idempotent)."""
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="fastdecode-engine", daemon=True)
+        """Run steps in a background thread whenever there is work, unless a
+        thread already runs the loop (see the module docstring on which thread)."""
+        if not self.background:
+            self._thread = threading.Thread(target=self.run_loop, name="fastdecode-engine", daemon=True)
             self._thread.start()
 
     @property
     def background(self) -> bool:
+        """Whether a thread runs the loop (callers then wait for outputs instead of stepping)."""
         return self._thread is not None and self._thread.is_alive()
 
-    def _loop(self) -> None:
+    def run_loop(self) -> None:
+        """Run steps in the calling thread whenever there is work, until close()."""
+        self._thread = threading.current_thread()
         while not self.closed:
             with self._wake:
                 while not self.closed and not self.has_work():
@@ -222,15 +248,21 @@ class Engine:
             except BaseException as e:  # noqa: BLE001 - its requests were failed with it; keep serving
                 log.error("engine step failed: %s", e)
 
+    def _abort_all(self) -> None:
+        with self._lock:
+            while self._inbox:
+                self.scheduler.add(self._inbox.popleft())
+            for r in [*self.scheduler.waiting, *self.scheduler.active]:
+                self._finish(r, "abort", "")
+
     def close(self) -> None:
         """Cancel everything and stop the loop; later submissions are refused."""
         self.closed = True
-        with self._lock:
-            for r in [*self.scheduler.waiting, *self.scheduler.active]:
-                self._finish(r, "abort", "")
+        self._abort_all()
         self._notify()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
+
 
     async def generate_async(self, prompt: Sequence[int], params: SamplingParams, config: GenerationConfig,
                              request_id: Optional[str] = None) -> AsyncIterator[RequestOutput]:
@@ -252,3 +284,33 @@ class Engine:
         finally:
             if not req.finished:
                 self.cancel(req)
+
+
+class EngineThread(threading.Thread):
+    """Loads a model with `load_llm()` and runs its engine loop, both in this
+    thread (see the module docstring). `wait()` returns the LLM once loaded,
+    or raises what loading raised."""
+
+    def __init__(self, load_llm: Callable[[], "object"], name: str = "fastdecode-engine"):
+        super().__init__(name=name, daemon=True)
+        self._load = load_llm
+        self.llm = None
+        self.error: Optional[BaseException] = None
+        self.loaded = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.llm = self._load()
+        except BaseException as e:  # noqa: BLE001 - handed to wait()'s caller
+            self.error = e
+            return
+        finally:
+            self.loaded.set()
+        self.llm.engine.run_loop()
+
+    def wait(self, timeout: Optional[float] = None):
+        if not self.loaded.wait(timeout):
+            return None
+        if self.error is not None:
+            raise self.error
+        return self.llm
