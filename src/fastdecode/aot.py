@@ -8,7 +8,7 @@ Dynamo tracing nor Inductor: loading takes milliseconds.
 
 The exported function is the model step with its KV caches as inputs:
 
-    (tokens [B, T], input_pos [B, T], rows [B], k_caches, v_caches) -> logits [B, 1, V]
+    (tokens [B, T], input_pos [B, T], rows [B], logits_at [B, n], k_caches, v_caches) -> logits [B, n, V]
 
 where k_caches and v_caches are lists of n_layers tensors [slots, S, H_kv, D],
 written in place at (rows[b], input_pos[b]). B, T, the number of slots and S
@@ -49,7 +49,7 @@ from .quant.transform import native_ops, set_gemv
 
 log = logging.getLogger("fastdecode")
 
-FORMAT = "3"  # 3: per-row positions and cache slots (2 took one shared position and left padding)
+FORMAT = "3"  # 3: per-row positions, cache slots, logits_at (2 took one shared position and left padding)
 _ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
 # The native kernels' C entry points, declared for AOTInductor's generated code
 # (defined in kernels/*.cpp); without them each call goes through a boxed fallback.
@@ -70,13 +70,13 @@ class _StepWithCaches(nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, tokens: Tensor, input_pos: Tensor, rows: Tensor,
+    def forward(self, tokens: Tensor, input_pos: Tensor, rows: Tensor, logits_at: Tensor,
                 k_caches: list[Tensor], v_caches: list[Tensor]) -> Tensor:
         saved = [layer.attention.kv_cache for layer in self.model.layers]
         try:
             for layer, k, v in zip(self.model.layers, k_caches, v_caches):
                 layer.attention.kv_cache = KVCache.from_tensors(k, v)
-            return self.model(tokens, input_pos, rows=rows, last_only=True)
+            return self.model(tokens, input_pos, rows=rows, logits_at=logits_at)
         finally:
             for layer, cache in zip(self.model.layers, saved):
                 layer.attention.kv_cache = cache
@@ -124,15 +124,15 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     a = model.args
     # Distinct example sizes of at least 2: export would specialize sizes of 1
     # and could tie equal ones together.
-    B, T, slots, S = 2, 3, 4, min(16, a.max_seq_len)
+    B, T, slots, S = 2, 5, 4, min(16, a.max_seq_len)  # and n = 3 positions with logits
     cache = [torch.zeros(slots, S, a.n_kv_heads, a.head_dim, dtype=model.dtype, device=device)
              for _ in range(2 * a.n_layers)]
     example = (torch.zeros(B, T, dtype=torch.long, device=device),
                torch.arange(T, device=device)[None].repeat(B, 1), torch.tensor([3, 1], device=device),
-               cache[:a.n_layers], cache[a.n_layers:])
+               torch.tensor([[0, 2, 4], [1, 3, 4]], device=device), cache[:a.n_layers], cache[a.n_layers:])
     dyn = torch.export.Dim.DYNAMIC
     per_cache = [{0: dyn, 1: dyn}] * a.n_layers
-    shapes = ({0: dyn, 1: dyn}, {0: dyn, 1: dyn}, {0: dyn}, per_cache, per_cache)
+    shapes = ({0: dyn, 1: dyn}, {0: dyn, 1: dyn}, {0: dyn}, {0: dyn, 1: dyn}, per_cache, per_cache)
     configs: dict = {"aot_inductor.package_constants_in_so": False, "aot_inductor.metadata": meta}
     ops = native_ops(model)
     if ops:
@@ -283,10 +283,10 @@ class ExportedSteps:
     def steps(self) -> Steps:
         return Steps(step=self.step)
 
-    def step(self, tokens: Tensor, input_pos: Tensor, rows: Tensor) -> Tensor:
+    def step(self, tokens: Tensor, input_pos: Tensor, rows: Tensor, logits_at: Tensor) -> Tensor:
         caches = [layer.attention.kv_cache for layer in self.model.layers]
         # The inputs in the exported order, flat: the loader's own __call__
         # would re-parse its input spec on every step.
-        flat = [tokens.contiguous(), input_pos.contiguous(), rows.contiguous(),
+        flat = [tokens.contiguous(), input_pos.contiguous(), rows.contiguous(), logits_at.contiguous(),
                 *(c.k_cache for c in caches), *(c.v_cache for c in caches)]
         return self._runner.boxed_run(flat)[0]

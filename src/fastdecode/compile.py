@@ -35,8 +35,9 @@ from .quant.transform import native_ops
 
 STRATEGIES = ("none", "decode", "generate")
 
-# (tokens [B, T], input_pos [B, T], rows [B]) -> logits [B, 1, V] of each row's last token
-StepFn = Callable[[Tensor, Tensor, Tensor], Tensor]
+# (tokens [B, T], input_pos [B, T], rows [B], logits_at [B, n]) -> logits [B, n, V] at those
+# positions of each row (its last token for prefill and decode, every one to verify drafts)
+StepFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 
 @dataclass
@@ -51,8 +52,8 @@ class Steps:
 
 
 def eager_steps(model: torch.nn.Module) -> Steps:
-    def step(tokens, input_pos, rows):
-        return model(tokens, input_pos, rows=rows, last_only=True)
+    def step(tokens, input_pos, rows, logits_at):
+        return model(tokens, input_pos, rows=rows, logits_at=logits_at)
 
     return Steps(step=step)
 
@@ -121,21 +122,22 @@ class CompiledSteps:
                 kwargs["options"] = inductor_options(device, native) if options is None else options
         self.compile_kwargs = kwargs
 
-        def step_fn(tokens, input_pos, rows):
-            return model(tokens, input_pos, rows=rows, last_only=True)
+        def step_fn(tokens, input_pos, rows, logits_at):
+            return model(tokens, input_pos, rows=rows, logits_at=logits_at)
 
         self._step = torch.compile(own_code(step_fn), **kwargs)
         self.warmed_up = False
         self.extra_warmups: list[Callable[[], None]] = []  # e.g. the chunk graphs
 
-    def step(self, tokens: Tensor, input_pos: Tensor, rows: Tensor) -> Tensor:
+    def step(self, tokens: Tensor, input_pos: Tensor, rows: Tensor, logits_at: Tensor) -> Tensor:
         if not self.warmed_up:
             self.warmup()
         with torch.inference_mode():
             # Fresh inference tensors: inputs made inside and outside inference
             # mode carry different dispatch keys, which Dynamo guards on.
-            tokens, input_pos, rows = tokens.clone(), input_pos.clone(), rows.clone()
-            return self.call(self._step, tokens, input_pos, rows, dynamic={0: (0, 1), 1: (0, 1), 2: (0,)})
+            tokens, input_pos, rows, logits_at = tokens.clone(), input_pos.clone(), rows.clone(), logits_at.clone()
+            return self.call(self._step, tokens, input_pos, rows, logits_at,
+                             dynamic={0: (0, 1), 1: (0, 1), 2: (0,), 3: (0, 1)})
 
     def call(self, fn, *args, dynamic: dict[int, tuple[int, ...]], **kwargs):
         """Run compiled `fn` with dims `dynamic[i]` of args[i] marked dynamic."""
@@ -158,7 +160,8 @@ class CompiledSteps:
         T = min(4, require_cache(self.model).seq_len)
         with torch.inference_mode():
             tokens = torch.zeros(1, T, dtype=torch.long, device=device)
-            self.step(tokens, torch.arange(T, device=device)[None], torch.zeros(1, dtype=torch.long, device=device))
+            zero = torch.zeros(1, 1, dtype=torch.long, device=device)
+            self.step(tokens, torch.arange(T, device=device)[None], zero[0], zero + T - 1)
         for extra in self.extra_warmups:
             extra()
 

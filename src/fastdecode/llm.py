@@ -14,6 +14,7 @@ import torch
 from .compile import make_steps
 from .config import PRESETS, ModelArgs, get_preset
 from .engine import DEFAULT_PREFILL_CHUNK, Engine
+from .engine.speculative import check_speculative
 from .errors import FastDecodeError
 from .generate import Completion, GenerationConfig, GenerationRun, run_generation
 from .kv_cache import cache_bytes
@@ -131,7 +132,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
          dtype: Union[None, str, torch.dtype] = None, compile: str = "none",
          max_seq_len: Optional[int] = None, max_batch_size: Optional[int] = None,
          cache: str = "static", compiled: Optional[str] = "auto", weights: str = "auto",
-         prefill_chunk: int = DEFAULT_PREFILL_CHUNK) -> "LLM":
+         prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none") -> "LLM":
     """Load a model by preset name, known checkpoint name or path (.gguf file or
     Hugging Face directory). None loads the default, SmolLM2-135M-Instruct.
 
@@ -140,6 +141,8 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     tokens); default: the model's context, capped so the KV cache, allocated
     once, stays within 1 GiB. prefill_chunk: the most prompt tokens prefilled
     per engine step, so new prompts do not stall running streams.
+    speculative: "none" or "prompt-lookup", for requests that do not choose
+    (generate's `speculative=`); drafts are verified, so the tokens are the same.
 
     weights: "auto" keeps the checkpoint's quantized matrices in their packed
     form and runs them on the quantized CPU kernels (float checkpoints stay
@@ -163,6 +166,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     if cache == "dynamic" and compile != "none":
         raise FastDecodeError(f"compile={compile!r} needs cache='static' (a dynamic cache changes shape every "
                               "step); use compile=none with cache=dynamic")
+    check_speculative(speculative, 1, 1)
     if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
         raise FastDecodeError(f"prefill_chunk={prefill_chunk!r} is out of range; accepted: an integer >= 1")
     if compiled == "auto" and (compile not in ("none", "decode") or cache != "static" or dev.type != "cpu"
@@ -196,7 +200,8 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
             f"a KV cache of max_batch_size={max_batch_size} x max_seq_len={max_seq_len} needs {need:,} bytes, "
             f"but {free:,} are available; lower max_batch_size or max_seq_len")
     llm = LLM(m, loaded.tokenizer, compile="none" if compiled else compile, max_seq_len=max_seq_len,
-              max_batch_size=max_batch_size, cache=cache, source=loaded.source, prefill_chunk=prefill_chunk)
+              max_batch_size=max_batch_size, cache=cache, source=loaded.source, prefill_chunk=prefill_chunk,
+              speculative=speculative)
     if compiled == "auto":
         from .aot import cached_package
 
@@ -216,14 +221,15 @@ class LLM:
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, compile: str = "none",
                  max_seq_len: int, max_batch_size: int, cache: str = "static", source: str = "",
-                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none"):
         self.model, self.tokenizer = model, tokenizer
         self.args: ModelArgs = model.args
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
         self.cache, self.source, self.compile = cache, source, compile
         # The engine owns the model's KV cache and runs every request.
         self.engine = Engine(model, tokenizer, make_steps(model, compile), max_batch_size=max_batch_size,
-                             max_seq_len=max_seq_len, cache=cache, prefill_chunk=prefill_chunk)
+                             max_seq_len=max_seq_len, cache=cache, prefill_chunk=prefill_chunk,
+                             speculative=speculative)
         self.compiled: Optional[str] = None  # path of the exported package running the steps, if any
         self.package_export_seconds: Optional[float] = None  # set when load() exported this machine's package
         self.load_seconds = 0.0

@@ -242,8 +242,12 @@ class Transformer(nn.Module):
     # -- forward ------------------------------------------------------------
 
     def forward(self, tokens: Tensor, input_pos: Optional[Tensor] = None, *,
-                rows: Optional[Tensor] = None, last_only: bool = False) -> Tensor:
+                rows: Optional[Tensor] = None, last_only: bool = False,
+                logits_at: Optional[Tensor] = None) -> Tensor:
         """tokens: [B, T] -> logits [B, T, V] ([B, 1, V] with last_only).
+
+        logits_at: [B, n] indices into T: only those positions get logits,
+            [B, n, V] (a prefill chunk needs its last, a verify step all).
 
         input_pos: [B, T] cache positions of the tokens, or None for the
             cache-free reference path (positions 0..T-1, causal).
@@ -266,6 +270,8 @@ class Transformer(nn.Module):
             x = layer(x, cos, sin, input_pos, rows)
         if last_only:
             x = x[:, -1:]
+        elif logits_at is not None:
+            x = x.gather(1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))  # [B, n, dim]
         x = self.norm(x)
         return self.tok_embeddings.as_linear(x) if self.output is None else self.output(x)
 

@@ -43,6 +43,7 @@ from ..sampling import SamplingParams
 from ..tokenizer import Tokenizer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
 from .runner import Runner
+from .speculative import check_speculative
 from .scheduler import Scheduler
 
 log = logging.getLogger("fastdecode")
@@ -52,9 +53,12 @@ DEFAULT_PREFILL_CHUNK = 256
 
 class Engine:
     def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, steps: Steps, *, max_batch_size: int,
-                 max_seq_len: int, cache: str = "static", prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+                 max_seq_len: int, cache: str = "static", prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+                 speculative: str = "none"):
         self.model, self.tokenizer = model, tokenizer
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
+        check_speculative(speculative, 1, 1)
+        self.speculative = speculative  # requests that do not say take this
         a = model.args
         self.cache_bytes = cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, model.dtype)
         # Outside inference mode: buffers made inside carry other dispatch keys,
@@ -102,7 +106,7 @@ class Engine:
         outputs: deque = deque()
         rid = request_id or f"req-{next(self._ids)}"
         req = Request(rid, prompt, params, config, eos, self.tokenizer, self.model.device,
-                      sink or outputs.append)
+                      sink or outputs.append, speculative=config.speculative or self.speculative)
         req.outputs = outputs
         # Not under the step lock: a submitter (the server's event loop) never waits for a step.
         self._inbox.append(req)
@@ -169,6 +173,8 @@ class Engine:
         r.t_first = r.t_first or now
         r.t_last = now
         new_ids, new_lps, piece, reason = [], [], "", None
+        if r.lookup is not None:
+            r.lookup.extend(ids)
         for i, tok in enumerate(ids):
             r.n_generated += 1
             r.last_token = tok

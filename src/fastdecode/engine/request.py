@@ -11,6 +11,7 @@ import torch
 from ..errors import FastDecodeError
 from ..sampling import SamplingParams, make_generator
 from ..tokenizer import Tokenizer
+from .speculative import PromptLookup, check_speculative
 from .stopping import StopText
 
 
@@ -23,6 +24,10 @@ class GenerationConfig:
     stop: strings that end a completion; the text is cut before the match.
     ignore_eos: keep going through EOS tokens (until max_new_tokens or a stop string).
     eos_token_ids: ids that end a completion; None takes the tokenizer's.
+    speculative: "none" or "prompt-lookup" (drafts from n-grams of the prompt and output,
+        verified by the model: the same tokens, fewer forwards); None takes load()'s.
+    num_draft_tokens: the most drafts per verify step (1..16); adapted per request.
+    ngram_size: the longest n-gram looked up for drafts (1..8).
     """
 
     max_new_tokens: int = 256
@@ -30,6 +35,9 @@ class GenerationConfig:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     eos_token_ids: Optional[frozenset[int]] = None
+    speculative: Optional[str] = None
+    num_draft_tokens: int = 4
+    ngram_size: int = 3
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "min_new_tokens"):
@@ -48,6 +56,7 @@ class GenerationConfig:
         object.__setattr__(self, "stop", stop)
         if self.eos_token_ids is not None:
             object.__setattr__(self, "eos_token_ids", frozenset(int(i) for i in self.eos_token_ids))
+        check_speculative(self.speculative, self.num_draft_tokens, self.ngram_size)
 
 
 @dataclass
@@ -72,6 +81,17 @@ class Completion:
     decode_tokens_per_s: float  # tokens after the first, per second of this request's decoding
     peak_memory_bytes: int
     logprobs: Optional[list[TokenLogprob]] = None
+    target_forwards: int = 0  # model forwards that produced this request's tokens (prefill's last chunk included)
+    draft_tokens: int = 0  # speculative drafts proposed, and accepted
+    accepted_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> Optional[float]:
+        return self.accepted_tokens / self.draft_tokens if self.draft_tokens else None
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.completion_tokens / self.target_forwards if self.target_forwards else 0.0
 
 
 @dataclass
@@ -94,7 +114,7 @@ class Request:
 
     def __init__(self, request_id: str, prompt: list[int], params: SamplingParams, config: GenerationConfig,
                  eos_ids: frozenset[int], tokenizer: Tokenizer, device: torch.device,
-                 sink: Callable[[RequestOutput], None]):
+                 sink: Callable[[RequestOutput], None], speculative: str = "none"):
         self.id, self.prompt, self.params, self.config = request_id, prompt, params, config
         self.eos_ids = eos_ids
         self.sink = sink
@@ -107,6 +127,10 @@ class Request:
         self.output_ids: list[int] = []
         self.logprobs: Optional[list[TokenLogprob]] = [] if params.logprobs is not None else None
         self.text = StopText(tokenizer, config.stop)
+        self.forwards = 0  # model forwards that produced its tokens
+        # Drafts for speculative decoding, from its own prompt and output.
+        self.lookup = (PromptLookup(prompt, config.ngram_size, config.num_draft_tokens)
+                       if speculative == "prompt-lookup" else None)
         self.finish_reason: Optional[str] = None
         self.cancelled = False
         self.t_submit = time.perf_counter()
@@ -134,4 +158,6 @@ class Request:
             text=self.text.text, token_ids=list(self.output_ids), finish_reason=self.finish_reason,
             prompt_tokens=len(self.prompt), completion_tokens=n, time_to_first_token_s=t_first - self.t_submit,
             decode_tokens_per_s=(self.n_generated - 1) / span if span > 0 and self.n_generated > 1 else 0.0,
-            peak_memory_bytes=peak_memory_bytes, logprobs=self.logprobs)
+            peak_memory_bytes=peak_memory_bytes, logprobs=self.logprobs, target_forwards=self.forwards,
+            draft_tokens=self.lookup.drafted if self.lookup else 0,
+            accepted_tokens=self.lookup.accepted if self.lookup else 0)
