@@ -178,6 +178,8 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
         loaded,
         f"weights:              {llm.weights_summary}",
         f"matmul kernels:       {describe_kernels(llm)}",
+        f"kv cache:             {llm.max_batch_size} slots x {llm.max_seq_len} positions, "
+        f"{llm.engine.cache_bytes / 1e6:.0f} MB, allocated once",
         f"prompt tokens:        {prompt_tokens}",
         f"generated tokens:     {generated}",
         f"time to first token:  {first['time_to_first_token_s'] * 1e3:.1f} ms",
@@ -185,7 +187,18 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
         f"bandwidth achieved:   {first['bandwidth_gb_s']:.2f} GB/s "
         f"({llm.weight_bytes_per_token / 1e6:.1f} MB of weights per token)",
         f"peak memory:          {first['peak_memory_bytes'] / 2**20:.1f} MiB ({memory})",
+        *_speculation_stats(completions),
     ])
+
+
+def _speculation_stats(completions: Sequence[Any]) -> list[str]:
+    drafted = sum(c.draft_tokens for c in completions)
+    if not drafted:
+        return []
+    accepted = sum(c.accepted_tokens for c in completions)
+    per_forward = sum(c.completion_tokens for c in completions) / max(1, sum(c.target_forwards for c in completions))
+    return [f"speculative:          {accepted}/{drafted} drafts accepted ({accepted / drafted:.0%}), "
+            f"{per_forward:.2f} tokens per forward"]
 
 
 # -- generate ----------------------------------------------------------------------
@@ -258,16 +271,19 @@ def cmd_chat(s: Any) -> int:
 # -- entry point -------------------------------------------------------------------------
 
 _DISPATCH = {"bench": "fastdecode.bench.cli", "bench-engine": "fastdecode.bench.engine_load",
+             "bench-spec": "fastdecode.bench.speculative",
              "export": "fastdecode.export",
-             "perplexity": "fastdecode.perplexity_cli"}
-_USAGE = """usage: fastdecode [--version] {generate,chat,bench,bench-engine,export,perplexity} ...
+             "perplexity": "fastdecode.perplexity_cli", "serve": "fastdecode.server.cli"}
+_USAGE = """usage: fastdecode [--version] {generate,chat,bench,bench-engine,bench-spec,export,perplexity,serve} ...
 
   generate   generate text for one or more prompts (fastdecode generate --help)
   chat       interactive multi-turn chat with the model's chat template
   bench      benchmarks
   bench-engine  concurrent requests through the engine (fastdecode bench-engine --help)
+  bench-spec    speculative decoding on grounded and open-ended tasks (fastdecode bench-spec --help)
   export     export the compiled model step to a .pt2 package (fastdecode export --help)
-  perplexity the model's perplexity on a text, as llama-perplexity (fastdecode perplexity --help)"""
+  perplexity the model's perplexity on a text, as llama-perplexity (fastdecode perplexity --help)
+  serve      an OpenAI-compatible HTTP server (fastdecode serve --help)"""
 
 
 def _command_parser(name: str) -> argparse.ArgumentParser:

@@ -1,0 +1,187 @@
+"""`fastdecode serve [--config FILE] [key=value ...]`: settings, the socket, and the lifecycle.
+
+The socket is bound before the model loads, so a port in use fails at once,
+and /health answers 503 while the model loads in a background thread.
+SIGTERM (or Ctrl-C) drains: new requests get 503, running ones get
+`shutdown_grace_s` to finish, the rest end with finish_reason "abort",
+then the process exits 0. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import socket
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+from ..errors import FastDecodeError
+from ..settings import describe_settings, load_settings, parse_config_args
+from .settings import ServeSettings, is_loopback
+
+log = logging.getLogger("fastdecode.server")
+
+USAGE = """usage: fastdecode serve [--config FILE] [key=value ...]
+
+Serve the model over HTTP with OpenAI's API: POST /v1/completions and
+/v1/chat/completions (streamed or not), GET /v1/models, /health, /metrics.
+Settings come from --config FILE, then key=value arguments, which win.
+
+keys (defaults shown):
+"""
+
+
+def main(argv: list[str]) -> int:
+    """Run by `fastdecode serve`; a FastDecodeError reaches the CLI's one-line error (exit 2)."""
+    config, overrides, wants_help = parse_config_args(argv)
+    if wants_help:
+        print(USAGE + describe_settings(ServeSettings))
+        return 0
+    s = load_settings(ServeSettings, overrides, config)
+    _setup_logging(s.log_level)
+    if not is_loopback(s.host) and s.api_key is None:
+        print(f"fastdecode: warning: host={s.host} without api_key: anyone who can reach this machine can use "
+              "the server; set api_key=... or $FASTDECODE_API_KEY", file=sys.stderr)
+    sock = bind_socket(s.host, s.port)
+    import uvicorn  # after the checks above: bad settings fail fast
+
+    from .app import create_app
+    from .state import ServerState
+
+    state = ServerState(s)
+    server: Optional[_Server] = None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any):
+        server.loop = asyncio.get_running_loop()
+        threading.Thread(target=_load, args=(state, server, server.loop), daemon=True,
+                         name="fastdecode-engine").start()
+        yield
+        if state.llm is not None:
+            await asyncio.to_thread(state.llm.engine.close)
+
+    app = create_app(state, lifespan=lifespan)
+    # uvicorn's own logging is kept to warnings: the request lines come from AccessLog.
+    cfg = uvicorn.Config(app, log_level="debug" if s.log_level == "debug" else "warning", access_log=False,
+                         timeout_graceful_shutdown=5, lifespan="on")
+    server = _Server(cfg, state)
+    host, port = sock.getsockname()[:2]
+    print(f"fastdecode: listening on http://{_url_host(host)}:{port}/v1 (loading {s.model})", file=sys.stderr)
+    server.run(sockets=[sock])
+    if state.load_error is not None:
+        raise state.load_error
+    return 0
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening socket, or a one-line error (port in use, unknown host)."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                          flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise FastDecodeError(f"host={host!r} cannot be resolved: {e.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+    try:
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise FastDecodeError(f"port {port} on {host} is already in use; stop the other server or pick "
+                                  "another with port=N") from None
+        raise FastDecodeError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _setup_logging(level: str) -> None:
+    logger = logging.getLogger("fastdecode")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("fastdecode: %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(level.upper())
+
+
+def _load(state: Any, server: Any, loop: asyncio.AbstractEventLoop) -> None:
+    """Load the model, then run the engine's loop, in this thread (the event loop keeps
+    answering /health with 503 while it loads)."""
+    from ..llm import load
+
+    s = state.settings
+    t0 = time.perf_counter()
+    try:
+        llm = load(s.model, device=s.device, dtype=s.dtype, compile=s.compile, compiled=s.compiled,
+                   max_seq_len=s.max_seq_len, max_batch_size=s.max_batch_size, cache=s.cache, weights=s.weights,
+                   prefill_chunk=s.prefill_chunk, speculative=s.speculative)
+        # One token now, so compiling and kernel warm-up happen before /health says ok.
+        llm.generate([[0]], max_new_tokens=1, temperature=0)
+    except BaseException as e:  # noqa: BLE001 - reported by main() once the server has stopped
+        state.load_error = e
+        loop.call_soon_threadsafe(server.stop_now)
+        return
+    state.llm = llm
+    log.info("ready: %s (%s), %d slots x %d positions, loaded in %.1f s", s.served_model_name, llm.source,
+             llm.max_batch_size, llm.max_seq_len, time.perf_counter() - t0)
+    # The thread that loaded the model steps it too: stepping from another thread ran
+    # 2-4x slower on small CPUs (see fastdecode.engine.engine).
+    llm.engine.run_loop()
+
+
+class _Server:
+    """uvicorn's Server with a draining shutdown on SIGTERM/SIGINT."""
+
+    def __init__(self, config: Any, state: Any):
+        import uvicorn
+
+        outer = self
+
+        class Server(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                outer.signal(sig)
+
+        self.server = Server(config)
+        self.state = state
+        self._drain: Optional[asyncio.Future] = None
+        self.loop: Optional[asyncio.AbstractEventLoop] = None  # set by the lifespan, once running
+
+    def run(self, sockets: list[socket.socket]) -> None:
+        self.server.run(sockets=sockets)
+
+    def stop_now(self) -> None:
+        self.server.should_exit = True
+
+    def signal(self, sig: int) -> None:
+        # A signal handler: it may interrupt the loop's select(), so hand over through the self-pipe.
+        self.loop.call_soon_threadsafe(self._on_signal)
+
+    def _on_signal(self) -> None:
+        if self._drain is not None or self.state.llm is None:  # a second signal, or nothing to drain
+            self.server.force_exit = self._drain is not None
+            self.stop_now()
+            return
+        self._drain = asyncio.ensure_future(self._draining())
+
+    async def _draining(self) -> None:
+        state = self.state
+        state.draining = True
+        grace = state.settings.shutdown_grace_s
+        log.info("shutting down: no new requests; up to %.0f s for the %d running", grace, state.active)
+        deadline = time.monotonic() + grace
+        while state.active and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if state.active:
+            log.info("ending %d requests with finish_reason abort", state.active)
+        await asyncio.to_thread(state.llm.engine.close)  # aborts what is left; their streams end normally
+        deadline = time.monotonic() + 5
+        while state.active and time.monotonic() < deadline:  # let them send their last events
+            await asyncio.sleep(0.05)
+        self.stop_now()

@@ -1,0 +1,128 @@
+"""Turning an OpenAI request into engine work: prompt ids, per-choice sampling, stopping.
+
+OpenAI's defaults apply (temperature 1, completions' max_tokens 16), not
+fastdecode's. Runs in a worker thread: tokenizing and rendering a chat
+template are CPU work that should not stall the event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+from ..engine import GenerationConfig
+from ..errors import FastDecodeError
+from ..llm import LLM
+from ..sampling import SamplingParams
+from .errors import APIError, from_fastdecode
+from .protocol import ChatCompletionRequest, CompletionRequest
+
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
+MAX_CHOICES = 128  # prompts x n in one request
+
+
+@dataclass
+class Job:
+    """What one HTTP request asks of the engine. Choice c answers prompts[c // n]."""
+
+    prompts: list[list[int]]
+    n: int
+    params: list[SamplingParams]  # one per choice
+    config: GenerationConfig
+    logprobs: Optional[int]  # alternatives per token when logprobs are asked for
+
+    @property
+    def choice_prompts(self) -> list[list[int]]:
+        return [p for p in self.prompts for _ in range(self.n)]
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Usage counts each prompt once, however many choices it has (as OpenAI does)."""
+        return sum(len(p) for p in self.prompts)
+
+
+def prepare_completion(req: CompletionRequest, llm: LLM, max_tokens_limit: Optional[int]) -> Job:
+    if req.echo:
+        raise APIError(400, "echo is not supported", param="echo")
+    try:
+        prompts = llm.encode_prompts(req.prompt)
+    except FastDecodeError as e:
+        raise from_fastdecode(e, param="prompt") from None
+    return _job(req, prompts, llm, max_tokens_limit, req.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS,
+                req.logprobs, "prompt")
+
+
+def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optional[int]) -> Job:
+    if llm.tokenizer.chat_template is None:
+        raise APIError(400, "this model has no chat template; use /v1/completions with a plain prompt",
+                       param="messages")
+    if req.top_logprobs is not None and not req.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
+    # developer is OpenAI's newer name for system; templates know system
+    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
+                for m in req.messages]
+    try:
+        prompt = llm.chat_prompt(messages)
+    except FastDecodeError as e:
+        raise APIError(400, str(e), param="messages") from None
+    if not prompt:
+        raise APIError(400, "the messages render to an empty prompt", param="messages")
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    top = (req.top_logprobs or 0) if req.logprobs else None
+    return _job(req, [prompt], llm, max_tokens_limit, max_tokens, None, top, "messages")
+
+
+def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[list[int]], llm: LLM,
+         limit: Optional[int], asked: Optional[int], default: Optional[int], logprobs: Optional[int],
+         prompt_param: str) -> Job:
+    if req.stream_options is not None and not req.stream:
+        raise APIError(400, "stream_options is only allowed with stream=true", param="stream_options")
+    n = req.n or 1
+    if len(prompts) * n > MAX_CHOICES:
+        raise APIError(400, f"{len(prompts)} prompts x n={n} is {len(prompts) * n} choices; at most "
+                       f"{MAX_CHOICES} are accepted in one request", param="n")
+    max_tokens = _max_tokens(prompts, llm.max_seq_len, limit, asked, default, prompt_param)
+    names = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "logprobs": "top_logprobs"
+             if isinstance(req, ChatCompletionRequest) else "logprobs"}
+    try:
+        config = GenerationConfig(max_new_tokens=max_tokens, min_new_tokens=min(req.min_tokens or 0, max_tokens),
+                                  stop=req.stop, ignore_eos=bool(req.ignore_eos))
+        seeds = [None if req.seed is None else req.seed + j for j in range(n)]
+        params = [_sampling(req, seed, logprobs) for _ in prompts for seed in seeds]
+    except FastDecodeError as e:
+        raise from_fastdecode(e, names) from None
+    return Job(prompts, n, params, config, logprobs)
+
+
+def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Optional[int],
+              logprobs: Optional[int]) -> SamplingParams:
+    def given(value, default):
+        return default if value is None else value
+
+    return SamplingParams(
+        temperature=given(req.temperature, 1.0), top_p=given(req.top_p, 1.0),
+        top_k=req.top_k if req.top_k is not None and req.top_k > 0 else None,
+        min_p=given(req.min_p, 0.0), repetition_penalty=given(req.repetition_penalty, 1.0),
+        frequency_penalty=given(req.frequency_penalty, 0.0), presence_penalty=given(req.presence_penalty, 0.0),
+        seed=seed, logit_bias=req.logit_bias or None, logprobs=logprobs)
+
+
+def _max_tokens(prompts: list[list[int]], context: int, limit: Optional[int], asked: Optional[int],
+                default: Optional[int], param: str) -> int:
+    """The request's max_tokens, or the default that fits, with the context checked."""
+    longest = max(len(p) for p in prompts)
+    if asked is not None and limit is not None and asked > limit:
+        raise APIError(400, f"max_tokens={asked} is over this server's limit of {limit}", param="max_tokens")
+    room = context - longest
+    if room < 1:
+        raise APIError(400, f"the prompt has {longest} tokens, but this model's context is {context} tokens "
+                       "(prompt and completion together): shorten the prompt", param=param,
+                       code="context_length_exceeded")
+    if asked is None:
+        return min(room, default or room, limit or room)
+    if asked > room:
+        raise APIError(400, f"this model's context is {context} tokens, but the prompt has {longest} tokens; "
+                       f"with max_tokens={asked} it needs {longest + asked}: at most {room} tokens fit after "
+                       "this prompt, so lower max_tokens or shorten the prompt", param=param,
+                       code="context_length_exceeded")
+    return asked

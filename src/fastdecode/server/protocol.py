@@ -1,0 +1,232 @@
+"""Request and response shapes of the OpenAI-compatible API, as pydantic models.
+
+Requests are parsed strictly (a string is not a number, a number is not a
+string) and unknown fields are ignored, as OpenAI does. Ranges that name an
+OpenAI field are checked here so errors name it; the engine's dataclasses
+check again when the request is translated (serving/prepare.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+
+from ..sampling import MAX_LOGPROBS
+
+MAX_N = 16  # choices per prompt
+MAX_STOP = 16  # stop strings per request
+INT64 = 2 ** 63
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+
+class StreamOptions(_In):
+    include_usage: Optional[bool] = False
+
+
+class _Sampling(_In):
+    """Fields shared by /v1/completions and /v1/chat/completions."""
+
+    model: Optional[str] = None
+    max_tokens: Optional[int] = Field(default=None, ge=1)
+    temperature: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
+    top_p: Optional[float] = Field(default=None, gt=0, le=1)
+    top_k: Optional[int] = Field(default=None, ge=-1)  # 0 and -1 mean no limit (llama.cpp, vLLM)
+    min_p: Optional[float] = Field(default=None, ge=0, lt=1)
+    presence_penalty: Optional[float] = Field(default=None, ge=-2, le=2)
+    frequency_penalty: Optional[float] = Field(default=None, ge=-2, le=2)
+    repetition_penalty: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
+    seed: Optional[int] = Field(default=None, ge=-INT64, lt=INT64)
+    stop: Any = None  # a string or a list of strings (checked below, for a clear message)
+    n: Optional[int] = Field(default=None, ge=1, le=MAX_N)
+    logit_bias: Optional[dict[str, float]] = None
+    stream: Optional[bool] = False
+    stream_options: Optional[StreamOptions] = None
+    user: Optional[str] = None
+    # fastdecode's own (vLLM's names): EOS is suppressed until min_tokens exist, or ignored.
+    min_tokens: Optional[int] = Field(default=None, ge=0)
+    ignore_eos: Optional[bool] = False
+
+    @field_validator("stop")
+    @classmethod
+    def _stop(cls, v: Any) -> tuple[str, ...]:
+        if v is None:
+            return ()
+        if isinstance(v, str):
+            return (v,)
+        if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+            raise ValueError(f"must be a string or a list of strings, got {_short(v)}")
+        if len(v) > MAX_STOP:
+            raise ValueError(f"at most {MAX_STOP} stop strings are accepted, got {len(v)}")
+        return tuple(v)
+
+
+class CompletionRequest(_Sampling):
+    prompt: Any  # str, list[str], list[int] or list[list[int]]: checked below, for one clear message
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, v: Any) -> Union[str, list[str], list[int], list[list[int]]]:
+        def ids(x: Any) -> bool:
+            return isinstance(x, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+
+        if isinstance(v, str) or (isinstance(v, list) and v and (
+                all(isinstance(p, str) for p in v) or ids(v) or all(ids(p) for p in v))):
+            return v
+        raise ValueError("must be a string, a non-empty list of strings, a list of token ids or a list "
+                         f"of token id lists, got {_short(v)}")
+    logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    echo: Optional[bool] = False
+
+
+class ChatMessage(_In):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Any = None
+    name: Optional[str] = None
+
+    @field_validator("content")
+    @classmethod
+    def _text(cls, v: Any) -> str:
+        """A string, or a list of text parts joined by newlines (None: an assistant turn with no text)."""
+        if v is None or isinstance(v, str):
+            return v or ""
+        if isinstance(v, list) and all(isinstance(p, dict) and p.get("type") == "text"
+                                       and isinstance(p.get("text"), str) for p in v):
+            return "\n".join(p["text"] for p in v)
+        raise ValueError('must be a string or a list of text parts {"type": "text", "text": "..."}')
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: Optional[int] = Field(default=None, ge=1)
+    logprobs: Optional[bool] = False
+    top_logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- responses -------------------------------------------------------------------------
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int]
+
+
+class ChatTokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[ChatTokenLogprob]
+    refusal: None = None
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: Optional[ChatLogprobs] = None
+    finish_reason: Optional[str] = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    system_fingerprint: Optional[str] = None
+
+
+class Delta(BaseModel):
+    role: Optional[str] = None
+    content: Optional[str] = None
+
+    @model_serializer
+    def _present(self) -> dict[str, Any]:  # OpenAI leaves unset delta fields out
+        return {k: v for k, v in (("role", self.role), ("content", self.content)) if v is not None}
+
+
+class ChatChunkChoice(BaseModel):
+    index: int
+    delta: Delta
+    logprobs: Optional[ChatLogprobs] = None
+    finish_reason: Optional[str] = None
+
+
+class ChatCompletionChunk(BaseModel):
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChatChunkChoice]
+    usage: Optional[Usage] = None
+    system_fingerprint: Optional[str] = None
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: Optional[CompletionLogprobs] = None
+    finish_reason: Optional[str] = None
+
+
+class Completion(BaseModel):
+    """A /v1/completions response; streamed chunks have the same shape (usage: null)."""
+
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Optional[Usage] = None
+    system_fingerprint: Optional[str] = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "fastdecode"
+    max_model_len: int
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorInfo(BaseModel):
+    message: str
+    type: str
+    param: Optional[str] = None
+    code: Optional[str] = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorInfo

@@ -1,0 +1,233 @@
+"""The two generation endpoints: parse, prepare, submit, then answer whole or as events.
+
+Handlers never touch the model: they submit to the engine (engine_client.py)
+and turn the outputs into OpenAI's response or chunk shapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import Any, AsyncIterator, Callable, Optional, Union
+
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from ..errors import FastDecodeError
+from .engine_client import Choices
+from .errors import APIError, from_fastdecode, from_validation
+from .metrics import ChoiceTimer
+from .outputs import ChoiceState, chat_logprobs, completion_logprobs
+from .prepare import Job, prepare_chat, prepare_completion
+from .protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
+                       ChatCompletionRequest, Completion, CompletionChoice, CompletionRequest, Delta, Usage)
+from .state import ServerState
+
+log = logging.getLogger("fastdecode.server")
+Model = Union[ChatCompletionRequest, CompletionRequest]
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it passes `limit` bytes."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise APIError(413, f"the body has {int(length)} bytes; this server accepts at most {limit}",
+                       code="body_too_large")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise APIError(413, f"the body is over this server's limit of {limit} bytes", code="body_too_large")
+    return bytes(body)
+
+
+def parse(body: bytes, model: type[BaseModel]) -> Any:
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as e:
+        raise from_validation(e) from None
+
+
+async def handle(state: ServerState, request: Request, chat: bool) -> Response:
+    llm = state.ready_llm()
+    req = parse(await read_body(request, state.settings.max_body_bytes),
+                ChatCompletionRequest if chat else CompletionRequest)
+    if req.model is not None and req.model != state.model_name:
+        raise APIError(404, f"the model {req.model!r} does not exist; this server serves {state.model_name!r}",
+                       param="model", code="model_not_found")
+    prepare = prepare_chat if chat else prepare_completion
+    job = await asyncio.to_thread(prepare, req, llm, state.settings.max_tokens_limit)
+    run = Run(state, job, chat, request.scope.setdefault("fastdecode", {}))
+    try:
+        await run.choices.submit(job.choice_prompts, job.params, job.config)
+    except FastDecodeError as e:
+        if llm.engine.closed:
+            raise APIError(503, "the server is shutting down", code="shutting_down") from None
+        raise from_fastdecode(e, {"max_new_tokens": "max_tokens"}) from None
+    except BaseException:
+        run.close()
+        raise
+    state.metrics.prompt_tokens.inc(job.prompt_tokens)
+    if req.stream:
+        include_usage = bool(req.stream_options and req.stream_options.include_usage)
+        events = run.chat_events(include_usage) if chat else run.completion_events(include_usage)
+        return EventStream(sse(events, run.log), on_close=run.close)
+    return await run.until_done_or_disconnect(request)
+
+
+class Run:
+    """One request in flight: its choices' states, metrics and log fields."""
+
+    def __init__(self, state: ServerState, job: Job, chat: bool, log_fields: dict):
+        self.state, self.job, self.chat = state, job, chat
+        self.tokenizer = state.llm.tokenizer
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.choices = Choices(state.llm.engine, self.id)
+        n = len(job.params)
+        self.states = [ChoiceState(self.tokenizer, job.logprobs is not None) for _ in range(n)]
+        self.timers = [ChoiceTimer(state.metrics) for _ in range(n)]
+        self.sent_chars = [0] * n  # completions' text_offset while streaming
+        self.log = log_fields
+        self.log.update(id=self.id, prompt_tokens=job.prompt_tokens)
+
+    async def outputs(self) -> AsyncIterator[tuple[int, str, list, Any]]:
+        """(choice, new text, new (token string, logprob) pairs, output), metrics and log kept."""
+        async for i, out in self.choices.outputs():
+            piece, tokens = self.states[i].add(out)
+            self.timers[i].tokens(len(out.token_ids))
+            if out.finished:
+                self.timers[i].finished(out.finish_reason, out.completion)
+                self._log_finished()
+            yield i, piece, tokens, out
+
+    def close(self) -> None:
+        """However the response ended: cancel what still runs (the client left), counted as aborted."""
+        self.choices.cancel()
+        left = [s for s in self.states if s.finish_reason is None]
+        for s in left:
+            s.finish_reason = "abort"
+            self.state.metrics.finished.labels("abort").inc()
+        if left:
+            self._log_finished()
+
+    def _log_finished(self) -> None:
+        done = [s.completion for s in self.states if s.completion is not None]
+        self.log["completion_tokens"] = sum(c.completion_tokens for c in done)
+        firsts = [c.time_to_first_token_s for c in done if c.completion_tokens]
+        if firsts:
+            self.log["ttft_s"] = min(firsts)
+        self.log["finish"] = ",".join(sorted({s.finish_reason for s in self.states if s.finish_reason}))
+
+    def usage(self) -> Usage:
+        completion = sum(s.completion_tokens for s in self.states)
+        return Usage(prompt_tokens=self.job.prompt_tokens, completion_tokens=completion,
+                     total_tokens=self.job.prompt_tokens + completion)
+
+    # -- whole responses ------------------------------------------------------------------
+
+    async def until_done_or_disconnect(self, request: Request) -> Response:
+        """The whole response; a client that leaves first cancels its choices."""
+        work = asyncio.ensure_future(self._collect())
+        gone = asyncio.ensure_future(_disconnected(request))
+        try:
+            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not work.done():
+                work.cancel()
+            self.close()
+        if not work.done() or work.cancelled():
+            self.log["status"] = 499  # nginx's "client closed request": nobody reads this answer
+            return Response(status_code=499)
+        return JSONResponse(work.result().model_dump())
+
+    async def _collect(self) -> BaseModel:
+        async for _ in self.outputs():
+            pass
+        if self.chat:
+            return ChatCompletion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
+                                  choices=[ChatChoice(index=i, message=AssistantMessage(content=s.text),
+                                                      logprobs=self._chat_logprobs(s.tokens),
+                                                      finish_reason=s.finish_reason)
+                                           for i, s in enumerate(self.states)])
+        return Completion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
+                          choices=[CompletionChoice(index=i, text=s.text, logprobs=self._completion_logprobs(
+                              s.tokens, 0), finish_reason=s.finish_reason) for i, s in enumerate(self.states)])
+
+    def _chat_logprobs(self, tokens: list):
+        return chat_logprobs(self.tokenizer, tokens) if self.job.logprobs is not None else None
+
+    def _completion_logprobs(self, tokens: list, offset: int):
+        return completion_logprobs(self.tokenizer, tokens, offset) if self.job.logprobs is not None else None
+
+    # -- server-sent events -----------------------------------------------------------------
+
+    def _chat_chunk(self, choices: list[ChatChunkChoice], usage: Optional[Usage] = None) -> ChatCompletionChunk:
+        return ChatCompletionChunk(id=self.id, created=self.created, model=self.state.model_name,
+                                   choices=choices, usage=usage)
+
+    def _completion_chunk(self, choices: list[CompletionChoice], usage: Optional[Usage] = None) -> Completion:
+        return Completion(id=self.id, created=self.created, model=self.state.model_name, choices=choices,
+                          usage=usage)
+
+    async def chat_events(self, include_usage: bool) -> AsyncIterator[BaseModel]:
+        for i in range(len(self.states)):  # the first chunk of each choice carries the role
+            yield self._chat_chunk([ChatChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
+        async for i, piece, tokens, out in self.outputs():
+            if piece or tokens or out.finished:
+                delta = Delta(content=piece if piece or tokens else None)
+                lps = self._chat_logprobs(tokens) if tokens else None
+                yield self._chat_chunk([ChatChunkChoice(index=i, delta=delta, logprobs=lps,
+                                                        finish_reason=out.finish_reason if out.finished else None)])
+        if include_usage:
+            yield self._chat_chunk([], self.usage())
+
+    async def completion_events(self, include_usage: bool) -> AsyncIterator[BaseModel]:
+        async for i, piece, tokens, out in self.outputs():
+            if piece or tokens or out.finished:
+                lps = self._completion_logprobs(tokens, self.sent_chars[i]) if tokens else None
+                self.sent_chars[i] += sum(len(s) for s, _ in tokens)
+                yield self._completion_chunk([CompletionChoice(
+                    index=i, text=piece, logprobs=lps, finish_reason=out.finish_reason if out.finished else None)])
+        if include_usage:
+            yield self._completion_chunk([], self.usage())
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client goes away (the body has been read, so only that can arrive)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def sse(events: AsyncIterator[BaseModel], log_fields: dict) -> AsyncIterator[bytes]:
+    """`data: {json}` per event, then `data: [DONE]`; an error after the start is an `error` event."""
+    try:
+        async for event in events:
+            yield b"data: " + event.model_dump_json().encode() + b"\n\n"
+    except Exception as e:  # noqa: BLE001 - the stream has started: the client gets an error event, not a 500
+        err = e if isinstance(e, APIError) else APIError(500, "internal server error")
+        if not isinstance(e, APIError):
+            log.error("stream failed: %s: %s", type(e).__name__, e)
+        log_fields["error"] = err.message
+        yield b"event: error\ndata: " + err.body().model_dump_json().encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+class EventStream(StreamingResponse):
+    """A text/event-stream response that runs `on_close` however it ends, even when the
+    client leaves before the first event (the generator's own `finally` would not run)."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()

@@ -1,0 +1,96 @@
+"""The app in-process (httpx's ASGI transport): loading and draining answers, an engine
+failure after a stream has started, CORS, and the settings."""
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from serve_process import error_of
+
+import fastdecode
+from fastdecode import cli
+from fastdecode.errors import FastDecodeError
+from fastdecode.server.app import create_app
+from fastdecode.server.settings import ServeSettings
+from fastdecode.server.state import ServerState
+from fastdecode.settings import load_settings
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def settings(*keys):
+    return load_settings(ServeSettings, ["model=tiny", *keys])
+
+
+def call(app, method, path, **kw):
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
+            return await c.request(method, path, **kw)
+    return asyncio.run(go())
+
+
+def test_loading_and_draining_answer_503():
+    state = ServerState(settings())
+    app = create_app(state)
+    r = call(app, "GET", "/health")
+    assert r.status_code == 503 and r.json() == {"status": "loading"}
+    for method, path, body in (("GET", "/v1/models", None), ("POST", "/v1/chat/completions", {"messages": USER})):
+        r = call(app, method, path, json=body)
+        assert r.status_code == 503 and error_of(r)["code"] == "loading"
+    state.draining = True
+    assert call(app, "GET", "/health").json() == {"status": "shutting down"}
+    r = call(app, "POST", "/v1/completions", json={"prompt": "a"})
+    assert r.status_code == 503 and error_of(r)["code"] == "shutting_down"
+
+
+@pytest.fixture
+def failing_llm():
+    llm = fastdecode.load("tiny", max_batch_size=2)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    llm.engine.runner.prefill = llm.engine.runner.decode = boom  # the model fails; the engine fails its requests
+    yield llm
+    llm.engine.close()
+
+
+def test_an_engine_failure_after_the_stream_started_is_an_error_event(failing_llm):
+    state = ServerState(settings())
+    state.llm = failing_llm
+    app = create_app(state)
+    r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "max_tokens": 8, "stream": True})
+    assert r.status_code == 200
+    events = r.text.strip().split("\n\n")
+    assert events[-1] == "data: [DONE]"
+    kind, data = events[-2].split("\n")
+    assert kind == "event: error"
+    err = json.loads(data.removeprefix("data: "))["error"]
+    assert err["type"] == "server_error" and "boom" in err["message"]
+    assert json.loads(events[0].removeprefix("data: "))["choices"][0]["delta"]["role"] == "assistant"
+    r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "max_tokens": 8})
+    assert r.status_code == 500 and "boom" in error_of(r)["message"]
+
+
+def test_cors_is_off_unless_configured():
+    preflight = {"Origin": "http://example.com", "Access-Control-Request-Method": "POST"}
+    off = create_app(ServerState(settings()))
+    assert "access-control-allow-origin" not in call(off, "OPTIONS", "/v1/models", headers=preflight).headers
+    on = create_app(ServerState(settings("cors_origins=http://example.com")))
+    r = call(on, "OPTIONS", "/v1/models", headers=preflight)
+    assert r.headers["access-control-allow-origin"] == "http://example.com"
+
+
+def test_settings(monkeypatch, capsys):
+    monkeypatch.delenv("FASTDECODE_API_KEY", raising=False)
+    s = settings()
+    assert (s.host, s.port, s.api_key, s.served_model_name, s.cors_origins) == ("127.0.0.1", 8000, None, "tiny", ())
+    monkeypatch.setenv("FASTDECODE_API_KEY", "from-env")
+    assert settings().api_key == "from-env" and settings("api_key=given").api_key == "given"
+    for bad in ("port=70000", "max_body_bytes=10", "log_level=loud", "api_key= ", "max_tokens_limit=0"):
+        with pytest.raises(FastDecodeError):
+            settings(bad)
+    assert cli.main(["serve", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "usage: fastdecode serve" in out and "max_tokens_limit" in out and "shutdown_grace_s" in out

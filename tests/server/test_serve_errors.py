@@ -1,0 +1,157 @@
+"""Malformed requests, sent raw with httpx: each gets OpenAI's error shape with a 4xx
+(never 422 or 500), and the server keeps serving."""
+
+import json
+
+import httpx
+import openai
+import pytest
+from serve_process import error_of, serve
+
+CHAT_PATH, COMPLETIONS_PATH = "/v1/chat/completions", "/v1/completions"
+USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = serve(tmp_path_factory, "max_batch_size=2", "max_body_bytes=4096", "max_tokens_limit=300")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        yield c
+
+
+def post(http, path, body, **kw):
+    return http.post(path, content=body if isinstance(body, (bytes, str)) else json.dumps(body), **kw)
+
+
+BAD_CHAT = {
+    "messages null": {"messages": None},
+    "messages a string": {"messages": "x"},
+    "messages [123]": {"messages": [123]},
+    "messages [{}]": {"messages": [{}]},
+    "messages empty": {"messages": []},
+    "messages missing": {"max_tokens": 3},
+    "bad role": {"messages": [{"role": "wizard", "content": "x"}]},
+    "image part": {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+    "max_tokens negative": {"messages": USER, "max_tokens": -1},
+    "max_tokens zero": {"messages": USER, "max_tokens": 0},
+    "max_tokens absurd": {"messages": USER, "max_tokens": 10 ** 12},
+    "max_tokens over the limit": {"messages": USER, "max_tokens": 301},
+    "max_tokens a string": {"messages": USER, "max_tokens": "5"},
+    "temperature < 0": {"messages": USER, "temperature": -0.5},
+    "top_p > 1": {"messages": USER, "top_p": 1.5},
+    "n = 0": {"messages": USER, "n": 0},
+    "stop a number": {"messages": USER, "stop": 5},
+    "stop a list of numbers": {"messages": USER, "stop": [1, 2]},
+    "stop empty string": {"messages": USER, "stop": [""]},
+    "seed beyond int64": {"messages": USER, "seed": 2 ** 63},
+    "seed far beyond int64": {"messages": USER, "seed": -(2 ** 70)},
+    "stream_options without stream": {"messages": USER, "stream_options": {"include_usage": True}},
+    "top_logprobs > 20": {"messages": USER, "logprobs": True, "top_logprobs": 21},
+    "logit_bias id outside the vocabulary": {"messages": USER, "logit_bias": {"999": 1}},
+    "logit_bias key not an id": {"messages": USER, "logit_bias": {"a": 1}},
+    "logit_bias out of range": {"messages": USER, "logit_bias": {"5": 101}},
+    "presence_penalty out of range": {"messages": USER, "presence_penalty": 3},
+}
+
+BAD_COMPLETIONS = {
+    "empty prompt": {"prompt": ""},
+    "empty prompt list": {"prompt": []},
+    "empty id list": {"prompt": [[1, 2], []]},
+    "negative id": {"prompt": [5, -1]},
+    "id outside the vocabulary": {"prompt": [5, 260]},
+    "mixed prompt list": {"prompt": [[1], "a"]},
+    "prompt null": {"prompt": None},
+    "logprobs > 20": {"prompt": "a", "logprobs": 21},
+    "echo": {"prompt": "a", "echo": True},
+}
+
+
+@pytest.mark.parametrize("name", BAD_CHAT)
+def test_bad_chat_requests_get_400(http, name):
+    r = post(http, CHAT_PATH, BAD_CHAT[name])
+    assert r.status_code == 400, r.text
+    error_of(r)
+
+
+@pytest.mark.parametrize("name", BAD_COMPLETIONS)
+def test_bad_completion_requests_get_400(http, name):
+    r = post(http, COMPLETIONS_PATH, BAD_COMPLETIONS[name])
+    assert r.status_code == 400, r.text
+    error_of(r)
+
+
+def test_errors_name_the_field(http):
+    assert error_of(post(http, CHAT_PATH, BAD_CHAT["bad role"]))["param"] == "messages[0].role"
+    assert error_of(post(http, CHAT_PATH, BAD_CHAT["temperature < 0"]))["param"] == "temperature"
+    assert error_of(post(http, CHAT_PATH, BAD_CHAT["logit_bias id outside the vocabulary"]))["param"] == "logit_bias"
+    assert error_of(post(http, COMPLETIONS_PATH, BAD_COMPLETIONS["negative id"]))["param"] == "prompt"
+
+
+@pytest.mark.parametrize("body, headers", [
+    (b"{not json", {"content-type": "application/json"}),
+    (b"a=1&b=2", {"content-type": "application/x-www-form-urlencoded"}),
+    (b"", {"content-type": "application/json"}),
+    (b"[1, 2]", {"content-type": "application/json"}),
+    (b"null", {}),
+    ("{\"messages\": [{\"role\": \"user\", \"content\": \"\\ud800\"}]}".encode(), {}),
+])
+def test_unparseable_bodies_get_400(http, body, headers):
+    r = http.post(CHAT_PATH, content=body, headers=headers)
+    assert r.status_code == 400, r.text
+    error_of(r)
+
+
+def test_context_overflow_streamed_and_not(http):
+    for stream in (False, True):
+        r = post(http, COMPLETIONS_PATH, {"prompt": "x" * 600, "max_tokens": 4, "stream": stream})
+        assert r.status_code == 400 and "text/event-stream" not in r.headers["content-type"]
+        err = error_of(r)
+        assert err["code"] == "context_length_exceeded" and "601" in err["message"] and "512" in err["message"]
+        r = post(http, CHAT_PATH, {"messages": USER, "max_tokens": 20, "stream": stream,
+                                   "messages_pad": "unused"})
+        assert r.status_code == 200, r.text  # fits: unknown fields are ignored
+        r = post(http, COMPLETIONS_PATH, {"prompt": "x" * 300, "max_tokens": 250, "stream": stream})
+        err = error_of(r)
+        assert r.status_code == 400 and "301 tokens" in err["message"] and "211" in err["message"]
+
+
+def test_unknown_model_route_and_method(http):
+    r = post(http, CHAT_PATH, {"model": "gpt-4", "messages": USER})
+    assert r.status_code == 404 and error_of(r)["code"] == "model_not_found"
+    r = post(http, CHAT_PATH, {"model": "/etc/passwd", "messages": USER})
+    assert r.status_code == 404 and "root:" not in r.text  # a request field never names a file to read
+    assert http.get("/v1/models/gpt-4").status_code == 404
+    r = http.get("/v1/nothing")
+    assert r.status_code == 404 and error_of(r)["code"] == "not_found"
+    r = http.get(CHAT_PATH)
+    assert r.status_code == 405 and error_of(r)["code"] == "method_not_allowed"
+
+
+def test_body_over_the_limit_gets_413(http):
+    r = post(http, CHAT_PATH, {"messages": [{"role": "user", "content": "x" * 5000}]})
+    assert r.status_code == 413 and error_of(r)["code"] == "body_too_large"
+
+    def chunks():  # no Content-Length: the limit is enforced while reading
+        for _ in range(10):
+            yield b" " * 1000
+    r = http.post(CHAT_PATH, content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+
+
+def test_the_server_keeps_serving(server, http):
+    for name in ("messages [{}]", "bad role", "max_tokens absurd"):
+        post(http, CHAT_PATH, BAD_CHAT[name])
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    out = client.chat.completions.create(model="tiny", messages=USER, max_tokens=3)
+    assert out.choices[0].finish_reason in ("stop", "length")
+    assert http.get("/health").status_code == 200
+    assert "Traceback" not in server.log()
+    with pytest.raises(openai.BadRequestError) as e:  # the openai client reads the same shape
+        client.chat.completions.create(model="tiny", messages=USER, temperature=-1)
+    assert e.value.param == "temperature"
