@@ -1,4 +1,4 @@
-"""The FastAPI app: routes, the API key check, CORS, errors in OpenAI's shape.
+"""The FastAPI app: routes, the API key check, CORS, errors in OpenAI's shape, the chat page.
 
 The routes read their bodies themselves (serving.read_body) so that size
 limits, JSON errors and validation all answer in one shape, with 400 rather
@@ -21,6 +21,7 @@ from .errors import APIError, handle_api_error, handle_http_error, handle_unexpe
 from .protocol import ModelCard, ModelList
 from .serving import handle
 from .state import ServerState
+from .ui import ui_router
 
 
 def create_app(state: ServerState, lifespan=None) -> FastAPI:
@@ -77,6 +78,8 @@ def create_app(state: ServerState, lifespan=None) -> FastAPI:
         return await handle(state, request, chat=True)
 
     app.include_router(api)
+    if state.settings.ui:
+        app.include_router(ui_router())  # the page itself needs no key: its API calls do
     if state.settings.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=list(state.settings.cors_origins),
                            allow_methods=["GET", "POST"], allow_headers=["Authorization", "Content-Type", "X-Api-Key"])

@@ -28,7 +28,8 @@ log = logging.getLogger("fastdecode.server")
 USAGE = """usage: fastdecode serve [--config FILE] [key=value ...]
 
 Serve the model over HTTP with OpenAI's API: POST /v1/completions and
-/v1/chat/completions (streamed or not), GET /v1/models, /health, /metrics.
+/v1/chat/completions (streamed or not), GET /v1/models, /health, /metrics,
+and a chat page for a browser at GET / (ui=false turns it off).
 Settings come from --config FILE, then key=value arguments, which win.
 
 keys (defaults shown):
@@ -70,7 +71,9 @@ def main(argv: list[str]) -> int:
                          timeout_graceful_shutdown=5, lifespan="on")
     server = _Server(cfg, state)
     host, port = sock.getsockname()[:2]
-    print(f"fastdecode: listening on http://{_url_host(host)}:{port}/v1 (loading {s.model})", file=sys.stderr)
+    base = f"http://{_url_host(host)}:{port}"
+    page = f"; chat page: {base}/" if s.ui else ""
+    print(f"fastdecode: listening on {base}/v1 (loading {s.model}){page}", file=sys.stderr)
     server.run(sockets=[sock])
     if state.load_error is not None:
         raise state.load_error

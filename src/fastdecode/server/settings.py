@@ -50,6 +50,9 @@ class _ServerKeys:
         "origins allowed to call the API from a browser (repeat the key; * for any); empty: CORS off."))
     shutdown_grace_s: float = field(default=30.0, metadata=_help(
         "on SIGTERM, seconds running requests get to finish before the rest end with finish_reason abort."))
+    ui: bool = field(default=True, metadata=_help(
+        "serve the chat page at GET / (it calls /v1/chat/completions, with the key when there is one); "
+        "false: GET / is a 404."))
     log_level: str = field(default="info", metadata=_help(
         f"{', '.join(LOG_LEVELS)}; info logs one line per request on stderr."))
 
