@@ -15,6 +15,7 @@ from typing import Optional
 import torch
 
 from .. import metrics
+from ..errors import FastDecodeError
 from ..generate import GenerationConfig
 from ..sampling import SamplingParams
 from .options import MODES, BenchSettings
@@ -116,6 +117,8 @@ class EngineContender(Contender):
         return export_s
 
     def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
+        if len(prompts) > self.llm.max_batch_size:  # the engine would queue the rest: not one batch
+            raise FastDecodeError(f"batch of {len(prompts)} prompts exceeds max_batch_size={self.llm.max_batch_size}")
         run = self.llm.start(prompts, SamplingParams(temperature=0.0),
                              GenerationConfig(max_new_tokens=new_tokens, ignore_eos=True))
         clock = StepClock(self.device)
