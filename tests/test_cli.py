@@ -165,6 +165,16 @@ def test_bad_input_is_refused_before_loading(args, needle, capsys):
     assert captured.err.count("\n") == 1 and needle in captured.err and captured.out == ""
 
 
+def test_chat_without_a_template_says_so_in_one_line(monkeypatch, capsys):
+    """A base checkpoint (Gemma 3 270M) has no chat template: chat refuses in one line,
+    generate prompts it as plain text."""
+    monkeypatch.setattr("fastdecode.llm.BYTE_CHAT_TEMPLATE", None)  # the tiny preset, without its template
+    assert cli.main(["chat", "model=tiny", "max_new_tokens=2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "has no chat template" in captured.err and captured.out == ""
+    assert cli.main(["generate", "model=tiny", "max_new_tokens=2", "temperature=0", "hi"]) == 0
+
+
 def test_non_utf8_prompt_file_is_refused(tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\nnot \xc3\x28 fine\n")

@@ -49,7 +49,9 @@ from .quant.transform import native_ops, set_gemv
 
 log = logging.getLogger("fastdecode")
 
-FORMAT = "3"  # 3: per-row positions, cache slots, logits_at (2 took one shared position and left padding)
+# 4: the attention kernel takes a sliding window and a softmax scale (its C entry point changed);
+# 3: per-row positions, cache slots, logits_at (2 took one shared position and left padding)
+FORMAT = "4"
 _ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
 # The native kernels' C entry points, declared for AOTInductor's generated code
 # (defined in kernels/*.cpp); without them each call goes through a boxed fallback.
@@ -59,7 +61,8 @@ _SHIMS = {
     "q4_linear": f"AOTITorchError aoti_torch_cpu_q4_linear({_H} x, {_H} w, {_H} s, {_H} m, {_H}* ret0)",
     "q8_linear": f"AOTITorchError aoti_torch_cpu_q8_linear({_H} x, {_H} w, {_H} s, {_H}* ret0)",
     "rms_norm": f"AOTITorchError aoti_torch_cpu_rms_norm({_H} x, {_H} w, double eps, {_H}* ret0)",
-    "attention": f"AOTITorchError aoti_torch_cpu_attention({_H} q, {_H} k, {_H} v, {_H} pos, {_H} rows, {_H}* ret0)",
+    "attention": (f"AOTITorchError aoti_torch_cpu_attention({_H} q, {_H} k, {_H} v, {_H} pos, {_H} rows, "
+                  f"int64_t window, double scale, {_H}* ret0)"),
 }
 
 
@@ -168,7 +171,7 @@ def _traced_code_hash() -> str:
     cache or layer never runs from a package exported by an older copy."""
     root = Path(__file__).parent
     h = hashlib.sha256()
-    for name in ("model.py", "kv_cache.py", "aot.py", "quant/linear.py", "quant/reference.py",
+    for name in ("model.py", "config.py", "kv_cache.py", "aot.py", "quant/linear.py", "quant/reference.py",
                  "kernels/linear.py"):
         h.update((root / name).read_bytes())
     return h.hexdigest()[:16]

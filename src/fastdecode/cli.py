@@ -71,6 +71,9 @@ class _RunKeys:
         "generate: render each prompt with the model's chat template; none does so when the "
         "model has one (chat always does)."))
     system: Optional[str] = field(default=None, metadata=_help("system message for chat-template prompts."))
+    tp: int = field(default=_LOAD_DEFAULTS["tp"], metadata=_help(
+        "tensor-parallel ranks (generate only): launch under torchrun --nproc-per-node N -m fastdecode.cli "
+        "generate tp=N ...; every rank runs the same requests and rank 0 prints."))
 
 
 # Per-request fields of the Python API and the server, not command-line keys.
@@ -124,10 +127,14 @@ def collect_prompts(s: Any) -> list[str]:
 
 def load_model(s: Any, batch_size: Optional[int] = None) -> LLM:
     max_batch_size = batch_size if s.max_batch_size is None else s.max_batch_size
+    if s.tp != 1:
+        from .parallel.launch import join_torchrun
+
+        join_torchrun(s.tp, s.device)  # ranks other than 0 print only their errors from here on
     with progress(f"loading {s.model}"):
         return load(s.model, device=s.device, dtype=s.dtype, compile=s.compile,
                     max_seq_len=s.max_seq_len, max_batch_size=max_batch_size, cache=s.cache,
-                    compiled=s.compiled, weights=s.weights)
+                    compiled=s.compiled, weights=s.weights, tp=s.tp)
 
 
 def chat_messages(prompt: str, system: Optional[str]) -> list[dict]:
@@ -262,8 +269,13 @@ def cmd_chat(s: Any) -> int:
     opening = collect_prompts(s)
     if s.system is not None:
         check_utf8(s.system, "system")
+    if s.tp != 1:
+        raise FastDecodeError(f"tp={s.tp}: chat runs in one process; tensor parallelism is for generate")
     params, config = sampling_and_config(s)
     llm = load_model(s, batch_size=1)
+    if llm.tokenizer.chat_template is None:  # e.g. a base (pretrained) checkpoint
+        raise FastDecodeError(f"{llm.source}: this checkpoint has no chat template, so chat cannot format turns; "
+                              "prompt it as plain text with `fastdecode generate`")
     session = ChatSession(llm, params, config, system=s.system)
     return run_repl(session, opening=opening)
 

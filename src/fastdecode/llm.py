@@ -19,6 +19,7 @@ from .errors import FastDecodeError
 from .generate import Completion, GenerationConfig, GenerationRun, run_generation
 from .kv_cache import cache_bytes
 from .model import Transformer, init_random_weights
+from .parallel import SharedSeeds, same_kernels, shard_model, tp_group
 from .quant import KernelChoice, apply_kernels, build_model, check_weights, quantize_state_dict
 from .sampling import SamplingParams
 from .tokenizer import BYTE_CHAT_TEMPLATE, ByteTokenizer, Tokenizer
@@ -95,7 +96,7 @@ def _load_weights(name: str, device: torch.device, dtype: torch.dtype, weights: 
         if not os.path.exists(path):
             raise FastDecodeError(
                 f"model {name!r} is not a preset, a known checkpoint or an existing path{checkpoints.suggest(name)}; presets: "
-                f"{', '.join(sorted(PRESETS))}; checkpoints: {DEFAULT_MODEL}")
+                f"{', '.join(sorted(PRESETS))}; checkpoints: {', '.join(checkpoints.CHECKPOINTS)}")
     ckpt = checkpoints.load_checkpoint(path, dtype=dtype, device=device, weights=weights)
     model, notes = build_model(ckpt.args, ckpt.state_dict, dtype)
     cache_path = None if ckpt.cache_path is None else str(ckpt.cache_path)
@@ -132,7 +133,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
          dtype: Union[None, str, torch.dtype] = None, compile: str = "none",
          max_seq_len: Optional[int] = None, max_batch_size: Optional[int] = None,
          cache: str = "static", compiled: Optional[str] = "auto", weights: str = "auto",
-         prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none") -> "LLM":
+         prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none", tp: int = 1) -> "LLM":
     """Load a model by preset name, known checkpoint name or path (.gguf file or
     Hugging Face directory). None loads the default, SmolLM2-135M-Instruct.
 
@@ -157,8 +158,14 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     (`aot.cached_package`; a minute or two, once per machine), where a package
     applies: on CPU with the native kernels, compile "none" or "decode", a
     static cache, and FASTDECODE_NO_PACKAGE unset; elsewhere it means None.
-    None runs the `compile` strategy's steps."""
+    None runs the `compile` strategy's steps.
+
+    tp: tensor-parallel ranks. tp > 1 runs inside an initialized torch.distributed
+    process group of tp processes (gloo on CPU, NCCL on CUDA, e.g. under torchrun):
+    each rank keeps its shard of every block (parallel.shard_model) and must
+    submit the same requests in the same order; all ranks pick the same tokens."""
     dev = resolve_device(device)
+    group = tp_group(tp, dev)
     dt = resolve_dtype(dtype, dev)
     check_weights(weights)
     if cache not in ("static", "dynamic"):
@@ -170,8 +177,11 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
         raise FastDecodeError(f"prefill_chunk={prefill_chunk!r} is out of range; accepted: an integer >= 1")
     if compiled == "auto" and (compile not in ("none", "decode") or cache != "static" or dev.type != "cpu"
-                               or os.environ.get("FASTDECODE_NO_PACKAGE")):
+                               or os.environ.get("FASTDECODE_NO_PACKAGE") or group is not None):
         compiled = None
+    if compiled is not None and group is not None:
+        raise FastDecodeError(f"compiled={compiled!r}: exported packages hold no collectives; with tp={tp} use "
+                              "compile=none or decode")
     if compiled is not None and compile not in ("none", "decode"):
         raise FastDecodeError(f"compiled={compiled!r} runs an exported decode step; it cannot be combined with "
                               f"compile={compile!r} (accepted with a package: none, decode)")
@@ -182,7 +192,11 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
         weights = "float"  # the quantized kernels are CPU kernels; elsewhere the reference path would be slow
     loaded = _load_weights(model or DEFAULT_MODEL, dev, dt, weights)
     m = loaded.model.eval().requires_grad_(False)
+    if group is not None:
+        shard_model(m, group)  # before the engine sizes the KV cache from m.args
     kernels = apply_kernels(m)
+    if group is not None:
+        kernels = same_kernels(m, kernels, group)
     limit = m.args.max_seq_len
     if max_batch_size is None:
         max_batch_size = DEFAULT_MAX_BATCH_SIZE
@@ -210,9 +224,13 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
             compiled, llm.package_export_seconds = cached_package(m)
     if compiled is not None:
         llm.use_package(compiled)
+    if group is not None:
+        llm.engine.seed_unseeded = SharedSeeds.broadcast(group)
     llm.load_seconds = time.perf_counter() - t0
     llm.cache_path, llm.from_cache = loaded.cache_path, loaded.from_cache
     llm.weights, llm.weights_summary, llm.kernels = weights, loaded.weights_summary, kernels
+    if group is not None:
+        llm.weights_summary += f"; tensor parallel: rank {m.tp.rank}'s shard of {tp} (sizes below are per rank)"
     return llm
 
 

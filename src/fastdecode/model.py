@@ -1,4 +1,7 @@
-"""A Llama-family decoder: RMSNorm, RoPE, grouped-query attention, SwiGLU.
+"""One decoder for every family we load: RMSNorm, RoPE, grouped-query attention,
+a gated MLP, with each family's differences as `ModelArgs` fields (QK-norm,
+sliding-window layers, a second RoPE base, GeGLU, a scaled embedding, Gemma's
+post-norms) and a small named branch where each applies.
 
 `Transformer.forward(tokens, input_pos, rows=...)` has two paths:
 - `input_pos=None`: full causal attention over `tokens`, no cache. This is the
@@ -38,13 +41,23 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
-def rope_frequencies(args: ModelArgs, device: torch.device | str | None = None) -> Tensor:
-    """Inverse frequencies [head_dim // 2], with Llama-3 scaling when configured."""
+def rope_frequencies(args: ModelArgs, device: torch.device | str | None = None, *, local: bool = False) -> Tensor:
+    """Inverse frequencies [head_dim // 2], with the configured scaling.
+
+    local=True: the sliding layers' frequencies (base `rope_local_theta`, never scaled).
+    """
     D = args.head_dim
-    inv_freq = 1.0 / (args.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float64, device=device) / D))
-    s = args.rope_scaling
+    theta = args.rope_local_theta if local else args.rope_theta
+    # In float32, as transformers computes them: at theta 1e6, float64 frequencies
+    # move the angles enough to show in the logits (Gemma 3, 784 tokens: 8e-4 from
+    # transformers' logits with float64, 1e-4 with float32).
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, device=device).float() / D))
+    s = None if local else args.rope_scaling
     if s is None:
-        return inv_freq.float()
+        return inv_freq
+    if s.kind == "linear":
+        return inv_freq / s.factor
+    inv_freq = inv_freq.double()
     # Long wavelengths are slowed by `factor`, short ones kept, and the band in
     # between is interpolated smoothly.
     low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
@@ -69,9 +82,17 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, window: int = 0):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        # Keys p - window < j <= p for a query at p; 0: all keys j <= p. A Python int,
+        # so compiled graphs hold it as a constant (one variant per window size).
+        self.window = window
+        self.scale = args.attn_scale  # None: SDPA's default, head_dim ** -0.5
+        self.kernel_scale = args.attn_scale if args.attn_scale is not None else 1.0 / math.sqrt(args.head_dim)
+        # QK-norm (Qwen3, Gemma 3): RMSNorm over each head's head_dim, before RoPE.
+        self.q_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
         qkv_out = (args.n_heads + 2 * args.n_kv_heads) * args.head_dim
         # q, k and v share one matmul; checkpoints keep them apart (see _fuse_qkv).
         self.wqkv = nn.Linear(args.dim, qkv_out, bias=args.qkv_bias)
@@ -88,6 +109,8 @@ class Attention(nn.Module):
         # stride reasoning, so compiled graphs do not specialize on B or T == 1.
         qkv = self.wqkv(x).view(B, T, H + 2 * Hkv, D)
         q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, cos, sin)  # [B, T, H, D]
         k = apply_rope(k, cos, sin)  # [B, T, Hkv, D]
 
@@ -96,25 +119,34 @@ class Attention(nn.Module):
             q = q.transpose(1, 2)  # [B, H, T, D]
             k = k.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
             v = v.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2)  # [B, T, H, D]
+            if self.window:
+                i = torch.arange(T, device=x.device)
+                mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - self.window)  # [T, T]
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+            y = y.transpose(1, 2)  # [B, T, H, D]
         else:
             k_all, v_all = self.kv_cache.update(rows, input_pos, k, v)  # [slots, Hkv, S, D] views
             if self.native:
-                # Reads each row's own slot up to its own position, groups heads
-                # itself, and takes q / returns y as [B, T, H, D].
-                y = torch.ops.fastdecode.attention(q, k_all, v_all, input_pos, rows)
+                # Reads each row's own slot up to its own position (from the window's
+                # first key on sliding layers), groups heads itself, and takes q /
+                # returns y as [B, T, H, D].
+                y = torch.ops.fastdecode.attention(q, k_all, v_all, input_pos, rows, self.window, self.kernel_scale)
                 return self.wo(y.view(B, T, H * D))
-            y = cache_attention(q, k_all, v_all, input_pos, rows)
+            y = cache_attention(q, k_all, v_all, input_pos, rows, window=self.window, scale=self.scale)
         y = y.clone(memory_format=torch.contiguous_format)  # [B, T, H, D]
         return self.wo(y.view(B, T, H * D))
 
 
-def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, rows: Tensor) -> Tensor:
+def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, rows: Tensor, *,
+                    window: int = 0, scale: Optional[float] = None) -> Tensor:
     """Attention over cache slots with scaled_dot_product_attention (the
     portable path; the native kernel computes the same on fp32 CPUs).
 
     q: [B, T, H, D]; k_all, v_all: [B_cache, Hkv, S, D]; input_pos: [B, T];
-    rows: [B]. Returns y: [B, T, H, D]. Spans the whole buffer under a mask.
+    rows: [B]. Returns y: [B, T, H, D]. Spans the whole buffer under a mask
+    (keys j <= input_pos, and j > input_pos - window when window > 0).
     """
     B, T, H, D = q.shape
     Hkv, S = k_all.shape[1], k_all.shape[2]
@@ -126,9 +158,11 @@ def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, 
     q = q.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, Hkv, n_rep * T, D)
     keys = torch.arange(S, device=q.device)
     mask = keys[None, None, None, :] <= input_pos[:, None, :, None]  # [B, 1, T, S]
+    if window:
+        mask = mask & (keys[None, None, None, :] > input_pos[:, None, :, None] - window)
     if n_rep > 1:
         mask = mask.repeat(1, 1, n_rep, 1)  # [B, 1, n_rep*T, S]; row r*T + t is head (kv, r), token t
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return y.view(B, H, T, D).transpose(1, 2)
 
 
@@ -137,11 +171,13 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w13 = nn.Linear(args.dim, 2 * args.hidden_dim, bias=False)  # gate and up, fused
         self.w2 = nn.Linear(args.hidden_dim, args.dim, bias=False)
+        self.gelu = args.activation == "gelu_tanh"  # GeGLU (Gemma) instead of SwiGLU
         self.register_load_state_dict_pre_hook(_fuse_w13)
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.w13(x).chunk(2, dim=-1)
-        return self.w2(F.silu(gate) * up)
+        gate = F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)
+        return self.w2(gate * up)
 
 
 class Embedding(nn.Embedding):
@@ -152,12 +188,16 @@ class Embedding(nn.Embedding):
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, layer: int = 0):
         super().__init__()
         self.attention_norm = RMSNorm(args.dim, args.norm_eps)
-        self.attention = Attention(args)
+        self.attention = Attention(args, window=args.window(layer))
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args)
+        # Gemma 3's sandwich: the attention and MLP outputs are normalized again
+        # before they join the residual stream.
+        self.post_attention_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
+        self.post_ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
 
     # A plain call in eager mode. Under torch.compile, Dynamo traces one block
     # and Inductor compiles it once for all n_layers (which share code and
@@ -165,8 +205,14 @@ class TransformerBlock(nn.Module):
     @torch.compiler.nested_compile_region
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, input_pos: Optional[Tensor],
                 rows: Optional[Tensor]) -> Tensor:
-        x = x + self.attention(self.attention_norm(x), cos, sin, input_pos, rows)
-        return x + self.feed_forward(self.ffn_norm(x))
+        h = self.attention(self.attention_norm(x), cos, sin, input_pos, rows)
+        if self.post_attention_norm is not None:
+            h = self.post_attention_norm(h)
+        x = x + h
+        h = self.feed_forward(self.ffn_norm(x))
+        if self.post_ffn_norm is not None:
+            h = self.post_ffn_norm(h)
+        return x + h
 
 
 class Transformer(nn.Module):
@@ -174,13 +220,16 @@ class Transformer(nn.Module):
         super().__init__()
         self.args = args
         self.tok_embeddings = Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleList(TransformerBlock(args) for _ in range(args.n_layers))
+        self.layers = nn.ModuleList(TransformerBlock(args, i) for i in range(args.n_layers))
         self.norm = RMSNorm(args.dim, args.norm_eps)
         # Tied models use the embedding table as the head (tok_embeddings.as_linear);
         # a shared Parameter would not survive load_state_dict(assign=True).
         self.output = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)
         self.register_buffer("rope_cos", torch.empty(0), persistent=False)
         self.register_buffer("rope_sin", torch.empty(0), persistent=False)
+        # The sliding layers' tables when they have a RoPE base of their own (Gemma 3).
+        self.register_buffer("rope_local_cos", torch.empty(0), persistent=False)
+        self.register_buffer("rope_local_sin", torch.empty(0), persistent=False)
         if self.norm.weight.device.type != "meta":
             self.init_rope()
 
@@ -198,9 +247,12 @@ class Transformer(nn.Module):
     def init_rope(self, device: torch.device | str | None = None) -> None:
         """(Re)build the cos/sin tables [max_seq_len, head_dim/2]; call after loading onto `device`."""
         device = device or self.device
-        inv_freq = rope_frequencies(self.args, device)
-        angles = torch.outer(torch.arange(self.args.max_seq_len, device=device, dtype=torch.float32), inv_freq)
+        positions = torch.arange(self.args.max_seq_len, device=device, dtype=torch.float32)
+        angles = torch.outer(positions, rope_frequencies(self.args, device))
         self.rope_cos, self.rope_sin = angles.cos(), angles.sin()
+        if self.args.rope_local_theta is not None:
+            angles = torch.outer(positions, rope_frequencies(self.args, device, local=True))
+            self.rope_local_cos, self.rope_local_sin = angles.cos(), angles.sin()
 
     def setup_caches(self, max_batch_size: int, max_seq_len: int, dtype: Optional[torch.dtype] = None,
                      device: torch.device | str | None = None, kind: str = "static") -> None:
@@ -264,10 +316,16 @@ class Transformer(nn.Module):
                 rows = torch.arange(B, device=tokens.device)
         cos = self.rope_cos[pos].unsqueeze(2)  # [B or 1, T, 1, D/2]
         sin = self.rope_sin[pos].unsqueeze(2)
+        local = (cos, sin)  # the sliding layers' tables
+        if self.args.rope_local_theta is not None:
+            local = (self.rope_local_cos[pos].unsqueeze(2), self.rope_local_sin[pos].unsqueeze(2))
 
         x = self.tok_embeddings(tokens)
+        if self.args.embed_scale != 1.0:
+            x = x * self.args.embed_scale  # Gemma: sqrt(dim)
         for layer in self.layers:
-            x = layer(x, cos, sin, input_pos, rows)
+            c, s = local if layer.attention.window else (cos, sin)
+            x = layer(x, c, s, input_pos, rows)
         if last_only:
             x = x[:, -1:]
         elif logits_at is not None:

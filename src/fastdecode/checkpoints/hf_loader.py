@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any, Optional
@@ -14,8 +15,13 @@ from ..config import ModelArgs, RopeScaling
 from ..errors import FastDecodeError
 from .keys import map_name
 
-SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
-_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                   "Gemma3ForCausalLM")
+_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+_GEMMA = "Gemma3ForCausalLM"
+_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+_LAYER_TYPES = {"full_attention": "global", "sliding_attention": "sliding"}
 
 _GLOBAL_NAMES = {
     "model.embed_tokens.weight": "tok_embeddings.weight",
@@ -35,12 +41,22 @@ _LAYER_NAMES = {
     "mlp.gate_proj.weight": "feed_forward.w1.weight",
     "mlp.down_proj.weight": "feed_forward.w2.weight",
     "mlp.up_proj.weight": "feed_forward.w3.weight",
+    "self_attn.q_norm.weight": "attention.q_norm.weight",  # QK-norm (Qwen3, Gemma 3)
+    "self_attn.k_norm.weight": "attention.k_norm.weight",
+}
+# Gemma 3 names its four norms differently: its post_attention_layernorm is the
+# sandwich norm on the attention output, not the MLP's input norm as in Llama.
+_GEMMA_LAYER_NAMES = {
+    **_LAYER_NAMES,
+    "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight",
+    "post_feedforward_layernorm.weight": "post_ffn_norm.weight",
 }
 _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
 
-def our_name(hf_name: str) -> Optional[str]:
-    return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, _LAYER_NAMES)
+def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
+    return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, _GEMMA_LAYER_NAMES if arch == _GEMMA else _LAYER_NAMES)
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -68,16 +84,20 @@ def _architecture(config: dict[str, Any], path: Path) -> str:
     return arch
 
 
-def _rope(config: dict[str, Any], path: Path) -> tuple[float, Optional[RopeScaling]]:
+def _rope(config: dict[str, Any], path: Path, params: Optional[dict] = None,
+          default_theta: float = 10000.0) -> tuple[float, Optional[RopeScaling]]:
     # transformers 5 folds theta and scaling into "rope_parameters".
-    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if params is None:
+        params = config.get("rope_parameters") or config.get("rope_scaling") or {}
     kind = params.get("rope_type", params.get("type", "default"))
-    if kind not in ("default", "llama3"):
-        raise FastDecodeError(f"{path}: RoPE scaling {kind!r} is not supported; supported: default, llama3")
+    if kind not in ("default", "linear", "llama3"):
+        raise FastDecodeError(f"{path}: RoPE scaling {kind!r} is not supported; supported: default, linear, llama3")
     try:
-        theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+        theta = float(params.get("rope_theta", config.get("rope_theta", default_theta)))
         if kind == "default":
             return theta, None
+        if kind == "linear":
+            return theta, RopeScaling(factor=float(params["factor"]), kind="linear")
         return theta, RopeScaling(
             factor=float(params["factor"]),
             low_freq_factor=float(params["low_freq_factor"]),
@@ -90,41 +110,92 @@ def _rope(config: dict[str, Any], path: Path) -> tuple[float, Optional[RopeScali
         raise FastDecodeError(f"{path}: bad rope settings ({e})") from None
 
 
+def _sliding(config: dict[str, Any], arch: str, n_layers: int,
+             path: Path) -> tuple[Optional[int], Optional[tuple[str, ...]]]:
+    """(sliding_window, layer_types) as transformers reads them for `arch`."""
+    window = config.get("sliding_window")
+    names = config.get("layer_types")
+    if arch == "MistralForCausalLM":
+        return (int(window), None) if window else (None, None)  # every layer, when set
+    if names is None and arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and config.get("use_sliding_window"):
+        first = int(config.get("max_window_layers", n_layers))
+        names = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
+    if names is None and arch == _GEMMA:
+        pattern = int(config.get("sliding_window_pattern", 6))
+        names = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)]
+    if names is None or not window:
+        return None, None
+    unknown = sorted({n for n in names if n not in _LAYER_TYPES})
+    if unknown:
+        raise FastDecodeError(f"{path}: layer type {unknown[0]!r} is not supported; "
+                              f"supported: {', '.join(_LAYER_TYPES)}")
+    types = tuple(_LAYER_TYPES[n] for n in names)
+    return (int(window), types) if "sliding" in types else (None, None)
+
+
+def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path) -> dict[str, Any]:
+    """The ModelArgs fields where Qwen3 and Gemma 3 differ from Llama."""
+    if arch == "Qwen3ForCausalLM":
+        return dict(qk_norm=True)
+    if arch != _GEMMA:
+        return {}
+    for key in ("final_logit_softcapping", "attn_logit_softcapping"):
+        if config.get(key) is not None:
+            raise FastDecodeError(f"{path}: {key} is not supported")
+    if config.get("use_bidirectional_attention"):
+        raise FastDecodeError(f"{path}: use_bidirectional_attention is not supported")
+    local = (config.get("rope_parameters") or {}).get("sliding_attention") or {}
+    if local.get("rope_type", "default") != "default":
+        raise FastDecodeError(f"{path}: RoPE scaling {local['rope_type']!r} on sliding layers is not supported")
+    local_theta = float(local.get("rope_theta", config.get("rope_local_base_freq", 10000.0)))
+    return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
+                attn_scale=float(config.get("query_pre_attn_scalar", head_dim)) ** -0.5)
+
+
 def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
     path = directory / "config.json"
     arch = _architecture(config, path)
-    if config.get("hidden_act", "silu") != "silu":
-        raise FastDecodeError(f"{path}: hidden_act {config['hidden_act']!r} is not supported; supported: silu")
+    act = config.get("hidden_activation") or config.get("hidden_act", "silu")
+    if act not in _ACTIVATIONS:
+        raise FastDecodeError(f"{path}: hidden activation {act!r} is not supported; "
+                              f"supported: {', '.join(_ACTIVATIONS)}")
     if config.get("mlp_bias") or (arch != "Qwen2ForCausalLM" and config.get("attention_bias")):
         raise FastDecodeError(f"{path}: attention_bias/mlp_bias are not supported for {arch}")
-    theta, scaling = _rope(config, path)
+    params = config.get("rope_parameters") or {}
+    if arch == _GEMMA and "full_attention" in params:  # per layer type in transformers 5
+        theta, scaling = _rope(config, path, params["full_attention"], default_theta=1_000_000.0)
+    else:
+        theta, scaling = _rope(config, path, default_theta=1_000_000.0 if arch == _GEMMA else 10000.0)
     try:
         n_heads = int(config["num_attention_heads"])
         dim = int(config["hidden_size"])
-        max_seq_len = int(config.get("max_position_embeddings", 2048))
-        # Our attention is global. Capping the context at the window keeps it exact
-        # for Mistral-style sliding-window models.
-        window = config.get("sliding_window")
-        if window and (arch == "MistralForCausalLM" or config.get("use_sliding_window")):
-            max_seq_len = min(max_seq_len, int(window))
+        n_layers = int(config["num_hidden_layers"])
+        head_dim = int(config.get("head_dim") or dim // n_heads)
+        window, layer_types = _sliding(config, arch, n_layers, path)
         return ModelArgs(
             dim=dim,
-            n_layers=int(config["num_hidden_layers"]),
+            n_layers=n_layers,
             n_heads=n_heads,
             n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
-            head_dim=int(config.get("head_dim") or dim // n_heads),
+            head_dim=head_dim,
             vocab_size=int(config["vocab_size"]),
             hidden_dim=int(config["intermediate_size"]),
             norm_eps=float(config.get("rms_norm_eps", 1e-6)),
             rope_theta=theta,
             rope_scaling=scaling,
-            max_seq_len=max_seq_len,
-            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+            max_seq_len=int(config.get("max_position_embeddings", 2048)),
+            tie_embeddings=bool(config.get("tie_word_embeddings", arch == _GEMMA)),
             qkv_bias=arch == "Qwen2ForCausalLM",
+            sliding_window=window,
+            layer_types=layer_types,
+            activation=_ACTIVATIONS[act],
+            **_family_fields(config, arch, dim, head_dim, path),
         )
     except KeyError as e:
         raise FastDecodeError(f"{path}: missing key {e.args[0]!r}") from None
     except FastDecodeError as e:
+        if str(e).startswith(str(path)):
+            raise
         raise FastDecodeError(f"{path}: {e}") from None
     except (TypeError, ValueError) as e:
         raise FastDecodeError(f"{path}: bad value ({e})") from None
@@ -152,19 +223,25 @@ def _weight_files(directory: Path) -> list[Path]:
 
 def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """Read every shard into our key names, converted to `dtype` on CPU."""
+    arch = _architecture(read_config(directory), directory / "config.json")
     out: dict[str, torch.Tensor] = {}
     for file in _weight_files(directory):
         try:
             with safe_open(str(file), framework="pt") as f:
                 for name in f.keys():
-                    key = our_name(name)
+                    key = our_name(name, arch)
                     if key is None:
                         if name.endswith("rotary_emb.inv_freq"):  # a buffer some old exports include
                             continue
                         raise FastDecodeError(f"{file}: unexpected tensor {name!r}")
                     if key == "output.weight" and args.tie_embeddings:
                         continue  # tied: the output reuses the embedding
-                    out[key] = f.get_tensor(name).to(dtype)
+                    t = f.get_tensor(name)
+                    if arch == _GEMMA and key.endswith("norm.weight"):
+                        # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
+                        # so our plain RMSNorm (and its kernel) computes them.
+                        t = t.float() + 1.0
+                    out[key] = t.to(dtype)
         except (SafetensorError, OSError) as e:
             raise FastDecodeError(f"{file}: cannot read safetensors ({e})") from None
     return out

@@ -44,6 +44,11 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
                 p + "attention.wk.bias": (kv_rows,),
                 p + "attention.wv.bias": (kv_rows,),
             })
+        if args.qk_norm:
+            shapes.update({p + "attention.q_norm.weight": (args.head_dim,),
+                           p + "attention.k_norm.weight": (args.head_dim,)})
+        if args.post_norms:
+            shapes.update({p + "post_attention_norm.weight": (args.dim,), p + "post_ffn_norm.weight": (args.dim,)})
     return shapes
 
 

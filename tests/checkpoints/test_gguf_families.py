@@ -1,0 +1,158 @@
+"""GGUF files of the Gemma 3 and Qwen 3 architectures, written by the tests from
+random transformers models, against those models; and their bad input."""
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+
+import fastdecode
+from fastdecode.checkpoints import load_checkpoint
+from fastdecode.errors import FastDecodeError
+from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
+from tiny_checkpoints import VOCAB, gguf_tensors, hf_model, write_gguf
+
+transformers = pytest.importorskip("transformers")
+
+# What llama.cpp's converter writes for the tiny Gemma 3 of tiny_checkpoints (window 8):
+# layer 1 global, the others sliding; RoPE base 100 on the sliding layers; the softmax
+# scale from query_pre_attn_scalar = 24.
+GEMMA3_META = {
+    "gemma3.attention.sliding_window": 8,
+    "gemma3.attention.sliding_window_pattern": [True, False, True],
+    "gemma3.rope.freq_base_swa": 100.0,
+    "gemma3.attention.scale": 24 ** -0.5,
+}
+
+
+def write_gemma3(path, model, meta=GEMMA3_META, **kwargs):
+    return write_gguf(path, gguf_tensors(model, arch="gemma3"), arch="gemma3", n_layers=3, extra=meta, **kwargs)
+
+
+def logits_diff(ckpt, model, tokens):
+    from fastdecode.quant import build_model
+
+    ours = build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()
+    with torch.no_grad():
+        return (ours(tokens, None) - model(tokens).logits).abs().max().item()
+
+
+TOKENS = torch.randint(3, VOCAB, (1, 30), generator=torch.Generator().manual_seed(0))  # past the window of 8
+
+
+def test_gemma3_gguf_matches_the_transformers_model(tmp_path):
+    model = hf_model("gemma3", seed=4, window=8)
+    ckpt = load_checkpoint(write_gemma3(tmp_path / "g.gguf", model), dtype=torch.float32, use_cache=False)
+    a = ckpt.args
+    assert (a.sliding_window, a.layer_types, a.rope_local_theta) == (8, ("sliding", "global", "sliding"), 100.0)
+    assert (a.qk_norm, a.post_norms, a.activation, a.embed_scale) == (True, True, "gelu_tanh", 8.0)
+    assert abs(a.attn_scale - 24 ** -0.5) < 1e-7 and a.tie_embeddings
+    assert logits_diff(ckpt, model, TOKENS) <= 1e-4
+
+
+def test_gemma3_defaults_when_the_file_omits_them(tmp_path):
+    """llama.cpp's files carry the window only: every sixth layer global, local base
+    10000, scale 1/sqrt(head_dim), as transformers assumes for them."""
+    model = hf_model("gemma3", seed=4, window=8)
+    path = write_gemma3(tmp_path / "g.gguf", model, meta={"gemma3.attention.sliding_window": 8})
+    a = load_checkpoint(path, dtype=torch.float32, use_cache=False).args
+    assert a.layer_types == ("sliding",) * 3 and a.rope_local_theta == 10000.0 and a.attn_scale == 16 ** -0.5
+
+
+def test_gemma3_gguf_quantized_runs_the_engine_past_the_window(tmp_path):
+    """Q8_0/Q4_0 matrices (packed for the kernels) through the engine's cache equal the
+    cache-free forward of the same model: prompt longer than the window, decoded past it."""
+    model = hf_model("gemma3", seed=5, window=8)
+    tensors = gguf_tensors(model, arch="gemma3")
+    quant = {n: (T.Q8_0 if "attn" in n else T.Q4_0) for n, a in tensors.items() if a.ndim == 2}
+    path = write_gguf(tmp_path / "q.gguf", tensors, arch="gemma3", n_layers=3, extra=GEMMA3_META, quant=quant)
+    llm = fastdecode.load(str(path), max_seq_len=128, max_batch_size=2)
+    assert "Q8_0->q8" in llm.weights_summary and "Q4_0->q4" in llm.weights_summary
+    prompt = TOKENS[0].tolist()
+    got = llm.generate([prompt], max_new_tokens=16, min_new_tokens=16, temperature=0)[0].token_ids
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(16):
+            ids.append(int(llm.model(torch.tensor([ids]), None)[0, -1].argmax()))
+    assert got == ids[len(prompt):]
+
+
+def test_qwen3_gguf_has_qk_norm(tmp_path):
+    model = hf_model("qwen3", seed=6)
+    tensors = gguf_tensors(model, arch="qwen3")
+    assert "blk.0.attn_q_norm.weight" in tensors
+    path = write_gguf(tmp_path / "q3.gguf", tensors, arch="qwen3", head_dim=24)
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    assert ckpt.args.qk_norm and not ckpt.args.qkv_bias and ckpt.args.head_dim == 24
+    assert logits_diff(ckpt, model, TOKENS) <= 1e-4
+
+
+# --- bad input: one line each ------------------------------------------------------------------
+
+def one_line_error(path, match):
+    with pytest.raises(FastDecodeError, match=match) as info:
+        load_checkpoint(path, dtype=torch.float32, device="cpu", use_cache=False)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message
+    return message
+
+
+def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
+    path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi3")
+    message = one_line_error(path, "unsupported architecture 'phi3'")
+    assert message.endswith("supported: llama, qwen2, qwen3, gemma3")
+
+
+def test_missing_required_metadata_key_is_named(tmp_path):
+    path = write_gemma3(tmp_path / "g.gguf", hf_model("gemma3", window=8), meta={})
+    one_line_error(path, "missing metadata key gemma3.attention.sliding_window$")
+
+
+def test_sliding_window_larger_than_the_context(tmp_path):
+    path = write_gemma3(tmp_path / "g.gguf", hf_model("gemma3", window=8),
+                        meta={**GEMMA3_META, "gemma3.attention.sliding_window": 4096})
+    one_line_error(path, "sliding window of 4096 positions is larger than the context of 128")
+
+
+def test_pattern_of_the_wrong_length(tmp_path):
+    path = write_gemma3(tmp_path / "g.gguf", hf_model("gemma3", window=8),
+                        meta={**GEMMA3_META, "gemma3.attention.sliding_window_pattern": [True, False]})
+    one_line_error(path, "sliding_window_pattern has 2 entries for 3 layers")
+
+
+def test_norm_tensors_of_another_family_are_refused(tmp_path):
+    tensors = gguf_tensors(hf_model())  # llama
+    tensors["blk.0.attn_q_norm.weight"] = np.ones(16, dtype=np.float32)
+    one_line_error(write_gguf(tmp_path / "x.gguf", tensors), "unexpected tensor layers.0.attention.q_norm.weight")
+
+
+def test_end_of_turn_token_of_the_template_stops_generation(tmp_path):
+    """An instruction-tuned Gemma file names no EOT id; its template ends turns with
+    <end_of_turn>, which then ends generation as well as <eos>."""
+    import gguf
+
+    from fastdecode.checkpoints.gguf_file import GGUFFile
+    from fastdecode.checkpoints.gguf_tokenizer import tokenizer_from_gguf
+
+    template = ("{% for m in messages %}<start_of_turn>{{ m['role'] }}\n{{ m['content'] }}<end_of_turn>\n"
+                "{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+    tokens = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>",
+              *(f"<0x{b:02X}>" for b in range(256)), "▁", "a", "b"]
+    path = tmp_path / "it.gguf"
+    w = gguf.GGUFWriter(str(path), "gemma3")
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_types([3] * 6 + [6] * 256 + [1] * 3)
+    w.add_token_scores([0.0] * len(tokens))
+    w.add_bos_token_id(2)
+    w.add_eos_token_id(1)
+    w.add_chat_template(template)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tok = tokenizer_from_gguf(GGUFFile(path))
+    assert tok.eos_ids == frozenset({1, 5})
+    text = tok.apply_chat_template([{"role": "user", "content": "ab"}])
+    assert text == "<start_of_turn>user\nab<end_of_turn>\n<start_of_turn>model\n"
+    assert tok.encode(text, add_special_tokens=False)[:2] == [4, tokens.index("<0x75>")]  # "u" by byte fallback

@@ -1,0 +1,59 @@
+"""The native cache attention kernel against its PyTorch twin (`model.cache_attention`),
+with sliding windows and softmax scales, and proof that it visits only the window."""
+
+import pytest
+import torch
+
+from fastdecode import kernels
+from fastdecode.model import cache_attention
+
+pytestmark = pytest.mark.skipif(not kernels.load_kernels(),
+                                reason=f"native kernels unavailable: {kernels.unavailable_reason}")
+
+
+def inputs(seed=0, B=3, T=5, H=4, Hkv=2, D=16, slots=4, S=48):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, D, generator=g)
+    k = torch.randn(slots, S, Hkv, D, generator=g).transpose(1, 2)  # the cache's [slots, Hkv, S, D] view
+    v = torch.randn(slots, S, Hkv, D, generator=g).transpose(1, 2)
+    pos = torch.stack([torch.arange(p, p + T) for p in (10, 0, 40)])  # [B, T]: ragged rows
+    rows = torch.tensor([2, 0, 3])
+    return q, k, v, pos, rows
+
+
+@pytest.mark.parametrize("window", [0, 1, 3, 8, 11, 64])
+@pytest.mark.parametrize("scale", [None, 0.2])
+@pytest.mark.parametrize("D", [16, 256])
+def test_kernel_equals_twin(window, scale, D):
+    q, k, v, pos, rows = inputs(D=D)
+    got = torch.ops.fastdecode.attention(q, k, v, pos, rows, window, D ** -0.5 if scale is None else scale)
+    want = cache_attention(q, k, v, pos, rows, window=window, scale=scale)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_kernel_reads_nothing_outside_the_window():
+    """Keys before the window are NaN: a read would poison the result, so the cost of
+    a sliding layer is its window, whatever the position."""
+    q, k, v, pos, rows = inputs()
+    window = 6
+    clean = torch.ops.fastdecode.attention(q, k, v, pos, rows, window, 0.25)
+    for b, slot in enumerate(rows.tolist()):
+        first = int(pos[b].min()) - window + 1  # the earliest key any query of row b sees
+        if first > 0:
+            k[slot, :, :first] = float("nan")
+            v[slot, :, :first] = float("nan")
+    poisoned = torch.ops.fastdecode.attention(q, k, v, pos, rows, window, 0.25)
+    assert torch.equal(poisoned, clean)
+
+
+def test_opcheck_with_a_window():
+    """The fake (shape-only) registration agrees with the kernel, for torch.compile and torch.export."""
+    q, k, v, pos, rows = inputs()
+    torch.library.opcheck(torch.ops.fastdecode.attention, (q, k, v, pos, rows, 4, 0.25))
+    torch.library.opcheck(torch.ops.fastdecode.attention, (q, k, v, pos, rows, 0, 0.25))
+
+
+def test_negative_window_is_refused():
+    q, k, v, pos, rows = inputs()
+    with pytest.raises(RuntimeError, match="window must be >= 0"):
+        torch.ops.fastdecode.attention(q, k, v, pos, rows, -1, 0.25)
