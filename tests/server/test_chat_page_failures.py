@@ -26,7 +26,8 @@ def test_the_page_asks_for_the_key_and_shows_a_wrong_one(keyed_server, open_chat
     chat.no_eos()  # a reply of a known length
     chat.send("Hi")  # refused (401) before any reply: the message waits for the key
     expect(form).to_be_visible()
-    assert page.locator("#input").input_value() == "Hi" and page.locator(".msg").count() == 0
+    expect(page.locator("#input")).to_have_value("Hi")  # waited for, not read once: the page may still be settling
+    expect(page.locator(".msg")).to_have_count(0)
     page.fill("#key", "wrong")
     page.click("#key-form button")
     expect(message).to_have_text("incorrect API key")  # the server's 401 message
@@ -39,7 +40,8 @@ def test_the_page_asks_for_the_key_and_shows_a_wrong_one(keyed_server, open_chat
     assert page.evaluate("sessionStorage.getItem('fastdecode.apiKey')") == KEY
     page.reload()  # asked once: the key stays for the tab's session
     expect(page.locator("#model")).to_have_text("tiny")
-    assert form.is_hidden() and page.locator(".msg").count() == 2
+    expect(form).to_be_hidden()
+    expect(page.locator(".msg")).to_have_count(2)
 
 
 def test_connection_lost_mid_reply_keeps_it_and_retries(tmp_path, open_chat):
