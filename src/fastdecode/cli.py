@@ -185,7 +185,8 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
         loaded,
         f"weights:              {llm.weights_summary}",
         f"matmul kernels:       {describe_kernels(llm)}",
-        f"kv cache:             {llm.max_batch_size} slots x {llm.max_seq_len} positions, "
+        f"kv cache:             {llm.max_batch_size} slot{'s' if llm.max_batch_size != 1 else ''} x "
+        f"{llm.max_seq_len} positions, "
         f"{llm.engine.cache_bytes / 1e6:.0f} MB, allocated once",
         f"prompt tokens:        {prompt_tokens}",
         f"generated tokens:     {generated}",
