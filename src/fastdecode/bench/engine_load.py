@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import shlex
 import statistics
@@ -23,6 +22,7 @@ from typing import Optional
 
 from ..errors import FastDecodeError
 from ..settings import ModelKeys, describe_settings, load_settings, parse_config_args
+from .report import machine_info, write_json
 
 
 @dataclass
@@ -181,11 +181,8 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report["command"] = shlex.join(["fastdecode", "bench-engine", *argv])
-    os.makedirs(os.path.dirname(s.out) or ".", exist_ok=True)
-    tmp = s.out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1)
-    os.replace(tmp, s.out)
+    report["machine"] = machine_info(s.device)
+    write_json(s.out, report)
     print("N  tokens/s  vs N=1  ttft p50/p99 s  itl p50/p99 ms")
     for r in report["loads"]:
         print(f"{r['concurrency']:<3}{r['tokens_per_s']:>9}  {r['vs_one']:>6}  {r['ttft_p50_s']:>6}/{r['ttft_p99_s']:<7}"

@@ -91,12 +91,22 @@ class BenchReport:
         self.save()
 
     def save(self) -> None:
-        # Write a temporary file next to the target, then rename over it: readers
-        # (and a crash mid-write) only ever see a complete file.
-        fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".json", dir=self.dir)
+        write_json(self.path, self.data)
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write a temporary file next to `path`, then rename over it: readers (and a
+    crash mid-write) only ever see a complete file. Creates the folder."""
+    folder = os.path.dirname(os.fspath(path)) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".results-", suffix=".json", dir=folder)
+    try:
         with os.fdopen(fd, "w") as f:
-            json.dump(self.data, f, indent=1, default=str)
-        os.replace(tmp, self.path)
+            json.dump(data, f, indent=1, default=str)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _keep_previous(path: Path) -> None:

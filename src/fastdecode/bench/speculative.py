@@ -10,8 +10,6 @@ draft acceptance rate, and checks that every mode produced the same tokens.
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import statistics
 import sys
@@ -21,6 +19,7 @@ from typing import Optional
 
 from ..errors import FastDecodeError
 from ..settings import ModelKeys, describe_settings, load_settings, parse_config_args
+from .report import machine_info, write_json
 
 OPEN_ENDED = [
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -57,13 +56,21 @@ class SpecBenchSettings(ModelKeys):
     compiled: Optional[str] = field(default="auto", metadata={"help": "as load(compiled=...)"})
     out: str = field(default="bench-results/speculative.json", metadata={"help": "results file (JSON)"})
 
+    def __post_init__(self) -> None:
+        from ..engine.speculative import check_speculative
+
+        for mode in self.modes:
+            check_speculative(mode, self.num_draft_tokens, self.ngram_size)
+        if self.max_new_tokens < 1:
+            raise FastDecodeError(f"max_new_tokens={self.max_new_tokens} is out of range; accepted: an integer >= 1")
+
 
 def run(s: SpecBenchSettings) -> dict:
     import fastdecode
     from ..engine import EngineThread
 
     thread = EngineThread(lambda: fastdecode.load(s.model, device=s.device, dtype=s.dtype, weights=s.weights,
-                                                  compiled=s.compiled, max_batch_size=1, max_seq_len=2048))
+                                                  compiled=s.compiled, max_batch_size=1))
     thread.start()
     llm = thread.wait()
     tasks = {"grounded": grounded_tasks(llm.tokenizer), "open-ended": OPEN_ENDED}
@@ -115,10 +122,8 @@ def main(argv: list[str]) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     report["command"] = shlex.join(["fastdecode", "bench-spec", *argv])
-    os.makedirs(os.path.dirname(s.out) or ".", exist_ok=True)
-    with open(s.out + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(report, f, indent=1)
-    os.replace(s.out + ".tmp", s.out)
+    report["machine"] = machine_info(s.device)
+    write_json(s.out, report)
     for kind, t in report["tasks"].items():
         for mode, row in t["summary"].items():
             print(f"{kind:<11} {mode:<14} {row['median_tokens_per_s']:>7} tok/s  x{row['vs_first_mode']:<5} "
