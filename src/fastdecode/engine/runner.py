@@ -91,8 +91,9 @@ class Runner:
         # A row with fewer drafts repeats its last one: those positions lie past
         # what it keeps, are written in its own slot, and are overwritten later.
         if any(r.pos + T > self.max_seq_len for r, _ in rows):
-            # Padding would run past the cache for some row: verify rows one by one.
-            return [x for row in rows for x in self.verify([row])] if len(rows) > 1 else self._verify(rows, T)
+            # Padding would run past the cache for some row: verify rows one by one, unpadded
+            # (a row's own drafts always fit: decode caps them at the cache's end).
+            return [x for r, d in rows for x in self._verify([(r, d)], 1 + len(d))]
         return self._verify(rows, T)
 
     def _verify(self, rows, T: int) -> list[tuple[Request, list[int], Optional[list]]]:
