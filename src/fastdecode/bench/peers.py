@@ -70,6 +70,38 @@ def _named_checkpoint(name: str) -> Optional[Path]:
     return None if found is None else Path(found)
 
 
+def require_transformers() -> None:
+    if importlib.util.find_spec("transformers") is None:
+        raise PeerSkipped(f"transformers is not installed; install with: {INSTALL['transformers']}")
+
+
+def load_hf_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype):
+    """The checkpoint as a transformers model on `device`, in eval mode (a GGUF file is dequantized to `dtype`)."""
+    from transformers import AutoModelForCausalLM
+
+    extra = {"gguf_file": ckpt.gguf_file} if ckpt.gguf_file else {}
+    model = AutoModelForCausalLM.from_pretrained(str(ckpt.directory), dtype=dtype, **extra)
+    return model.to(device).eval()
+
+
+def require_llama_cpp(ckpt: Checkpoint, device: str) -> None:
+    """PeerSkipped unless llama-cpp-python is installed and can run `ckpt` on `device`."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise PeerSkipped(f"llama-cpp-python is not installed; install with: {INSTALL['llama_cpp']}")
+    if ckpt.gguf_path is None:
+        raise PeerSkipped("llama.cpp needs a GGUF file; the model is a Hugging Face directory")
+    if device != "cpu":
+        raise PeerSkipped(f"llama.cpp peer runs on the CPU only here; device={device}")
+
+
+def load_llama(ckpt: Checkpoint, *, n_ctx: int, n_batch: int, threads: int, **options: Any):
+    """llama-cpp-python's `Llama` on the GGUF file (call `require_llama_cpp` first); `options` go to `Llama`."""
+    from llama_cpp import Llama
+
+    return Llama(model_path=str(ckpt.gguf_path), n_ctx=n_ctx, n_batch=n_batch, n_threads=threads,
+                 n_threads_batch=threads, verbose=False, **options)
+
+
 def make_peer(name: str, s: BenchSettings, shared: dict[str, Any]) -> Contender:
     """Build peer `name`; `shared` keeps one loaded HF model for the three HF peers."""
     if name not in PEERS:
@@ -110,8 +142,7 @@ class HFPeer(Contender):
     engine = "transformers"
 
     def __init__(self, name: str, s: BenchSettings, ckpt: Checkpoint, shared: dict[str, Any]):
-        if importlib.util.find_spec("transformers") is None:
-            raise PeerSkipped(f"transformers is not installed; install with: {INSTALL['transformers']}")
+        require_transformers()
         from ..llm import resolve_device, resolve_dtype
 
         self.name = name
@@ -123,20 +154,13 @@ class HFPeer(Contender):
         t0 = time.perf_counter()
         if shared.get("hf_key") != key:
             shared.clear()
-            shared["hf_key"], shared["hf_model"] = key, self._load(ckpt)
+            shared["hf_key"], shared["hf_model"] = key, load_hf_model(ckpt, self.device, self.torch_dtype)
         self.load_s = time.perf_counter() - t0  # 0 when an earlier HF peer loaded it
         self.model = shared["hf_model"]
         self.weight_bytes_per_token = _weight_bytes(self.model, bool(self.model.config.tie_word_embeddings))
         self.vocab_size = int(self.model.config.vocab_size)
         self.source = str(ckpt.gguf_path or ckpt.directory)
         self.options = self._options(name)
-
-    def _load(self, ckpt: Checkpoint):
-        from transformers import AutoModelForCausalLM
-
-        extra = {"gguf_file": ckpt.gguf_file} if ckpt.gguf_file else {}
-        model = AutoModelForCausalLM.from_pretrained(str(ckpt.directory), dtype=self.torch_dtype, **extra)
-        return model.to(self.device).eval()
 
     def _options(self, name: str) -> dict[str, Any]:
         if name == "hf-dynamic":
@@ -184,22 +208,14 @@ class LlamaCppPeer(Contender):
     engine = "llama.cpp"
 
     def __init__(self, s: BenchSettings, ckpt: Checkpoint):
-        if importlib.util.find_spec("llama_cpp") is None:
-            raise PeerSkipped(f"llama-cpp-python is not installed; install with: {INSTALL['llama_cpp']}")
-        if ckpt.gguf_path is None:
-            raise PeerSkipped("llama.cpp needs a GGUF file; the model is a Hugging Face directory")
-        if s.device != "cpu":
-            raise PeerSkipped(f"llama.cpp peer runs on the CPU only here; device={s.device}")
-        from llama_cpp import Llama
-
+        require_llama_cpp(ckpt, s.device)
         self.name = "llama.cpp"
         self.dtype = "gguf"
         seq_len = max(s.prompt_lengths) + max(s.new_tokens)
         threads = s.threads or torch.get_num_threads()
         t0 = time.perf_counter()
         # Its own context is not timed; it serves `Llama.generate` as the tests' reference.
-        self.llama = Llama(model_path=str(ckpt.gguf_path), n_ctx=seq_len + 8, n_batch=max(s.prompt_lengths),
-                           n_threads=threads, n_threads_batch=threads, verbose=False)
+        self.llama = load_llama(ckpt, n_ctx=seq_len + 8, n_batch=max(s.prompt_lengths), threads=threads)
         # Larger batches than max_batch_size never reach run(): the runner rejects them.
         n_seq = min(max(s.batch_sizes), s.max_batch_size)
         self.decoder = GreedyBatchDecoder(self.llama, n_seq, seq_len, max(s.prompt_lengths), threads)

@@ -6,6 +6,9 @@ extract from or summarize it; open-ended tasks ask for new text. Each prompt is
 rendered with the model's chat template and decoded greedily at batch 1, once
 per mode; the report gives decode tokens/s, tokens per target forward and the
 draft acceptance rate, and checks that every mode produced the same tokens.
+The peers installed here (`peers`: transformers' prompt_lookup_num_tokens and
+llama-cpp-python's LlamaPromptLookupDecoding) then decode the same prompt ids, each
+with and without prompt lookup; see bench/spec_peers.py.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from typing import Optional
 from ..errors import FastDecodeError
 from ..settings import ModelKeys, describe_settings, load_settings, parse_config_args
 from .report import machine_info, write_json
+from .spec_peers import SPEC_PEERS, PeerOptions, check_spec_peers, run_spec_peers, summary_lines
 
 OPEN_ENDED = [
     "Write a short story about a lighthouse keeper who finds a message in a bottle.",
@@ -54,6 +58,9 @@ class SpecBenchSettings(ModelKeys):
     num_draft_tokens: int = field(default=4, metadata={"help": "as generate's num_draft_tokens"})
     ngram_size: int = field(default=3, metadata={"help": "as generate's ngram_size"})
     compiled: Optional[str] = field(default="auto", metadata={"help": "as load(compiled=...)"})
+    peers: list[str] = field(default_factory=lambda: list(SPEC_PEERS), metadata={
+        "help": "peers run on the same prompts when installed, each with and without prompt lookup: "
+                + ", ".join(SPEC_PEERS) + "; peers= for none"})
     out: str = field(default="bench-results/speculative.json", metadata={"help": "results file (JSON)"})
 
     def __post_init__(self) -> None:
@@ -61,6 +68,7 @@ class SpecBenchSettings(ModelKeys):
 
         for mode in self.modes:
             check_speculative(mode, self.num_draft_tokens, self.ngram_size)
+        check_spec_peers(self.peers)
         if self.max_new_tokens < 1:
             raise FastDecodeError(f"max_new_tokens={self.max_new_tokens} is out of range; accepted: an integer >= 1")
 
@@ -105,7 +113,11 @@ def run(s: SpecBenchSettings) -> dict:
             for r in per:
                 del r["token_ids"]
         report["tasks"][kind] = {"per_prompt": rows, "summary": summary}
+    prompt_ids = {kind: [llm.chat_prompt([{"role": "user", "content": p}]) for p in ps] for kind, ps in tasks.items()}
     llm.engine.close()
+    if s.peers:  # after fastdecode's engine is closed, so the peers have its memory
+        report["peers"] = run_spec_peers(s.peers, PeerOptions(s.model, s.device, s.dtype, s.max_new_tokens,
+                                                              s.num_draft_tokens, s.ngram_size), prompt_ids)
     return report
 
 
@@ -128,5 +140,7 @@ def main(argv: list[str]) -> int:
         for mode, row in t["summary"].items():
             print(f"{kind:<11} {mode:<14} {row['median_tokens_per_s']:>7} tok/s  x{row['vs_first_mode']:<5} "
                   f"{row['tokens_per_forward']} tokens/forward  same tokens: {row['same_tokens_as_first_mode']}")
+    for line in summary_lines(report.get("peers", {})):
+        print(line)
     print(f"results: {s.out}")
     return 0
