@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 from . import __version__, metrics
 from .compile import STRATEGIES
 from .config import PRESETS
+from .engine.speculative import draft_model_name
 from .errors import FastDecodeError
 from .generate import GenerationConfig
 from .llm import DEFAULT_MODEL, LLM, load
@@ -131,10 +132,12 @@ def load_model(s: Any, batch_size: Optional[int] = None) -> LLM:
         from .parallel.launch import join_torchrun
 
         join_torchrun(s.tp, s.device)  # ranks other than 0 print only their errors from here on
+    # A draft model is loaded with the target; the other modes are per request.
+    draft = s.speculative if draft_model_name(s.speculative) else "none"
     with progress(f"loading {s.model}"):
         return load(s.model, device=s.device, dtype=s.dtype, compile=s.compile,
                     max_seq_len=s.max_seq_len, max_batch_size=max_batch_size, cache=s.cache,
-                    compiled=s.compiled, weights=s.weights, tp=s.tp)
+                    compiled=s.compiled, weights=s.weights, tp=s.tp, speculative=draft)
 
 
 def chat_messages(prompt: str, system: Optional[str]) -> list[dict]:

@@ -14,7 +14,8 @@ import torch
 from .compile import make_steps
 from .config import PRESETS, ModelArgs, get_preset
 from .engine import DEFAULT_PREFILL_CHUNK, Engine
-from .engine.speculative import check_speculative
+from .engine.draft import DraftModel
+from .engine.speculative import check_speculative, draft_model_name
 from .errors import FastDecodeError
 from .generate import Completion, GenerationConfig, GenerationRun, run_generation
 from .kv_cache import cache_bytes
@@ -142,8 +143,10 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     tokens); default: the model's context, capped so the KV cache, allocated
     once, stays within 1 GiB. prefill_chunk: the most prompt tokens prefilled
     per engine step, so new prompts do not stall running streams.
-    speculative: "none" or "prompt-lookup", for requests that do not choose
-    (generate's `speculative=`); drafts are verified, so the tokens are the same.
+    speculative: "none", "prompt-lookup" or "draft:<model>", for requests that
+    do not choose (generate's `speculative=`). A draft model is loaded here with
+    the same settings and must share the target's vocabulary; drafts are
+    verified, so the output is the target's own (greedy: the same tokens).
 
     weights: "auto" keeps the checkpoint's quantized matrices in their packed
     form and runs them on the quantized CPU kernels (float checkpoints stay
@@ -174,6 +177,11 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
         raise FastDecodeError(f"compile={compile!r} needs cache='static' (a dynamic cache changes shape every "
                               "step); use compile=none with cache=dynamic")
     check_speculative(speculative, 1, 1)
+    draft_name = draft_model_name(speculative)
+    if draft_name is not None and group is not None:
+        raise FastDecodeError(f"speculative={speculative!r} cannot be combined with tp={tp}; with tensor "
+                              "parallelism use none or prompt-lookup")
+    draft_compiled = compiled
     if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
         raise FastDecodeError(f"prefill_chunk={prefill_chunk!r} is out of range; accepted: an integer >= 1")
     if compiled == "auto" and (compile not in ("none", "decode") or cache != "static" or dev.type != "cpu"
@@ -226,6 +234,14 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
         llm.use_package(compiled)
     if group is not None:
         llm.engine.seed_unseeded = SharedSeeds.broadcast(group)
+    if draft_name is not None:
+        try:
+            llm.draft = load(draft_name, device=dev, dtype=dt, compile=compile, max_seq_len=max_seq_len,
+                             max_batch_size=max_batch_size, cache=cache, compiled=draft_compiled, weights=weights,
+                             prefill_chunk=prefill_chunk)
+            llm.engine.runner.draft = DraftModel(draft_name, llm.draft.engine.runner, m.args.vocab_size)
+        except FastDecodeError as e:
+            raise FastDecodeError(f"draft model {draft_name!r}: {e}") from None
     llm.load_seconds = time.perf_counter() - t0
     llm.cache_path, llm.from_cache = loaded.cache_path, loaded.from_cache
     llm.weights, llm.weights_summary, llm.kernels = weights, loaded.weights_summary, kernels
@@ -248,6 +264,7 @@ class LLM:
         self.engine = Engine(model, tokenizer, make_steps(model, compile), max_batch_size=max_batch_size,
                              max_seq_len=max_seq_len, cache=cache, prefill_chunk=prefill_chunk,
                              speculative=speculative)
+        self.draft: Optional[LLM] = None  # the draft model of speculative="draft:<model>"
         self.compiled: Optional[str] = None  # path of the exported package running the steps, if any
         self.package_export_seconds: Optional[float] = None  # set when load() exported this machine's package
         self.load_seconds = 0.0

@@ -84,7 +84,7 @@ def test_prompt_lookup_proposes_the_latest_continuation_and_adapts():
 
 
 @pytest.mark.parametrize("opts, match", [
-    (dict(speculative="draft:smollm2"), "draft models are not supported yet"),
+    (dict(speculative="draft:smollm2"), "needs that draft model loaded"),
     (dict(speculative="fast"), "not a mode"),
     (dict(num_draft_tokens=0), "num_draft_tokens"), (dict(num_draft_tokens=17), "num_draft_tokens"),
     (dict(ngram_size=0), "ngram_size"),

@@ -53,7 +53,7 @@ def grounded_tasks(tokenizer) -> list[str]:
 @dataclass
 class SpecBenchSettings(ModelKeys):
     modes: list[str] = field(default_factory=lambda: ["none", "prompt-lookup"], metadata={
-        "help": "speculative modes to compare"})
+        "help": "speculative modes to compare: none, prompt-lookup, draft:MODEL (one draft model at most)"})
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per answer (greedy; EOS ends it)"})
     num_draft_tokens: int = field(default=4, metadata={"help": "as generate's num_draft_tokens"})
     ngram_size: int = field(default=3, metadata={"help": "as generate's ngram_size"})
@@ -68,9 +68,18 @@ class SpecBenchSettings(ModelKeys):
 
         for mode in self.modes:
             check_speculative(mode, self.num_draft_tokens, self.ngram_size)
+        if len(self.draft_modes) > 1:
+            raise FastDecodeError(f"modes has {len(self.draft_modes)} draft models; accepted: at most one per run")
         check_spec_peers(self.peers)
         if self.max_new_tokens < 1:
             raise FastDecodeError(f"max_new_tokens={self.max_new_tokens} is out of range; accepted: an integer >= 1")
+
+
+    @property
+    def draft_modes(self) -> list[str]:
+        from ..engine.speculative import draft_model_name
+
+        return [m for m in self.modes if draft_model_name(m)]
 
 
 def run(s: SpecBenchSettings) -> dict:
@@ -78,7 +87,8 @@ def run(s: SpecBenchSettings) -> dict:
     from ..engine import EngineThread
 
     thread = EngineThread(lambda: fastdecode.load(s.model, device=s.device, dtype=s.dtype, weights=s.weights,
-                                                  compiled=s.compiled, max_batch_size=1))
+                                                  compiled=s.compiled, max_batch_size=1,
+                                                  speculative=(s.draft_modes or ["none"])[0]))
     thread.start()
     llm = thread.wait()
     tasks = {"grounded": grounded_tasks(llm.tokenizer), "open-ended": OPEN_ENDED}

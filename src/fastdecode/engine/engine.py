@@ -44,7 +44,7 @@ from ..sampling import SamplingParams
 from ..tokenizer import Tokenizer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
 from .runner import Runner
-from .speculative import check_speculative
+from .speculative import check_speculative, draft_model_name
 from .scheduler import Scheduler
 
 log = logging.getLogger("fastdecode")
@@ -105,6 +105,12 @@ class Engine:
         bad = next((i for i, _ in params.logit_bias or () if not 0 <= i < V), None)
         if bad is not None:
             raise FastDecodeError(f"logit_bias has token id {bad}, outside the vocabulary [0, {V})")
+        mode = config.speculative or self.speculative
+        name = draft_model_name(mode)
+        if name is not None and (self.runner.draft is None or self.runner.draft.name != name):
+            loaded = f"draft:{self.runner.draft.name}" if self.runner.draft is not None else "none"
+            raise FastDecodeError(f"speculative={mode!r} needs that draft model loaded with the target: "
+                                  f"load(..., speculative={mode!r}); this model was loaded with {loaded!r}")
         eos = frozenset() if config.ignore_eos else (
             config.eos_token_ids if config.eos_token_ids is not None else self.tokenizer.eos_ids)
         if params.seed is None and self.seed_unseeded is not None:
@@ -112,7 +118,7 @@ class Engine:
         outputs: deque = deque()
         rid = request_id or f"req-{next(self._ids)}"
         req = Request(rid, prompt, params, config, eos, self.tokenizer, self.model.device,
-                      sink or outputs.append, speculative=config.speculative or self.speculative)
+                      sink or outputs.append, speculative=mode)
         req.outputs = outputs
         # Not under the step lock: a submitter (the server's event loop) never waits for a step.
         self._inbox.append(req)
@@ -179,8 +185,8 @@ class Engine:
         r.t_first = r.t_first or now
         r.t_last = now
         new_ids, new_lps, piece, reason = [], [], "", None
-        if r.lookup is not None:
-            r.lookup.extend(ids)
+        if r.spec is not None:
+            r.spec.extend(ids)
         for i, tok in enumerate(ids):
             r.n_generated += 1
             r.last_token = tok

@@ -11,7 +11,7 @@ import torch
 from ..errors import FastDecodeError
 from ..sampling import SamplingParams, make_generator
 from ..tokenizer import Tokenizer
-from .speculative import PromptLookup, check_speculative
+from .speculative import DraftModelRow, PromptLookup, check_speculative, draft_model_name
 from .stopping import StopText
 
 
@@ -24,8 +24,10 @@ class GenerationConfig:
     stop: strings that end a completion; the text is cut before the match.
     ignore_eos: keep going through EOS tokens (until max_new_tokens or a stop string).
     eos_token_ids: ids that end a completion; None takes the tokenizer's.
-    speculative: "none" or "prompt-lookup" (drafts from n-grams of the prompt and output,
-        verified by the model: the same tokens, fewer forwards); None takes load()'s.
+    speculative: "none", "prompt-lookup" (drafts from n-grams of the prompt and output)
+        or "draft:<model>" (drafts from that model, which load(speculative=...) must
+        have loaded); drafts are verified by the model, so the output is the model's
+        own (the same tokens when greedy). None takes load()'s.
     num_draft_tokens: the most drafts per verify step (1..16); adapted per request.
     ngram_size: the longest n-gram looked up for drafts (1..8).
     """
@@ -128,9 +130,10 @@ class Request:
         self.logprobs: Optional[list[TokenLogprob]] = [] if params.logprobs is not None else None
         self.text = StopText(tokenizer, config.stop)
         self.forwards = 0  # model forwards that produced its tokens
-        # Drafts for speculative decoding, from its own prompt and output.
-        self.lookup = (PromptLookup(prompt, config.ngram_size, config.num_draft_tokens)
-                       if speculative == "prompt-lookup" else None)
+        # Drafting state for speculative decoding, from its own prompt and output.
+        self.spec = (PromptLookup(prompt, config.ngram_size, config.num_draft_tokens)
+                     if speculative == "prompt-lookup" else
+                     DraftModelRow(prompt, config.num_draft_tokens) if draft_model_name(speculative) else None)
         self.finish_reason: Optional[str] = None
         self.cancelled = False
         self.t_submit = time.perf_counter()
@@ -159,5 +162,5 @@ class Request:
             prompt_tokens=len(self.prompt), completion_tokens=n, time_to_first_token_s=t_first - self.t_submit,
             decode_tokens_per_s=(self.n_generated - 1) / span if span > 0 and self.n_generated > 1 else 0.0,
             peak_memory_bytes=peak_memory_bytes, logprobs=self.logprobs, target_forwards=self.forwards,
-            draft_tokens=self.lookup.drafted if self.lookup else 0,
-            accepted_tokens=self.lookup.accepted if self.lookup else 0)
+            draft_tokens=self.spec.drafted if self.spec else 0,
+            accepted_tokens=self.spec.accepted if self.spec else 0)

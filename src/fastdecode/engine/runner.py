@@ -9,9 +9,11 @@ import torch
 from torch import Tensor
 
 from ..compile import Steps
-from ..sampling import sample, token_logprobs
+from ..sampling import SamplingBatch, adjust, logits_to_probs, sample, token_logprobs
+from ..sampling.acceptance import accept_or_resample
 from ..sampling.slots import SlotSampling
 from .request import Request, TokenLogprob
+from .speculative import DraftModelRow, PromptLookup
 
 
 class Runner:
@@ -21,15 +23,18 @@ class Runner:
         self.V = model.args.vocab_size
         self.max_seq_len = max_seq_len
         self.sampling = SlotSampling(n_slots, self.V, self.device)
+        self.draft = None  # a draft.DraftModel, for requests that speculate with it
 
     def _tensor(self, values) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
 
-    def _step(self, tokens: list, pos: list, reqs: Sequence[Request], last_only: bool = True) -> Tensor:
+    def _step(self, tokens: list, pos: list, reqs: Sequence[Request], last_only: bool = True,
+              at: Optional[list] = None) -> Tensor:
         """The model step over rows of equal length: logits [B, V] of each row's
-        last token, or [B, T, V] of every token."""
+        last token (or of the index `at` [B, 1] gives per row), or [B, T, V] of every token."""
         B, T = len(tokens), len(tokens[0])
-        at = [[T - 1]] * B if last_only else [list(range(T))] * B
+        if at is None:
+            at = [[T - 1]] * B if last_only else [list(range(T))] * B
         with torch.inference_mode():
             logits = self.steps.step(self._tensor(tokens), self._tensor(pos), self._tensor([r.slot for r in reqs]),
                                      self._tensor(at))
@@ -43,8 +48,12 @@ class Runner:
     def prefill(self, reqs: Sequence[Request], n: int) -> list[tuple[Request, list[int], Optional[list]]]:
         """Feed the next n prompt tokens of each request; the requests whose
         prompt is then complete get their first token."""
-        logits = self._step([r.prompt[r.prefilled:r.prefilled + n] for r in reqs],
-                            [list(range(r.prefilled, r.prefilled + n)) for r in reqs], reqs)  # [G, V]
+        tokens = [r.prompt[r.prefilled:r.prefilled + n] for r in reqs]
+        pos = [list(range(r.prefilled, r.prefilled + n)) for r in reqs]
+        logits = self._step(tokens, pos, reqs)  # [G, V]
+        mirror = [i for i, r in enumerate(reqs) if isinstance(r.spec, DraftModelRow)]
+        if mirror:
+            self.draft.prefill([reqs[i] for i in mirror], [tokens[i] for i in mirror], [pos[i] for i in mirror])
         for r in reqs:
             r.prefilled += n
             r.pos = r.prefilled
@@ -60,14 +69,21 @@ class Runner:
     def decode(self, reqs: Sequence[Request]) -> list[tuple[Request, list[int], Optional[list]]]:
         """New tokens for each running request: one (K with the `generate`
         strategy's chunks), or 1 + its accepted drafts when it speculates."""
-        plain, drafted = [], []
+        plain, drafted, by_model = [], [], []
         for r in reqs:
             # Drafts never pass max_new_tokens nor the end of the cache.
             limit = min(r.remaining - 1, self.max_seq_len - 1 - r.pos)
-            d = r.lookup.propose(limit) if r.lookup is not None and limit > 0 else []
-            (drafted if d else plain).append((r, d))
+            if r.spec is None or limit <= 0:
+                plain.append(r)
+            elif isinstance(r.spec, PromptLookup):
+                d = r.spec.propose(limit)
+                (drafted if d else plain).append((r, d) if d else r)
+            else:
+                k = r.spec.want(limit)
+                (by_model if k else plain).append((r, k) if k else r)
+        if by_model:
+            drafted += zip([r for r, _ in by_model], self.draft.propose(self, by_model))
         out = self.verify(drafted) if drafted else []
-        plain = [r for r, _ in plain]
         if not plain:
             return out
         chunk = self.steps.chunk
@@ -97,6 +113,10 @@ class Runner:
         return self._verify(rows, T)
 
     def _verify(self, rows, T: int) -> list[tuple[Request, list[int], Optional[list]]]:
+        """Deterministic drafts (prompt lookup, or a greedy request's draft-model
+        argmaxes) are kept while they equal the token picked at their position.
+        A sampled request's draft-model drafts go through the acceptance rule
+        against their distributions q (sampling/acceptance.py)."""
         reqs = [r for r, _ in rows]
         tokens = [[r.last_token] + d + [d[-1]] * (T - 1 - len(d)) for r, d in rows]
         logits = self._step(tokens, [list(range(r.pos, r.pos + T)) for r in reqs], reqs, last_only=False)
@@ -104,24 +124,53 @@ class Runner:
         lps: list[Optional[list]] = [None if r.params.logprobs is None else [] for r in reqs]
         active = list(range(len(rows)))
         for j in range(T):
-            picked = self.pick([reqs[i] for i in active], logits[active, j], offset=j)
+            ruled = [i for i in active if reqs[i].spec.q is not None]
+            plain = [i for i in active if reqs[i].spec.q is None]
+            picked = list(zip(plain, self.pick([reqs[i] for i in plain], logits[plain, j], offset=j)))
+            if ruled:
+                picked += zip(ruled, self._accept([rows[i] for i in ruled], logits[ruled, j], j))
             still = []
-            for i, (r, tok, lp) in zip(active, picked):
+            for i, (r, tok, lp) in picked:
                 ids[i] += tok
                 if lp is not None:
                     lps[i] += lp
                 d = rows[i][1]
                 if j < len(d) and tok[0] == d[j] and tok[0] not in r.eos_ids:
                     still.append(i)
-            active = still
+            active = sorted(still)
             if not active:
                 break
         for i, (r, d) in enumerate(rows):
             accepted = len(ids[i]) - 1
             r.pos += accepted + 1
             r.forwards += 1
-            r.lookup.update(len(d), accepted)
+            if isinstance(r.spec, DraftModelRow):
+                # The draft's cache holds the request's tokens, then the drafts it was fed: those accepted stay.
+                r.spec.fed = min(r.spec.fed, len(r.spec.seq) + accepted)
+                r.spec.q = None
+            r.spec.update(len(d), accepted)
         return [(r, ids[i], lps[i]) for i, r in enumerate(reqs)]
+
+    def _accept(self, rows, logits: Tensor, j: int) -> list[tuple[Request, list[int], Optional[list]]]:
+        """Position j of a verify for sampled rows with draft-model drafts: the
+        acceptance rule where row i has a draft there, the bonus token (a draw
+        from p) after its last draft. A rejected draft's position gets the
+        resample, which differs from the draft and so ends its run."""
+        reqs = [r for r, _ in rows]
+        with torch.inference_mode():
+            adjusted, batch = self.adjusted(reqs, logits, j)
+            p = logits_to_probs(adjusted, batch)  # [B, V]
+            noise = self.noise(reqs)
+            tokens = (p / noise).argmax(-1)
+            drafting = [i for i, (_, d) in enumerate(rows) if j < len(d)]
+            if drafting:
+                q = torch.stack([rows[i][0].spec.q[j] for i in drafting])
+                draft = self._tensor([rows[i][1][j] for i in drafting])
+                uniform = torch.cat([torch.rand(1, generator=reqs[i].generator, device=self.device)
+                                     for i in drafting])
+                at = self._tensor(drafting)
+                tokens[at] = accept_or_resample(p[at], q, draft, uniform, noise[at])[1]
+        return self._picked(reqs, logits, tokens, batch)
 
     # -- sampling ----------------------------------------------------------------------
 
@@ -146,21 +195,34 @@ class Runner:
             return None
         return self.sampling.eos[rows] & torch.tensor(short, device=self.device)[:, None]
 
+    def adjusted(self, reqs: Sequence[Request], logits: Tensor, offset: int = 0) -> tuple[Tensor, SamplingBatch]:
+        """logits [B, V] with each row's penalties, logit bias and bans applied, and the rows' settings."""
+        slots = [r.slot for r in reqs]
+        rows = self._tensor(slots)
+        batch = self.sampling.batch(slots)
+        s = self.sampling
+        pen = batch.use_penalties
+        return adjust(logits, batch, counts=s.counts[rows] if pen else None, seen=s.seen[rows] if pen else None,
+                      bias=s.bias[rows] if s.uses_bias(slots) else None,
+                      banned=self.banned(reqs, rows, offset)), batch
+
     def pick(self, reqs: Sequence[Request], logits: Tensor,
              offset: int = 0) -> list[tuple[Request, list[int], Optional[list]]]:
         """Sample one token per row of logits [B, V]."""
-        slots = [r.slot for r in reqs]
+        if not reqs:
+            return []
         with torch.inference_mode():
-            rows = self._tensor(slots)
-            batch = self.sampling.batch(slots)
-            s = self.sampling
-            pen = batch.use_penalties
-            tokens = sample(logits, batch, self.noise(reqs),
-                            counts=s.counts[rows] if pen else None, seen=s.seen[rows] if pen else None,
-                            bias=s.bias[rows] if s.uses_bias(slots) else None,
-                            banned=self.banned(reqs, rows, offset))
-            if pen:
-                s.record(rows, tokens)
+            adjusted, batch = self.adjusted(reqs, logits, offset)
+            tokens = sample(adjusted, batch, self.noise(reqs))
+        return self._picked(reqs, logits, tokens, batch)
+
+    def _picked(self, reqs: Sequence[Request], logits: Tensor, tokens: Tensor,
+                batch: SamplingBatch) -> list[tuple[Request, list[int], Optional[list]]]:
+        """Record the tokens [B] picked from logits [B, V] (penalty counts) and
+        hand them out with their logprobs where asked."""
+        with torch.inference_mode():
+            if batch.use_penalties:
+                self.sampling.record(self._tensor([r.slot for r in reqs]), tokens)
             want = [r.params.logprobs for r in reqs]
             lps = None
             if any(w is not None for w in want):

@@ -1,9 +1,10 @@
-"""Sampling: parameters (params.py), batched per-row sampling (ops.py) and
-the per-slot state the engine keeps for it (slots.py)."""
+"""Sampling: parameters (params.py), batched per-row sampling (ops.py), the
+per-slot state the engine keeps for it (slots.py) and speculative sampling's
+acceptance rule (acceptance.py)."""
 
-from .ops import (SamplingBatch, apply_penalties, logits_to_probs, min_p_mask, sample, token_logprobs,
+from .ops import (SamplingBatch, adjust, apply_penalties, logits_to_probs, min_p_mask, sample, token_logprobs,
                   top_k_mask, top_p_mask)
 from .params import MAX_LOGPROBS, SamplingParams, draw_noise, make_generator
 
 __all__ = ["SamplingParams", "SamplingBatch", "MAX_LOGPROBS", "make_generator", "draw_noise", "sample",
-           "logits_to_probs", "apply_penalties", "top_k_mask", "top_p_mask", "min_p_mask", "token_logprobs"]
+           "logits_to_probs", "adjust", "apply_penalties", "top_k_mask", "top_p_mask", "min_p_mask", "token_logprobs"]

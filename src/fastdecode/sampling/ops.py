@@ -124,14 +124,12 @@ def logits_to_probs(logits: Tensor, batch: SamplingBatch) -> Tensor:
     return probs / probs.sum(dim=-1, keepdim=True)
 
 
-def sample(logits: Tensor, batch: SamplingBatch, noise: Optional[Tensor] = None,
-           counts: Optional[Tensor] = None, seen: Optional[Tensor] = None,
+def adjust(logits: Tensor, batch: SamplingBatch, counts: Optional[Tensor] = None, seen: Optional[Tensor] = None,
            bias: Optional[Tensor] = None, banned: Optional[Tensor] = None) -> Tensor:
-    """Pick one token per row. logits: [B, V]; noise: [B, V] Exponential(1)
-    (any positive values on greedy rows; may be None when all rows are greedy);
+    """The logits a row is sampled from, before temperature: [B, V] float32.
     counts/seen: penalty state (None skips penalties); bias: [B, V] added to the
     logits; banned: [B, V] bool, tokens that may not be picked now (EOS before
-    min_new_tokens). Returns [B] int64."""
+    min_new_tokens)."""
     logits = logits.float()
     if counts is not None and batch.use_penalties:
         logits = apply_penalties(logits, batch, counts, seen)
@@ -139,6 +137,16 @@ def sample(logits: Tensor, batch: SamplingBatch, noise: Optional[Tensor] = None,
         logits = logits + bias
     if banned is not None:
         logits = logits.masked_fill(banned, -math.inf)
+    return logits
+
+
+def sample(logits: Tensor, batch: SamplingBatch, noise: Optional[Tensor] = None,
+           counts: Optional[Tensor] = None, seen: Optional[Tensor] = None,
+           bias: Optional[Tensor] = None, banned: Optional[Tensor] = None) -> Tensor:
+    """Pick one token per row. logits: [B, V]; noise: [B, V] Exponential(1)
+    (any positive values on greedy rows; may be None when all rows are greedy);
+    the other arguments as `adjust`'s. Returns [B] int64."""
+    logits = adjust(logits, batch, counts, seen, bias, banned)
     best = logits.argmax(dim=-1)
     if batch.all_greedy:
         return best

@@ -32,8 +32,9 @@ class _ServerKeys:
         "most prompt tokens prefilled per engine step, so a long prompt stalls running streams by one "
         "chunk per step, not by its whole length."))
     speculative: str = field(default="none", metadata=_help(
-        "none or prompt-lookup: drafts from n-grams of each request's prompt and output, verified by the "
-        "model (the same tokens, fewer forwards on text that repeats its input)."))
+        "none, prompt-lookup (drafts from n-grams of each request's prompt and output) or draft:MODEL "
+        "(drafts from a smaller model with the same vocabulary); drafts are verified by the model, so "
+        "the output is its own, with fewer forwards when drafts are good."))
     host: str = field(default="127.0.0.1", metadata=_help(
         "address to listen on; 0.0.0.0 opens the server to the network (set api_key then)."))
     port: int = field(default=8000, metadata=_help("TCP port to listen on (0 picks a free one)."))

@@ -1,0 +1,96 @@
+"""A draft model for speculative decoding (`speculative="draft:<model>"`).
+
+The draft is a second, smaller model with the target's vocabulary. It has a
+KV cache of its own with the same slots, so a request's rows line up in both:
+the target's prefill chunks are fed to the draft in the same step, and before
+each verify the draft catches up with the tokens it has not seen (the newest
+token, and the last draft when all were accepted) and proposes k tokens, one
+forward each. Its drafts are drawn with the request's own sampling settings
+and generator (argmax for greedy requests), and their distributions q go to
+the verify step's acceptance rule (sampling/acceptance.py).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ..errors import FastDecodeError
+from ..sampling import logits_to_probs
+from .request import Request
+from .runner import Runner
+
+CATCH_UP = 64  # tokens a row may be behind before it catches up alone, chunk by chunk
+
+
+class DraftModel:
+    def __init__(self, name: str, runner: Runner, target_vocab_size: int):
+        if runner.V != target_vocab_size:
+            raise FastDecodeError(
+                f"its vocabulary has {runner.V} tokens but the target's has {target_vocab_size}; "
+                "a draft model must share the target's tokenizer")
+        self.name, self.runner = name, runner
+        self.max_seq_len = runner.max_seq_len
+
+    def prefill(self, reqs: Sequence[Request], tokens: list[list[int]], pos: list[list[int]]) -> None:
+        """Feed the prompt chunk the target has just taken."""
+        self.runner._step(tokens, pos, reqs)
+        for r, p in zip(reqs, pos):
+            r.spec.fed = p[-1] + 1
+
+    def propose(self, target: Runner, rows: Sequence[tuple[Request, int]]) -> list[list[int]]:
+        """k drafts for each (request, k), sampled as `target` would sample them;
+        sets each request's draft distributions (r.spec.q) for the verify step."""
+        reqs = [r for r, _ in rows]
+        logits = self._feed(reqs, [r.spec.seq[r.spec.fed:] for r in reqs])
+        drafts: list[list[int]] = [[] for _ in rows]
+        qs: list[list[Tensor]] = [[] for _ in rows]
+        active = list(range(len(rows)))
+        while True:
+            sub = [reqs[i] for i in active]
+            tokens, q = self._draw(target, sub, logits, offset=len(drafts[active[0]]))
+            for n, i in enumerate(active):
+                drafts[i].append(tokens[n])
+                if q is not None:
+                    qs[i].append(q[n])
+            active = [i for i in active if len(drafts[i]) < rows[i][1]]
+            if not active:
+                break
+            logits = self._feed([reqs[i] for i in active], [[drafts[i][-1]] for i in active])
+        for i, r in enumerate(reqs):
+            r.spec.q = torch.stack(qs[i]) if r.generator is not None else None  # [k, V]
+        return drafts
+
+    def _draw(self, target: Runner, reqs: Sequence[Request], logits: Tensor, offset: int):
+        """One draft per row of logits [B, V]: the argmax of the adjusted logits on
+        greedy rows, a draw from q elsewhere. Returns (tokens, q [B, V] or None)."""
+        adjusted, batch = target.adjusted(reqs, logits, offset)
+        best = adjusted.argmax(-1)
+        if batch.all_greedy:
+            return best.tolist(), None
+        q = logits_to_probs(adjusted, batch)
+        drawn = (q / target.noise(reqs)).argmax(-1)
+        return torch.where(batch.greedy, best, drawn).tolist(), q
+
+    def _feed(self, reqs: Sequence[Request], pending: list[list[int]]) -> Tensor:
+        """Feed each row's pending tokens at its next draft positions; logits [B, V]
+        at each row's last one. Rows are padded to one length by repeating their
+        last token: those positions lie past what the row holds and are
+        overwritten before they are read."""
+        for r, p in zip(reqs, pending):
+            while len(p) > CATCH_UP:  # far behind (e.g. after backing off): catch up alone
+                n = min(len(p) - 1, CATCH_UP)
+                self.runner._step([p[:n]], [list(range(r.spec.fed, r.spec.fed + n))], [r])
+                r.spec.fed += n
+                del p[:n]
+        T = max(len(p) for p in pending)
+        if len(reqs) > 1 and any(r.spec.fed + T > self.max_seq_len for r in reqs):
+            return torch.cat([self._feed([r], [p]) for r, p in zip(reqs, pending)])
+        tokens = [p + [p[-1]] * (T - len(p)) for p in pending]
+        logits = self.runner._step(tokens, [list(range(r.spec.fed, r.spec.fed + T)) for r in reqs], reqs,
+                                   at=[[len(p) - 1] for p in pending])
+        for r, p in zip(reqs, pending):
+            r.spec.fed += len(p)
+        return logits

@@ -1,0 +1,28 @@
+"""The acceptance rule of speculative sampling with a draft model.
+
+A draft token x was drawn from the draft's distribution q. It is kept with
+probability min(1, p(x) / q(x)), where p is the target's distribution at the
+same position; otherwise the token is drawn from max(p - q, 0), normalized.
+Either way the token that comes out is distributed exactly as p (Leviathan et
+al. 2023, Chen et al. 2023), whatever q is, provided x really came from q.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+
+def accept_or_resample(p: Tensor, q: Tensor, draft: Tensor, uniform: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+    """p, q: [B, V] target and draft probabilities; draft: [B] tokens drawn from q;
+    uniform: [B] U[0, 1) draws; noise: [B, V] Exponential(1) draws for the resample.
+    Returns (accepted [B] bool, token [B]): the draft where accepted, else the resample."""
+    px = p.gather(-1, draft[:, None])[:, 0]
+    qx = q.gather(-1, draft[:, None])[:, 0]
+    accepted = uniform * qx < px  # u < p/q without dividing; p(x) = 0 never accepts
+    residual = (p - q).clamp_min(0)
+    # Where p <= q everywhere, p == q and every draft is accepted; rounding can still
+    # reject, and then p itself is the right distribution to draw from.
+    residual = residual.where(residual.sum(-1, keepdim=True) > 0, p)
+    # argmax(w / E) with E ~ Exp(1) picks i with probability w_i / sum(w): no normalizing needed.
+    resampled = (residual / noise).argmax(-1)
+    return accepted, draft.where(accepted, resampled)
