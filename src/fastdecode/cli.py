@@ -73,8 +73,8 @@ class _RunKeys:
         "model has one (chat always does)."))
     system: Optional[str] = field(default=None, metadata=_help("system message for chat-template prompts."))
     tp: int = field(default=_LOAD_DEFAULTS["tp"], metadata=_help(
-        "tensor-parallel ranks (generate only): launch under torchrun --nproc-per-node N -m fastdecode.cli "
-        "generate tp=N ...; every rank runs the same requests and rank 0 prints."))
+        "tensor-parallel ranks (generate and serve): launch under torchrun --nproc-per-node N -m "
+        "fastdecode.cli generate|serve tp=N ...; rank 0 prints and serves, the other ranks run the same steps."))
 
 
 # Per-request fields of the Python API and the server, not command-line keys.

@@ -75,6 +75,10 @@ class Engine:
         self._wake = threading.Condition(threading.Lock())
         self._thread: Optional[threading.Thread] = None
         self._ids = itertools.count()
+        self._uids = itertools.count()
+        # parallel.lockstep.StepSync while tensor-parallel ranks serve in lockstep: rank 0
+        # broadcasts each step's new and cancelled requests, the other ranks follow().
+        self.sync = None
         # Draws the seed of a request that brings none; None: a fresh one each (see
         # parallel.SharedSeeds: tensor-parallel ranks must draw the same).
         self.seed_unseeded: Optional[Callable[[], int]] = None
@@ -111,20 +115,25 @@ class Engine:
             loaded = f"draft:{self.runner.draft.name}" if self.runner.draft is not None else "none"
             raise FastDecodeError(f"speculative={mode!r} needs that draft model loaded with the target: "
                                   f"load(..., speculative={mode!r}); this model was loaded with {loaded!r}")
-        eos = frozenset() if config.ignore_eos else (
-            config.eos_token_ids if config.eos_token_ids is not None else self.tokenizer.eos_ids)
         if params.seed is None and self.seed_unseeded is not None:
             params = dataclasses.replace(params, seed=self.seed_unseeded())
         outputs: deque = deque()
-        rid = request_id or f"req-{next(self._ids)}"
-        req = Request(rid, prompt, params, config, eos, self.tokenizer, self.model.device,
-                      sink or outputs.append, speculative=mode)
+        req = self._request(next(self._uids), request_id or f"req-{next(self._ids)}", prompt, params, config,
+                            mode, sink or outputs.append)
         req.outputs = outputs
         # Not under the step lock: a submitter (the server's event loop) never waits for a step.
         self._inbox.append(req)
         if self.closed:  # closed while this was submitted: abort it rather than leave it waiting
             self._abort_all()
         self._notify()
+        return req
+
+    def _request(self, uid: int, rid: str, prompt: list[int], params: SamplingParams, config: GenerationConfig,
+                 mode: str, sink: Callable[[RequestOutput], None]) -> Request:
+        eos = frozenset() if config.ignore_eos else (
+            config.eos_token_ids if config.eos_token_ids is not None else self.tokenizer.eos_ids)
+        req = Request(rid, prompt, params, config, eos, self.tokenizer, self.model.device, sink, speculative=mode)
+        req.uid = uid
         return req
 
     def cancel(self, request: Request) -> None:
@@ -146,18 +155,30 @@ class Engine:
         """Requests waiting for a slot."""
         return len(self.scheduler.waiting) + len(self._inbox)
 
-    def _reap(self) -> None:
-        """Free the slots of cancelled requests (at the start of each step)."""
+    def _reap(self, uids: Optional[set[int]] = None) -> None:
+        """Free the slots of cancelled requests (at the start of each step); in
+        lockstep, of exactly those rank 0 announced (`uids`)."""
         for r in [*self.scheduler.waiting, *self.scheduler.active]:
-            if r.cancelled and not r.finished:
+            if (r.cancelled if uids is None else r.uid in uids) and not r.finished:
                 self._finish(r, "abort", "")
 
     def step(self) -> None:
         """Run one step: cancellations, admissions, a decode step and a prefill chunk."""
         with self._lock:
+            new = []
             while self._inbox:
-                self.scheduler.add(self._inbox.popleft())
-            self._reap()
+                new.append(self._inbox.popleft())
+            cancelled = None
+            if self.sync is not None:
+                if self.sync.stopped:
+                    return
+                new, cancelled = self._lockstep(new)
+                if self.sync.stopped:  # rank 0 has aborted its requests: so do the others, with no step
+                    self._abort_all()
+                    return
+            for r in new:
+                self.scheduler.add(r)
+            self._reap(cancelled)
             plan = self.scheduler.schedule()
             if plan.empty:
                 return
@@ -177,6 +198,29 @@ class Engine:
             now = time.perf_counter()
             for r, ids, lps in results:
                 self._advance(r, ids, lps, now)
+
+    def _lockstep(self, new: list[Request]) -> tuple[list[Request], set[int]]:
+        """Rank 0: broadcast this step's new and cancelled requests. Other ranks:
+        receive them and make the same requests (their outputs go nowhere)."""
+        from ..parallel.lockstep import StepNews
+
+        if self.sync.leader:
+            live = [*self.scheduler.waiting, *self.scheduler.active]
+            news = StepNews([(r.uid, r.prompt, r.params, r.config, r.speculative) for r in new],
+                            [r.uid for r in live if r.cancelled and not r.finished], stop=self.closed)
+            self.sync.exchange(news)
+            return new, set(news.cancelled)
+        news = self.sync.exchange(None)
+        if news.stop:
+            self.closed = True
+        new = [self._request(uid, f"req-{uid}", prompt, params, config, mode, lambda out: None)
+               for uid, prompt, params, config, mode in news.new]
+        return new, set(news.cancelled)
+
+    def follow(self) -> None:
+        """Run rank 0's steps until it stops (a tensor-parallel rank other than 0 of a server)."""
+        while not self.sync.stopped:
+            self.step()
 
     def _advance(self, r: Request, ids: list[int], lps: Optional[list[TokenLogprob]], now: float) -> None:
         """Take a request's new tokens: stopping, text, and its output."""
@@ -255,10 +299,12 @@ class Engine:
     def run_loop(self) -> None:
         """Run steps in the calling thread whenever there is work, until close()."""
         self._thread = threading.current_thread()
+        heartbeat = self.sync.heartbeat_s if self.sync is not None else None
         while not self.closed:
             with self._wake:
                 while not self.closed and not self.has_work():
-                    self._wake.wait()
+                    if not self._wake.wait(heartbeat):
+                        break  # in lockstep: an empty step keeps the other ranks' collective alive
             if self.closed:
                 break
             try:
@@ -277,6 +323,10 @@ class Engine:
         """Cancel everything and stop the loop; later submissions are refused."""
         self.closed = True
         self._abort_all()
+        if self.sync is not None and self.sync.leader:
+            with self._lock:
+                if not self.sync.stopped:
+                    self.step()  # tells the other ranks to stop (closed: the news says so)
         self._notify()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)

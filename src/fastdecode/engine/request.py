@@ -118,6 +118,8 @@ class Request:
                  eos_ids: frozenset[int], tokenizer: Tokenizer, device: torch.device,
                  sink: Callable[[RequestOutput], None], speculative: str = "none"):
         self.id, self.prompt, self.params, self.config = request_id, prompt, params, config
+        self.uid = 0  # the engine's number for it, the same on every tensor-parallel rank
+        self.speculative = speculative
         self.eos_ids = eos_ids
         self.sink = sink
         self.generator = None if params.greedy else make_generator(params, device)

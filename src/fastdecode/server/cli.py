@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import signal
 import socket
 import sys
 import threading
@@ -43,6 +44,12 @@ def main(argv: list[str]) -> int:
         print(USAGE + describe_settings(ServeSettings))
         return 0
     s = load_settings(ServeSettings, overrides, config)
+    if s.tp != 1:
+        from ..parallel.launch import join_torchrun
+
+        if join_torchrun(s.tp, s.device, "serve") != 0:
+            _setup_logging(s.log_level)
+            return _follow(s)  # ranks other than 0 run rank 0's steps; only rank 0 listens
     _setup_logging(s.log_level)
     if not is_loopback(s.host) and s.api_key is None:
         print(f"fastdecode: warning: host={s.host} without api_key: anyone who can reach this machine can use "
@@ -117,16 +124,10 @@ def _setup_logging(level: str) -> None:
 def _load(state: Any, server: Any, loop: asyncio.AbstractEventLoop) -> None:
     """Load the model, then run the engine's loop, in this thread (the event loop keeps
     answering /health with 503 while it loads)."""
-    from ..llm import load
-
     s = state.settings
     t0 = time.perf_counter()
     try:
-        llm = load(s.model, device=s.device, dtype=s.dtype, compile=s.compile, compiled=s.compiled,
-                   max_seq_len=s.max_seq_len, max_batch_size=s.max_batch_size, cache=s.cache, weights=s.weights,
-                   prefill_chunk=s.prefill_chunk, speculative=s.speculative)
-        # One token now, so compiling and kernel warm-up happen before /health says ok.
-        llm.generate([[0]], max_new_tokens=1, temperature=0)
+        llm = _load_model(s)
     except BaseException as e:  # noqa: BLE001 - reported by main() once the server has stopped
         state.load_error = e
         loop.call_soon_threadsafe(server.stop_now)
@@ -137,6 +138,34 @@ def _load(state: Any, server: Any, loop: asyncio.AbstractEventLoop) -> None:
     # The thread that loaded the model steps it too: stepping from another thread ran
     # 2-4x slower on small CPUs (see fastdecode.engine.engine).
     llm.engine.run_loop()
+
+
+def _load_model(s: Any) -> Any:
+    from ..llm import load
+
+    llm = load(s.model, device=s.device, dtype=s.dtype, compile=s.compile, compiled=s.compiled,
+               max_seq_len=s.max_seq_len, max_batch_size=s.max_batch_size, cache=s.cache, weights=s.weights,
+               prefill_chunk=s.prefill_chunk, speculative=s.speculative, tp=s.tp)
+    # One token now, so compiling and kernel warm-up happen before /health says ok.
+    llm.generate([[0]], max_new_tokens=1, temperature=0)
+    if s.tp != 1:
+        import torch.distributed as dist
+
+        from ..parallel.lockstep import StepSync
+
+        llm.engine.sync = StepSync(dist.group.WORLD)
+    return llm
+
+
+def _follow(s: Any) -> int:
+    """A tensor-parallel rank other than 0: load the same shard set-up, then run
+    rank 0's engine steps until it stops. torchrun passes a SIGTERM to every
+    rank; this one leaves when rank 0, draining, tells it to (or is gone)."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    llm = _load_model(s)
+    llm.engine.follow()
+    return 0
 
 
 class _Server:
