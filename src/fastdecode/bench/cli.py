@@ -32,6 +32,12 @@ def main(argv: list[str]) -> int:
             return 0
         settings = load_settings(BenchSettings, overrides, config)
         device = resolve_device(settings.device)  # a bad device fails the run, not every row
+        if settings.tp != 1:
+            from ..parallel.launch import join_torchrun
+
+            if join_torchrun(settings.tp, settings.device, "bench") != 0:
+                run_bench(settings, lambda row: None)  # the same rows in lockstep; rank 0 reports
+                return 0
     except FastDecodeError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

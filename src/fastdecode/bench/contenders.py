@@ -89,7 +89,7 @@ class EngineContender(Contender):
         t0 = time.perf_counter()
         kwargs = {"weights": s.weights, **MODES[mode]}
         self.llm = fastdecode.load(s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size,
-                                   max_seq_len=s.max_seq_len, **kwargs)
+                                   max_seq_len=s.max_seq_len, tp=s.tp, **kwargs)
         if mode == "package":
             self.load_compile_s = self._use_package(s)
         self.load_s = time.perf_counter() - t0

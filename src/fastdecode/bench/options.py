@@ -46,6 +46,9 @@ class BenchSettings(ModelKeys):
     probe_mib: int = field(default=256, metadata={"help": "size of the memory-bandwidth probe buffer in MiB"})
     threads: Optional[int] = field(default=None, metadata={
         "help": "CPU threads for torch and llama.cpp; none keeps torch's default"})
+    tp: int = field(default=1, metadata={
+        "help": "tensor-parallel ranks for fastdecode's modes: launch under torchrun --nproc-per-node N -m "
+                "fastdecode.cli bench tp=N ...; rank 0 writes the results (peers are skipped: one process each)"})
     out: str = field(default="bench-results", metadata={"help": "results folder (JSON and PNG plots)"})
     plots: bool = field(default=True, metadata={"help": "write PNG plots (needs matplotlib)"})
 
@@ -65,9 +68,11 @@ class BenchSettings(ModelKeys):
             raise FastDecodeError(f"probe_mib={self.probe_mib} is out of range; accepted: an integer >= 1")
         if self.threads is not None and self.threads < 1:
             raise FastDecodeError(f"threads={self.threads} is out of range; accepted: an integer >= 1 or none")
+        from ..parallel.comm import check_tp
         from ..quant import check_weights
 
         check_weights(self.weights)
+        check_tp(self.tp)
         if not self.modes and not self.peers:
             raise FastDecodeError("modes and peers are both empty; name at least one of: "
                                   + ", ".join(list(MODES) + list(PEERS)))

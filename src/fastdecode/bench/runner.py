@@ -25,8 +25,9 @@ class RowLog:
     """One line per finished row on stderr; on a terminal a live bar counts the
     calls of the row in progress (the first call can be a long compile)."""
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.done, self.stream = total, 0, stream
+    def __init__(self, total: int, stream=None):
+        # sys.stderr at construction, not import: a tensor-parallel rank > 0 has filtered it by then.
+        self.total, self.done, self.stream = total, 0, stream or sys.stderr
 
     def start(self, label: str) -> None:
         self.done += 1
@@ -62,7 +63,12 @@ def build(kind: str, name: str, s: BenchSettings, shared: dict[str, Any]) -> Con
     if kind == "mode":
         if name not in MODES:
             raise FastDecodeError(f"unknown mode {name!r}; accepted: {', '.join(MODES)}")
+        if name == "package" and s.tp != 1:
+            raise FastDecodeError(f"the package mode runs an exported step, which holds no collectives; with "
+                                  f"tp={s.tp} measure the other modes")
         return EngineContender(name, s)
+    if s.tp != 1:
+        raise PeerSkipped(f"peers run in one process; tp={s.tp} measures fastdecode's modes only")
     return make_peer(name, s, shared)
 
 
