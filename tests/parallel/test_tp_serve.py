@@ -39,11 +39,13 @@ def server(tmp_path_factory):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FASTDECODE_NO_PACKAGE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                              "-m", "fastdecode.cli", "serve", "model=tiny", "tp=2", f"port={port}",
-                             "max_batch_size=3"], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+                             "max_batch_size=3"], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                            start_new_session=True)  # its own process group: teardown kills the ranks too
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        assert proc.poll() is None, log_path.read_text(errors="replace")
+        if proc.poll() is not None:
+            pytest.fail("tp=2 server exited:\n" + log_path.read_text(errors="replace"))
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
                 break
@@ -51,11 +53,13 @@ def server(tmp_path_factory):
             pass
         time.sleep(0.2)
     else:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         pytest.fail("tp=2 server not ready:\n" + log_path.read_text(errors="replace"))
     yield proc, url, log_path
-    if proc.poll() is None:
-        proc.kill()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks, whatever the tests left
+    except ProcessLookupError:
+        pass
     log.close()
 
 
