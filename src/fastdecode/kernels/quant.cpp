@@ -91,15 +91,19 @@ void run(const Act& a, const at::Tensor& w, const at::Tensor& d, const at::Tenso
   const int64_t ws = w.size(1);
   const bool vnni = active_isa() == kVnni;
   // Tiles of RT weight rows, in chunks of at least 64 rows: that splits even
-  // the 192-row k/v projections across two cores. With one or two activation
-  // rows the VNNI path takes 8 weight rows at a time, for more independent
+  // the 192-row k/v projections across two cores. With two activation rows
+  // (q4) the VNNI path takes 8 weight rows at a time, for more independent
   // accumulators (and activation loads shared by more rows).
   auto split = [&](int64_t rt, auto&& f) {
     at::parallel_for(0, (N + rt - 1) / rt, 64 / rt, [&](int64_t t0, int64_t t1) {
       f(t0 * rt, std::min(N, t1 * rt));
     });
   };
-  if (vnni && Q4 && M <= 2)
+  // One activation row (batch-1 decode) streams the weights best on 256-bit
+  // tiles; their float operations are the 512-bit tiles' (the same results).
+  if (vnni && M == 1)
+    split(4, [&](int64_t n0, int64_t n1) { fd_vnni::rows<Q4, S, 4, 1, false>(wp, ws, dp, mp, nb, n0, n1, xq, xd, xs, M, K, yp, N); });
+  else if (vnni && Q4 && M <= 2)
     split(8, [&](int64_t n0, int64_t n1) { fd_vnni::rows<Q4, S, 8, 2>(wp, ws, dp, mp, nb, n0, n1, xq, xd, xs, M, K, yp, N); });
   else if (vnni)
     split(4, [&](int64_t n0, int64_t n1) { fd_vnni::rows<Q4, S, 4, 8>(wp, ws, dp, mp, nb, n0, n1, xq, xd, xs, M, K, yp, N); });

@@ -231,21 +231,21 @@ static void tile512(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64
 // Rows [n0, n1) of y = x w^T for all M activation rows.
 // The tile for R weight rows and c (1..CT) activation rows: 512-bit on the
 // VNNI path for an even R, else 256-bit.
-template <bool Q4, typename S, int R, int CT>
+template <bool Q4, typename S, int R, int CT, bool Wide>
 static inline void tiles(int c, const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t nb,
                          const int8_t* xq, const float* xd, const float* xs, int64_t K, float* y, int64_t ldy) {
   if constexpr (CT > 1) {
-    if (c < CT) return tiles<Q4, S, R, CT - 1>(c, w, ws, d, mn, nb, xq, xd, xs, K, y, ldy);
+    if (c < CT) return tiles<Q4, S, R, CT - 1, Wide>(c, w, ws, d, mn, nb, xq, xd, xs, K, y, ldy);
   }
 #if FD_VNNI
-  if constexpr (R % 2 == 0) return tile512<Q4, S, R, CT>(w, ws, d, mn, nb, xq, xd, xs, K, y, ldy);
+  if constexpr (Wide && R % 2 == 0) return tile512<Q4, S, R, CT>(w, ws, d, mn, nb, xq, xd, xs, K, y, ldy);
 #endif
   tile<Q4, S, R, CT>(w, ws, d, mn, nb, xq, xd, xs, K, y, ldy);
 }
 
 // Rows [n0, n1) of y = x w^T for all M activation rows, in tiles of RT weight
 // rows (the last few two or one at a time) x up to CT activation rows.
-template <bool Q4, typename S, int RT, int CT>
+template <bool Q4, typename S, int RT, int CT, bool Wide = true>
 static void rows(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t nb, int64_t n0, int64_t n1,
                  const int8_t* xq, const float* xd, const float* xs, int64_t M, int64_t K, float* y, int64_t N) {
   constexpr int64_t kAhead = 32;  // rows
@@ -276,9 +276,9 @@ static void rows(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t 
         const float* xdr = xd + m * nb;
         const float* xsr = xs + m * nb;
         float* yr = y + m * N + n;
-        if (r == RT) tiles<Q4, S, RT, CT>(c, wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
-        else if (r == 2) tiles<Q4, S, 2, CT>(c, wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
-        else tiles<Q4, S, 1, CT>(c, wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
+        if (r == RT) tiles<Q4, S, RT, CT, Wide>(c, wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
+        else if (r == 2) tiles<Q4, S, 2, CT, Wide>(c, wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
+        else tiles<Q4, S, 1, CT, Wide>(c, wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
         m += c;
       }
       n += r;
