@@ -1,3 +1,5 @@
+# Run once, at 17:24 on 2026-11-30: step times of three builds in turn (old = /work/main at c4294df,
+# new = this branch before and after the M = 1 change, which FD_M1_256 then switched on).
 cd /work/kernel-wt
 uptime
 for round in 1 2 3; do
