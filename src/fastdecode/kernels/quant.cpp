@@ -7,8 +7,9 @@
 // Activations are quantized once per call to int8 blocks of 32 (one scale per
 // block), as llama.cpp does, so the inner loop is an int8 dot product.
 //
-// Two instruction sets share one body (quant_kernel.h): AVX2 (maddubs) and
-// AVX-512 VNNI on 256-bit registers (dpbusd). Chosen at run time from what the
+// Two instruction sets share one body (quant_kernel.h): AVX2 (maddubs, 256-bit
+// tiles) and AVX-512 VNNI (dpbusd, 512-bit tiles holding two weight rows per
+// register), with the same float operations in the same order. Chosen at run time from what the
 // CPU reports; fastdecode_set_isa() forces one (tests run both).
 #include <torch/library.h>
 #include <torch/csrc/inductor/aoti_torch/utils.h>
@@ -89,15 +90,25 @@ void run(const Act& a, const at::Tensor& w, const at::Tensor& d, const at::Tenso
   float* yp = y.data_ptr<float>();
   const int64_t ws = w.size(1);
   const bool vnni = active_isa() == kVnni;
-  // Tiles of 4 weight rows; a grain of 16 tiles splits even the 192-row k/v
-  // projections across two cores.
-  at::parallel_for(0, (N + 3) / 4, 16, [&](int64_t t0, int64_t t1) {
-    const int64_t n0 = t0 * 4, n1 = std::min(N, t1 * 4);
-    if (vnni)
-      fd_vnni::rows<Q4, S, 4>(wp, ws, dp, mp, nb, n0, n1, xq, xd, xs, M, K, yp, N);
-    else
-      fd_avx2::rows<Q4, S, 2>(wp, ws, dp, mp, nb, n0, n1, xq, xd, xs, M, K, yp, N);
-  });
+  // Tiles of RT weight rows, in chunks of at least 64 rows: that splits even
+  // the 192-row k/v projections across two cores. With two activation rows
+  // (q4) the VNNI path takes 8 weight rows at a time, for more independent
+  // accumulators (and activation loads shared by more rows).
+  auto split = [&](int64_t rt, auto&& f) {
+    at::parallel_for(0, (N + rt - 1) / rt, 64 / rt, [&](int64_t t0, int64_t t1) {
+      f(t0 * rt, std::min(N, t1 * rt));
+    });
+  };
+  // One activation row (batch-1 decode) streams the weights best on 256-bit
+  // tiles; their float operations are the 512-bit tiles' (the same results).
+  if (vnni && M == 1)
+    split(4, [&](int64_t n0, int64_t n1) { fd_vnni::rows<Q4, S, 4, 1, false>(wp, ws, dp, mp, nb, n0, n1, xq, xd, xs, M, K, yp, N); });
+  else if (vnni && Q4 && M <= 2)
+    split(8, [&](int64_t n0, int64_t n1) { fd_vnni::rows<Q4, S, 8, 2>(wp, ws, dp, mp, nb, n0, n1, xq, xd, xs, M, K, yp, N); });
+  else if (vnni)
+    split(4, [&](int64_t n0, int64_t n1) { fd_vnni::rows<Q4, S, 4, 8>(wp, ws, dp, mp, nb, n0, n1, xq, xd, xs, M, K, yp, N); });
+  else
+    split(4, [&](int64_t n0, int64_t n1) { fd_avx2::rows<Q4, S, 4, 2>(wp, ws, dp, mp, nb, n0, n1, xq, xd, xs, M, K, yp, N); });
 }
 
 void check(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn, bool q4) {

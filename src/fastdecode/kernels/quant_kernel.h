@@ -1,11 +1,11 @@
 // Block-quantized matmul body, included once per instruction set by quant.cpp
 // inside a `#pragma GCC target` region (FD_VNNI selects the int8 dot product).
 //
-// y[m, n] = sum_b (wd[n, b] * xd[m, b]) * isum(n, m, b)  [+ sum_b wm[n, b] * xs[m, b] for q4]
-// where isum is the exact int32 dot product of block b (32 values) of weight
-// row n and activation row m. Every (m, n) runs the same float operations in
-// the same order whatever the tile shape, so a row's result does not depend
-// on M, and the AVX2 and VNNI paths and the PyTorch twin in
+// y[m, n] = hsum_j sum_b isum_j(n, m, b) * (wd[n, b] * xd[m, b])  [+ sum_b wm[n, b] * xs[m, b] for q4]
+// where isum_j is the exact int32 dot product of values 4j..4j+3 of block b
+// (32 values) of weight row n and activation row m, j = 0..7 (one lane each).
+// Every (m, n) runs the same float operations in the same order whatever the
+// tile shape, so a row's result does not depend on M, and the AVX2 and VNNI paths and the PyTorch twin in
 // quant/reference.py give bit-identical results.
 
 #include "simd.h"
@@ -42,19 +42,6 @@ static inline __m256i dot_s8s8(__m256i w, __m256i x) {
   return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
-// Eight blocks' int32 lane vectors -> their eight exact block sums, block i in lane i.
-static inline __m256i block_sums(const __m256i* s) {
-  const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
-  const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
-  return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
-static inline int32_t block_sum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_hadd_epi32(s, s);
-  return _mm_cvtsi128_si32(_mm_hadd_epi32(s, s));
-}
-
 template <typename S>
 static inline float scale_at(const S* p);
 template <>
@@ -82,14 +69,16 @@ static inline float min_term(const S* mn, const float* xs, int64_t nb) {
   return t;
 }
 
-// R weight rows x C activation rows. w points at row n's data (row stride ws
-// bytes), d/mn at its scales/mins (stride nb); x at row m (stride K).
+// R weight rows x C activation rows on 256-bit registers (the AVX2 path, and
+// the VNNI path's odd last weight row). w points at row n's data (row stride
+// ws bytes), d/mn at its scales/mins (stride nb); x at row m (stride K).
 //
-// Blocks go in groups of 8: their exact int32 sums land in one vector (block i
-// in lane i), which is scaled by w_scale * x_scale and added to the lanes'
-// float accumulator; the lanes are summed at the end, then the leftover
-// blocks one by one, then (q4) the minimum term. The PyTorch twin in
-// quant/reference.py repeats this order.
+// Each block's integer dot product stays in its 8 int32 lanes (lane j: values
+// 4j..4j+3, exact), is converted to float, multiplied by w_scale * x_scale
+// (one float product) and added to the (n, m) lane accumulator; blocks go in
+// order. The lanes are summed once at the end (hsum), then (q4) the minimum
+// term is added. The 512-bit tile below and the PyTorch twin in
+// quant/reference.py repeat these operations exactly.
 template <bool Q4, typename S, int R, int C>
 static void tile(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t nb,
                  const int8_t* xq, const float* xd, const float* xs, int64_t K,
@@ -97,57 +86,175 @@ static void tile(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t 
   __m256 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  const int64_t full = nb / 8 * 8;
-  for (int64_t b0 = 0; b0 < full; b0 += 8) {
+  float sc[R][C][8];  // w_scale * x_scale of blocks b & ~7 .. + 7
+  for (int64_t b = 0; b < nb; ++b) {
+    if (b % 8 == 0) {
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) {
+          if (b + 8 <= nb) _mm256_storeu_ps(sc[r][c], _mm256_mul_ps(scales8<S>(d + r * nb + b), _mm256_loadu_ps(xd + c * nb + b)));
+          else for (int64_t j = b; j < nb; ++j) sc[r][c][j - b] = scale_at<S>(d + r * nb + j) * xd[c * nb + j];
+        }
+    }
+    __m256i wv[R];
     for (int r = 0; r < R; ++r) {
       const uint8_t* wr = w + r * ws;
-      __m256i wv[8];
-      if (Q4) {
-        for (int i = 0; i < 4; ++i) {
-          const __m256i v = load32(wr + (b0 + 2 * i) * 16);
-          wv[2 * i] = q4_low(v);
-          wv[2 * i + 1] = q4_high(v);
-        }
-      } else {
-        for (int i = 0; i < 8; ++i) wv[i] = load32(wr + (b0 + i) * 32);
-      }
-      const __m256 dw = scales8<S>(d + r * nb + b0);
-      for (int c = 0; c < C; ++c) {
-        const int8_t* xc = xq + c * K + b0 * 32;
-        __m256i sv[8];
-        for (int i = 0; i < 8; ++i) sv[i] = Q4 ? dot_u8s8(wv[i], load32(xc + 32 * i)) : dot_s8s8(wv[i], load32(xc + 32 * i));
-        const __m256 scale = _mm256_mul_ps(dw, _mm256_loadu_ps(xd + c * nb + b0));
-        acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(block_sums(sv)), scale));
+      wv[r] = Q4 ? q4_block(wr, b, nb) : load32(wr + b * 32);
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256i xv = load32(xq + c * K + b * 32);
+      for (int r = 0; r < R; ++r) {
+        const __m256i p = Q4 ? dot_u8s8(wv[r], xv) : dot_s8s8(wv[r], xv);
+        const __m256 scale = _mm256_broadcast_ss(&sc[r][c][b % 8]);
+        acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(p), scale));
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    const uint8_t* wr = w + r * ws;
+  for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
       float s = hsum(acc[r][c]);
-      for (int64_t b = full; b < nb; ++b) {
-        const __m256i xv = load32(xq + c * K + b * 32);
-        const int32_t isum = Q4 ? block_sum(dot_u8s8(q4_block(wr, b, nb), xv)) : block_sum(dot_s8s8(load32(wr + b * 32), xv));
-        s = s + static_cast<float>(isum) * (scale_at<S>(d + r * nb + b) * xd[c * nb + b]);
-      }
       if (Q4) s = s + min_term<S>(mn + r * nb, xs + c * nb, nb);  // block minimum x activation block sum
       y[c * ldy + r] = s;
     }
-  }
 }
 
+#if FD_VNNI
+// Weight rows r and r + 1 of block b side by side: [row r | row r + 1], 32 bytes each.
+static inline __m512i pair512(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+static inline __m256 half256(__m512 v, int h) {
+  return h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)) : _mm512_castps512_ps256(v);
+}
+
+// n (1..16) scales as floats, the rest of the register zero.
+template <typename S>
+static inline __m512 scales16(const S* p, int64_t n);
+template <>
+inline __m512 scales16<float>(const float* p, int64_t n) {
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+}
+template <>
+inline __m512 scales16<uint16_t>(const uint16_t* p, int64_t n) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1), p));
+}
+
+// permutex2var indices: lane j of the first register in the low 8 lanes, of the second in the high 8.
+static inline __m512i spread_idx(int64_t j) {
+  return _mm512_add_epi32(_mm512_set1_epi32(static_cast<int>(j)),
+                          _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16));
+}
+
+// The 512-bit VNNI tile: R (even) weight rows x C activation rows, two weight
+// rows per register (rows r and r + 1 in the low and high 256 bits), so every
+// 8-lane half does exactly what the 256-bit tile does for its row.
+template <bool Q4, typename S, int R, int C>
+static void tile512(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t nb,
+                    const int8_t* xq, const float* xd, const float* xs, int64_t K,
+                    float* y, int64_t ldy) {
+  constexpr int P = R / 2;
+  __m512 acc[P][C];
+  for (int p = 0; p < P; ++p)
+    for (int c = 0; c < C; ++c) acc[p][c] = _mm512_setzero_ps();
+  const __m512i nib = _mm512_set1_epi8(0x0F);
+  __m512 dwv[P][2];  // the scales of rows 2p and 2p + 1 for the 16 blocks from g0
+  for (int64_t b0 = 0; b0 < nb; b0 += 2) {
+    const int nbk = b0 + 2 <= nb ? 2 : 1;
+    if (b0 % 16 == 0) {
+      const int64_t g = std::min<int64_t>(16, nb - b0);
+      for (int p = 0; p < P; ++p)
+        for (int h = 0; h < 2; ++h) dwv[p][h] = scales16<S>(d + (2 * p + h) * nb + b0, g);
+    }
+    __m512i wv[P][2];
+    __m512 dw[P][2];
+    for (int p = 0; p < P; ++p) {
+      const uint8_t* w0 = w + (2 * p) * ws;
+      const uint8_t* w1 = w0 + ws;
+      if (Q4) {
+        if (nbk == 2) {
+          const __m512i v = pair512(load32(w0 + b0 * 16), load32(w1 + b0 * 16));
+          wv[p][0] = _mm512_and_si512(v, nib);
+          wv[p][1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+        } else {
+          wv[p][0] = pair512(q4_block(w0, b0, nb), q4_block(w1, b0, nb));
+        }
+      } else {
+        // signed weights as unsigned w + 128 for dpbusd; the 128 * sum(x) it adds is taken off below
+        const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+        for (int k = 0; k < nbk; ++k)
+          wv[p][k] = _mm512_xor_si512(pair512(load32(w0 + (b0 + k) * 32), load32(w1 + (b0 + k) * 32)), flip);
+      }
+      for (int k = 0; k < nbk; ++k) dw[p][k] = _mm512_permutex2var_ps(dwv[p][0], spread_idx(b0 % 16 + k), dwv[p][1]);
+    }
+    for (int k = 0; k < nbk; ++k) {
+      for (int c = 0; c < C; ++c) {
+        const __m512i xv = _mm512_broadcast_i64x4(load32(xq + c * K + (b0 + k) * 32));
+        __m512i base = _mm512_setzero_si512();
+        if (!Q4) base = _mm512_sub_epi32(base, _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(static_cast<char>(0x80)), xv));
+        const __m512 dx = _mm512_set1_ps(xd[c * nb + b0 + k]);
+        for (int p = 0; p < P; ++p) {
+          const __m512i s = _mm512_dpbusd_epi32(base, wv[p][k], xv);
+          acc[p][c] = _mm512_add_ps(acc[p][c], _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw[p][k], dx)));
+        }
+      }
+    }
+  }
+  for (int p = 0; p < P; ++p) {
+    // q4: the minimum term of rows 2p and 2p + 1 in the two halves, as min_term sums it for one row
+    __m512 macc[C];
+    const int64_t full = nb / 8 * 8;
+    if (Q4) {
+      for (int c = 0; c < C; ++c) macc[c] = _mm512_setzero_ps();
+      for (int64_t b = 0; b < full; b += 8) {
+        const __m512 mv = _mm512_castpd_ps(_mm512_insertf64x4(
+            _mm512_castps_pd(_mm512_castps256_ps512(scales8<S>(mn + (2 * p) * nb + b))),
+            _mm256_castps_pd(scales8<S>(mn + (2 * p + 1) * nb + b)), 1));
+        for (int c = 0; c < C; ++c) {
+          const __m512 xv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(xs + c * nb + b))));
+          macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, xv));
+        }
+      }
+    }
+    for (int c = 0; c < C; ++c)
+      for (int h = 0; h < 2; ++h) {
+        const int r = 2 * p + h;
+        float s = hsum(half256(acc[p][c], h));
+        if (Q4) {  // block minimum x activation block sum
+          float t = hsum(half256(macc[c], h));
+          for (int64_t b = full; b < nb; ++b) t = t + scale_at<S>(mn + r * nb + b) * xs[c * nb + b];
+          s = s + t;
+        }
+        y[c * ldy + r] = s;
+      }
+  }
+}
+#endif
+
 // Rows [n0, n1) of y = x w^T for all M activation rows.
-template <bool Q4, typename S, int CT>
+// The tile for R weight rows and c (1..CT) activation rows: 512-bit on the
+// VNNI path for an even R, else 256-bit.
+template <bool Q4, typename S, int R, int CT, bool Wide>
+static inline void tiles(int c, const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t nb,
+                         const int8_t* xq, const float* xd, const float* xs, int64_t K, float* y, int64_t ldy) {
+  if constexpr (CT > 1) {
+    if (c < CT) return tiles<Q4, S, R, CT - 1, Wide>(c, w, ws, d, mn, nb, xq, xd, xs, K, y, ldy);
+  }
+#if FD_VNNI
+  if constexpr (Wide && R % 2 == 0) return tile512<Q4, S, R, CT>(w, ws, d, mn, nb, xq, xd, xs, K, y, ldy);
+#endif
+  tile<Q4, S, R, CT>(w, ws, d, mn, nb, xq, xd, xs, K, y, ldy);
+}
+
+// Rows [n0, n1) of y = x w^T for all M activation rows, in tiles of RT weight
+// rows (the last few two or one at a time) x up to CT activation rows.
+template <bool Q4, typename S, int RT, int CT, bool Wide = true>
 static void rows(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t nb, int64_t n0, int64_t n1,
                  const int8_t* xq, const float* xd, const float* xs, int64_t M, int64_t K, float* y, int64_t N) {
-  constexpr int RT = 4;
   constexpr int64_t kAhead = 32;  // rows
   // Activation rows in panels that stay in L2 while the weight rows stream past.
   constexpr int64_t kPanel = 64;
   for (int64_t m0 = 0; m0 < M; m0 += kPanel) {
     const int64_t m1 = std::min(M, m0 + kPanel);
     for (int64_t n = n0; n < n1;) {
-      const int r = n + RT <= n1 ? RT : 1;
+      const int r = n + RT <= n1 ? RT : n + 2 <= n1 ? 2 : 1;
       const uint8_t* wr = w + n * ws;
       const S* dr = d + n * nb;
       const S* mr = Q4 ? mn + n * nb : nullptr;
@@ -164,15 +271,14 @@ static void rows(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t 
         }
       }
       for (int64_t m = m0; m < m1;) {
-        const int c = m + CT <= m1 ? CT : 1;
+        const int c = static_cast<int>(std::min<int64_t>(CT, m1 - m));
         const int8_t* xr = xq + m * K;
         const float* xdr = xd + m * nb;
         const float* xsr = xs + m * nb;
         float* yr = y + m * N + n;
-        if (r == RT && c == CT) tile<Q4, S, RT, CT>(wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
-        else if (r == RT) tile<Q4, S, RT, 1>(wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
-        else if (c == CT) tile<Q4, S, 1, CT>(wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
-        else tile<Q4, S, 1, 1>(wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
+        if (r == RT) tiles<Q4, S, RT, CT, Wide>(c, wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
+        else if (r == 2) tiles<Q4, S, 2, CT, Wide>(c, wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
+        else tiles<Q4, S, 1, CT, Wide>(c, wr, ws, dr, mr, nb, xr, xdr, xsr, K, yr, N);
         m += c;
       }
       n += r;

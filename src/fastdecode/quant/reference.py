@@ -2,14 +2,15 @@
 
 It repeats `kernels/quant_kernel.h` operation by operation: activations are
 quantized per row to int8 blocks of 32 (scale amax/127, round half to even);
-each block's integer dot product is exact (in float32 too); blocks go in groups
-of 8, block i of a group scaled by (w_scale * x_scale) and added to lane i of a
-float accumulator; the lanes are summed in the kernel's tree order, then the
-leftover blocks one by one, then the q4 minimum term (summed the kernel's way).
-So native and reference give identical outputs, hence identical tokens.
+each block's integer dot product is split into 8 lanes, lane j the exact sum
+of values 4j..4j+3 (exact in float32 too); each lane is multiplied by the
+block's (w_scale * x_scale) and added to that lane of a float accumulator,
+blocks in order; the lanes are summed once, in the kernel's tree order, then
+the q4 minimum term (summed the kernel's way) is added. So native and
+reference give identical outputs, hence identical tokens.
 
 Used on CPUs without AVX2, without a compiler, and in tests. It is slow: one
-pair of tensor ops per group of 8 blocks.
+pair of tensor ops per block.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from torch import Tensor
 
 from .formats import BLOCK, unpack_q4
 
-_MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] block sums per chunk of rows
+_MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32, 8] lane sums per chunk of rows
+_LANES = 8
 
 
 def quantize_activations(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -60,19 +62,17 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] =
     w = (unpack_q4(qweight) if mins is not None else qweight).float().reshape(N, nb, BLOCK)
     ws = scales.float()
     xs = d * q.sum(-1)  # [M, nb]: the activation block's scale times its integer sum
-    full = nb // 8 * 8
-    rows = max(1, _MAX_ELEMENTS // (N * nb))
+    rows = max(1, _MAX_ELEMENTS // (N * nb * _LANES))
+    w = w.reshape(N, nb, _LANES, BLOCK // _LANES)
     out = []
     for m0 in range(0, M, rows):
-        qm = q[m0:m0 + rows]
-        isum = torch.einsum("cbi,nbi->cnb", qm, w)  # [c, N, nb], exact integers
-        prod = isum * (ws[None] * d[m0:m0 + rows, None, :])
-        lanes = torch.zeros(qm.shape[0], N, 8, device=x.device)
-        for b0 in range(0, full, 8):
-            lanes = lanes + prod[:, :, b0:b0 + 8]
+        qm = q[m0:m0 + rows].reshape(-1, nb, _LANES, BLOCK // _LANES)
+        part = torch.einsum("cbli,nbli->cnbl", qm, w)  # [c, N, nb, 8] lane sums, exact integers
+        scale = ws[None] * d[m0:m0 + rows, None, :]  # [c, N, nb]
+        lanes = torch.zeros(qm.shape[0], N, _LANES, device=x.device)
+        for b in range(nb):
+            lanes = lanes + part[:, :, b] * scale[:, :, b, None]
         y = _hsum8(lanes)
-        for b in range(full, nb):
-            y = y + prod[:, :, b]
         if mins is not None:
             y = y + _min_term(mins.float(), xs[m0:m0 + rows])
         out.append(y)
