@@ -7,8 +7,10 @@ of mixed lengths and mixed max_tokens (greedy). Reports, per N: aggregate
 generated tokens/s, requests/s, time to first token p50/p99, inter-token latency
 p50/p99 (between content chunks, spread over the tokens they carry), and errors.
 The same load runs against `fastdecode serve` or llama.cpp's `llama-server`
-(which reads the same fields); --json writes the figures. The comparison itself
-(issue 12's benchmark) is not recorded here yet.
+(which reads the same fields); --json writes the figures. A request counts as an
+error when it fails, ends without a finish_reason, or sends no usage chunk; with
+--ignore-eos, `short` counts the requests that generated fewer than max_tokens.
+benchmarks/serve/README.md records both servers under this load (issue 12).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import statistics
 import time
@@ -32,6 +35,8 @@ class Result:
     ttft: float = 0.0
     gaps: list[float] = field(default_factory=list)
     tokens: int = 0
+    max_tokens: int = 0
+    finish_reason: str = ""
     error: str = ""
 
 
@@ -44,13 +49,13 @@ async def one(client: httpx.AsyncClient, model: str, text: str, max_tokens: int,
             "stream_options": {"include_usage": True}}
     if ignore_eos:
         body["ignore_eos"] = True
-    r = Result()
+    r = Result(max_tokens=max_tokens)
     t0 = last = time.perf_counter()
     try:
         async with client.stream("POST", "/v1/completions", json=body) as resp:
             if resp.status_code != 200:
                 return Result(error=f"HTTP {resp.status_code}: {(await resp.aread())[:200]!r}")
-            finished = False
+            usage = False
             async for line in resp.aiter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     if line.startswith("event: error"):
@@ -58,6 +63,7 @@ async def one(client: httpx.AsyncClient, model: str, text: str, max_tokens: int,
                     continue
                 chunk = json.loads(line[6:])
                 if chunk.get("usage"):
+                    usage = True
                     r.tokens = chunk["usage"]["completion_tokens"]
                 for c in chunk.get("choices", []):
                     now = time.perf_counter()
@@ -67,9 +73,11 @@ async def one(client: httpx.AsyncClient, model: str, text: str, max_tokens: int,
                         else:
                             r.gaps.append(now - last)
                         last = now
-                    finished = finished or bool(c.get("finish_reason"))
-            if not finished and not r.error:
+                    r.finish_reason = r.finish_reason or (c.get("finish_reason") or "")
+            if not r.finish_reason and not r.error:
                 r.error = "no finish_reason"
+            elif not usage and not r.error:
+                r.error = "no usage chunk"
     except httpx.HTTPError as e:
         r.error = f"{type(e).__name__}: {e}"
     return r
@@ -84,7 +92,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def level(url: str, model: str, n: int, rounds: int, args: argparse.Namespace) -> dict:
     rng = random.Random(n)
-    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=0 if args.no_keepalive else n + 4)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits, headers=args.headers) as client:
         async def client_loop(i: int) -> list[Result]:
             out = []
@@ -100,8 +108,13 @@ async def level(url: str, model: str, n: int, rounds: int, args: argparse.Namesp
     ok = [r for r in results if not r.error]
     gaps = [g for r in ok for g in r.gaps]
     tokens = sum(r.tokens for r in ok)
+    reasons: dict[str, int] = {}
+    for r in ok:
+        reasons[r.finish_reason] = reasons.get(r.finish_reason, 0) + 1
     return {"clients": n, "requests": len(results), "errors": len(results) - len(ok),
-            "first_error": next((r.error for r in results if r.error), ""), "wall_s": wall,
+            "first_error": next((r.error for r in results if r.error), ""),
+            "finish_reasons": reasons, "short": sum(r.tokens < r.max_tokens for r in ok),
+            "completion_tokens": tokens, "wall_s": wall,
             "tokens_per_s": tokens / wall, "requests_per_s": len(ok) / wall,
             "ttft_p50_s": pct([r.ttft for r in ok], 50), "ttft_p99_s": pct([r.ttft for r in ok], 99),
             "itl_p50_ms": pct(gaps, 50) * 1e3, "itl_p99_ms": pct(gaps, 99) * 1e3,
@@ -118,22 +131,27 @@ def main() -> None:
     p.add_argument("--max-words", type=int, default=200)
     p.add_argument("--max-tokens", type=int, nargs="+", default=[64])
     p.add_argument("--ignore-eos", action="store_true", help="generate exactly max_tokens (both servers accept it)")
+    p.add_argument("--no-keepalive", action="store_true",
+                   help="a new connection for every request (no reuse of kept-alive ones)")
     p.add_argument("--api-key", default=None)
     p.add_argument("--json", default=None, help="write the figures to this file")
     args = p.parse_args()
     args.headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
     model = args.model or httpx.get(args.url + "/v1/models", headers=args.headers).json()["data"][0]["id"]
+    load0 = os.getloadavg()
     rows = []
-    print(f"{'N':>4} {'tok/s':>8} {'req/s':>7} {'ttft p50':>9} {'ttft p99':>9} {'itl p50':>8} {'itl p99':>8} errors")
+    print(f"{'N':>4} {'tok/s':>8} {'req/s':>7} {'ttft p50':>9} {'ttft p99':>9} {'itl p50':>8} {'itl p99':>8} "
+          "errors short")
     for n in args.clients:
         row = asyncio.run(level(args.url, model, n, args.rounds, args))
         rows.append(row)
         print(f"{n:>4} {row['tokens_per_s']:>8.1f} {row['requests_per_s']:>7.2f} {row['ttft_p50_s']:>8.2f}s "
               f"{row['ttft_p99_s']:>8.2f}s {row['itl_p50_ms']:>6.1f}ms {row['itl_p99_ms']:>6.1f}ms "
-              f"{row['errors']} {row['first_error']}", flush=True)
+              f"{row['errors']} {row['short']} {row['first_error']}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"url": args.url, "model": model, "args": {k: v for k, v in vars(args).items()
+            json.dump({"url": args.url, "model": model, "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
+                       "loadavg_before": load0, "args": {k: v for k, v in vars(args).items()
                                                                   if k not in ("headers", "api_key")},
                        "results": rows}, f, indent=2)
 
