@@ -75,12 +75,12 @@ class Runner:
             limit = min(r.remaining - 1, self.max_seq_len - 1 - r.pos)
             if r.spec is None or limit <= 0:
                 plain.append(r)
-            elif isinstance(r.spec, PromptLookup):
-                d = r.spec.propose(limit)
-                (drafted if d else plain).append((r, d) if d else r)
-            else:
-                k = r.spec.want(limit)
-                (by_model if k else plain).append((r, k) if k else r)
+            elif isinstance(r.spec, PromptLookup) and (d := r.spec.propose(limit)):
+                drafted.append((r, d))
+            elif isinstance(r.spec, DraftModelRow) and (k := r.spec.want(limit)):
+                by_model.append((r, k))
+            else:  # no drafts this step (none found, or backing off)
+                plain.append(r)
         if by_model:
             drafted += zip([r for r, _ in by_model], self.draft.propose(self, by_model))
         out = self.verify(drafted) if drafted else []

@@ -89,7 +89,7 @@ class DraftModelRow(Drafting):
     def __init__(self, tokens: list[int], max_k: int):
         super().__init__(tokens, max_k)
         self.fed = 0
-        self.q = None
+
 
 class PromptLookup(Drafting):
     """An n-gram index over one request's tokens: for each size s and s-gram,
