@@ -3,7 +3,7 @@
     .venv/bin/python scripts/make_golden.py
 
 For each prompt it stores the token ids, the top-5 (id, logit) of the last
-prompt position from the cache-free reference forward, and the greedy token ids
+prompt position from the cache-free forward, and the greedy token ids
 of 32 new tokens; tests/golden/test_golden.py checks them on every run. Rerun it
 only when a change is meant to alter the numerics, and say so in the commit.
 
@@ -49,7 +49,7 @@ def prompt_ids(llm, case: dict) -> list[int]:
 
 
 def top_logits(llm, ids: list[int]) -> list[list]:
-    """[[id, logit], ...] of the last position, best first, from the cache-free reference forward."""
+    """[[id, logit], ...] of the last position, best first, from the cache-free forward."""
     with torch.no_grad():
         logits = llm.model(torch.tensor([ids], device=llm.device), None)[0, -1].float()
     values, indices = logits.topk(TOP_K)

@@ -114,6 +114,15 @@ class Attention(nn.Module):
         q = apply_rope(q, cos, sin)  # [B, T, H, D]
         k = apply_rope(k, cos, sin)  # [B, T, Hkv, D]
 
+        if input_pos is None and self.native:
+            # Cache-free causal attention on the native kernel, reading k/v [B, Hkv, T, D]
+            # views of this step's tokens: the same arithmetic as the cached path, and
+            # unlike SDPA's CPU kernels, the same on every instruction set and length.
+            pos = torch.arange(T, device=x.device).expand(B, T)
+            rows = torch.arange(B, device=x.device)
+            y = torch.ops.fastdecode.attention(q, k.transpose(1, 2), v.contiguous().transpose(1, 2), pos, rows,
+                                               self.window, self.kernel_scale)
+            return self.wo(y.view(B, T, H * D))
         if input_pos is None:
             # Reference path: plain expanded causal GQA over the current tokens only.
             q = q.transpose(1, 2)  # [B, H, T, D]
