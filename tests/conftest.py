@@ -1,11 +1,15 @@
 import os
+from pathlib import Path
 
 import pytest
 import torch
 
-# load() exports a package per model on first use (compiled="auto"); tests that are
-# not about that run without one instead of paying a minute per model and cache folder.
+# load() exports a package per model in the background (compiled="auto"); tests that
+# are not about that run without one instead of paying a minute per model and cache folder.
 os.environ.setdefault("FASTDECODE_NO_PACKAGE", "1")
+# The tests' kernels, converted checkpoints and packages live in an ignored folder of
+# the checkout (kept between runs), never in the user's ~/.cache/fastdecode.
+os.environ.setdefault("FASTDECODE_CACHE", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "fastdecode"))
 
 import fastdecode
 from fastdecode.config import get_preset

@@ -1,6 +1,6 @@
 """Ahead-of-time compiled decode step: torch.export, then an AOTInductor package.
 
-`export_package(llm, path)` traces the model step once and compiles it into a
+`export_package(model, path)` traces the model step once and compiles it into a
 `.pt2` package: machine code for one architecture, not a copy of the weights.
 `ExportedSteps` runs such a package with the weights of an already loaded
 model (handed over by pointer, not copied), so a new process needs neither
@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import os
 import tempfile
 import time
@@ -42,12 +41,11 @@ from .compile import Steps
 from .config import ModelArgs
 from .errors import FastDecodeError
 from .kv_cache import KVCache
+from .machine import cpu_model
 from .model import Transformer
 from .quant.linear import _Packed
 from .kernels import load_kernels
 from .quant.transform import native_ops, set_gemv
-
-log = logging.getLogger("fastdecode")
 
 # 4: the attention kernel takes a sliding window and a softmax scale (its C entry point changed);
 # 3: per-row positions, cache slots, logits_at (2 took one shared position and left padding)
@@ -158,14 +156,6 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     return meta
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        return ""
-
-
 def _traced_code_hash() -> str:
     """A hash of the sources a package's graph is traced from, so a changed model,
     cache or layer never runs from a package exported by an older copy."""
@@ -177,26 +167,41 @@ def _traced_code_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def cached_package(model: Transformer) -> tuple[str, Optional[float]]:
-    """This machine's package for `model`, exported on first use: (path, seconds
-    spent exporting it now, or None when it was already there).
+def _weights_hash(model: Transformer) -> str:
+    """A hash of every weight's name, dtype and shape: two quantizations of one model
+    (another layout for some tensors) never share a package."""
+    wrapper = _StepWithCaches(model)  # the names a package is exported with
+    h = hashlib.sha256()
+    for name, t in sorted({**dict(wrapper.named_parameters()), **dict(wrapper.named_buffers())}.items()):
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)};".encode("utf-8"))
+    return h.hexdigest()[:16]
 
-    Kept under the fastdecode cache directory, keyed by what the package is
-    compiled for (architecture, dtype, weight layouts, kernels, torch and
-    fastdecode versions, CPU instruction set and model, the traced sources), so
-    only the first process on a machine pays for the export.
+
+def package_path(model: Transformer) -> Path:
+    """Where this machine's package for `model` lives (whether or not it exists yet).
+
+    Under the fastdecode cache directory, keyed by what the package is compiled
+    for: architecture, dtype, every weight's layout and shape, kernels, torch and
+    fastdecode versions, CPU instruction set and model, and the traced sources.
     """
     from .checkpoints.cache import cache_root
 
-    ident = json.dumps({**_metadata(model), "cpu_model": _cpu_model(), "code": _traced_code_hash()}, sort_keys=True)
+    ident = json.dumps({**_metadata(model), "cpu_model": cpu_model(), "code": _traced_code_hash(),
+                        "weights": _weights_hash(model)}, sort_keys=True)
     key = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:16]
-    path = cache_root() / "packages" / f"step-{key}.pt2"
+    return cache_root() / "packages" / f"step-{key}.pt2"
+
+
+def ensure_package(model: Transformer) -> tuple[str, Optional[float]]:
+    """This machine's package for `model`, exported now in this process if missing:
+    (path, seconds spent exporting, or None when it was already there)."""
+    path = package_path(model)
     if path.is_file():
         return str(path), None
     path.parent.mkdir(parents=True, exist_ok=True)
-    log.warning("compiling the model step for this machine, once (a minute or two); later runs load %s", path)
     t0 = time.perf_counter()
     export_package(model, path)
+    path.with_suffix(".failed").unlink(missing_ok=True)
     return str(path), time.perf_counter() - t0
 
 
@@ -284,7 +289,7 @@ class ExportedSteps:
         self._runner = runner
 
     def steps(self) -> Steps:
-        return Steps(step=self.step)
+        return Steps(step=self.step, compiled=self.path)
 
     def step(self, tokens: Tensor, input_pos: Tensor, rows: Tensor, logits_at: Tensor) -> Tensor:
         caches = [layer.attention.kv_cache for layer in self.model.layers]

@@ -53,7 +53,8 @@ class _RunKeys:
     compiled: Optional[str] = field(default=_LOAD_DEFAULTS["compiled"], metadata=_help(
         "a .pt2 package from `fastdecode export` for this model's architecture: runs the steps "
         "without tracing or compiling (compile must stay none or decode); auto uses this machine's "
-        "cached package for the model, exporting it once on first use."))
+        "cached package for the model, and without one generates at once while a background process "
+        "exports it for later runs."))
     max_seq_len: Optional[int] = field(default=_LOAD_DEFAULTS["max_seq_len"], metadata=_help(
         "longest prompt + completion (the KV cache's positions per slot); none takes the model's "
         "limit, capped so the cache (max_batch_size slots) stays within 1 GiB."))
@@ -170,6 +171,14 @@ def describe_kernels(llm: LLM) -> str:
     return ", ".join(parts)
 
 
+def describe_steps(llm: LLM) -> str:
+    if llm.compiled:
+        return f"compiled package {llm.compiled}"
+    ran = "eager" if llm.compile == "none" else f"compiled in this process (compile={llm.compile})"
+    pid = llm.exporting_package
+    return ran if pid is None else f"{ran}; this machine's package is being exported in the background (pid {pid})"
+
+
 def format_stats(completions: Sequence[Any], llm: LLM) -> str:
     """The stats block printed on stderr after a run."""
     first = completion_stats(completions[0], llm)
@@ -182,10 +191,9 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
     loaded = f"model load:           {llm.load_seconds:.2f} s"
     if llm.cache_path:
         loaded += f" ({'from' if llm.from_cache else 'converted, cached at'} {llm.cache_path})"
-    if llm.package_export_seconds is not None:
-        loaded += f"; {llm.package_export_seconds:.0f} s of it compiling this machine's package, once"
     return "\n".join([
         loaded,
+        f"model steps:          {describe_steps(llm)}",
         f"weights:              {llm.weights_summary}",
         f"matmul kernels:       {describe_kernels(llm)}",
         f"kv cache:             {llm.max_batch_size} slot{'s' if llm.max_batch_size != 1 else ''} x "

@@ -49,6 +49,10 @@ class Steps:
     warmup: Callable[[], None] = field(default=lambda: None)
     # Set by the `generate` strategy: decodes K tokens per call (see compiled_loop).
     chunk: Optional[object] = None
+    # Called by the engine between requests only (none in flight): steps that can
+    # change what they run (background_export.PackageWhenReady) change it here.
+    refresh: Callable[[], None] = field(default=lambda: None)
+    compiled: Optional[str] = None  # the exported package these steps run, if any
 
 
 def eager_steps(model: torch.nn.Module) -> Steps:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence, Union
 
 import torch
 
-from .compile import make_steps
+from . import background_export
+from .background_export import ExportJob, PackageWhenReady
+from .compile import Steps, make_steps
 from .config import PRESETS, ModelArgs, get_preset
 from .engine import DEFAULT_PREFILL_CHUNK, Engine
 from .engine.draft import DraftModel
@@ -24,6 +28,8 @@ from .parallel import SharedSeeds, same_kernels, shard_model, tp_group
 from .quant import KernelChoice, apply_kernels, build_model, check_weights, quantize_state_dict
 from .sampling import SamplingParams
 from .tokenizer import BYTE_CHAT_TEMPLATE, ByteTokenizer, Tokenizer
+
+log = logging.getLogger("fastdecode")
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_MAX_BATCH_SIZE = 8
@@ -157,11 +163,15 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     compiled: a package from `fastdecode export` (or `aot.export_package`) for
     this model's architecture; its steps replace the `compile` strategy's,
     with no tracing or compiling in this process. "auto" (the default) uses
-    this machine's cached package for the model, exporting it on first use
-    (`aot.cached_package`; a minute or two, once per machine), where a package
-    applies: on CPU with the native kernels, compile "none" or "decode", a
-    static cache, and FASTDECODE_NO_PACKAGE unset; elsewhere it means None.
-    None runs the `compile` strategy's steps.
+    this machine's cached package for the model (`aot.package_path`) where a
+    package applies: on CPU with the native kernels, compile "none" or
+    "decode", a static cache, and FASTDECODE_NO_PACKAGE unset; elsewhere it
+    means None. With no package yet, generation starts at once on the
+    `compile` strategy's steps while a background process exports the
+    package (`background_export`); the engine switches to it between requests.
+    None runs the `compile` strategy's steps. Where the machine cannot run
+    what compile= or compiled= asks (no C++ compiler, no native kernels), one
+    warning says what runs instead.
 
     tp: tensor-parallel ranks. tp > 1 runs inside an initialized torch.distributed
     process group of tp processes (gloo on CPU, NCCL on CUDA, e.g. under torchrun):
@@ -221,17 +231,12 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
         raise FastDecodeError(
             f"a KV cache of max_batch_size={max_batch_size} x max_seq_len={max_seq_len} needs {need:,} bytes, "
             f"but {free:,} are available; lower max_batch_size or max_seq_len")
-    llm = LLM(m, loaded.tokenizer, compile="none" if compiled else compile, max_seq_len=max_seq_len,
-              max_batch_size=max_batch_size, cache=cache, source=loaded.source, prefill_chunk=prefill_chunk,
-              speculative=speculative)
-    if compiled == "auto":
-        from .aot import cached_package
-
-        compiled = None
-        if kernels.ops:  # no package without the native kernels
-            compiled, llm.package_export_seconds = cached_package(m)
-    if compiled is not None:
-        llm.use_package(compiled)
+    compile = _runnable_compile(compile, dev)
+    job = ExportJob(model or DEFAULT_MODEL, str(dt).removeprefix("torch."), weights, "")
+    steps = _choose_steps(m, compile, compiled, kernels, job)
+    llm = LLM(m, loaded.tokenizer, steps=steps, compile="none" if steps.compiled else compile,
+              max_seq_len=max_seq_len, max_batch_size=max_batch_size, cache=cache, source=loaded.source,
+              prefill_chunk=prefill_chunk, speculative=speculative)
     if group is not None:
         llm.engine.seed_unseeded = SharedSeeds.broadcast(group)
     if draft_name is not None:
@@ -250,23 +255,72 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     return llm
 
 
+def _runnable_compile(compile: str, device: torch.device) -> str:
+    """`compile`, or "none" (with one line saying why) where Inductor cannot build code here."""
+    if compile != "none" and device.type == "cpu" and shutil.which(os.environ.get("CXX", "c++")) is None:
+        log.warning("compile=%s needs a C++ compiler for Inductor and none was found (apt-get install g++): "
+                    "running the eager steps instead", compile)
+        return "none"
+    return compile
+
+
+def _choose_steps(model: Transformer, compile: str, compiled: Optional[str], kernels: KernelChoice,
+                  job: ExportJob) -> Steps:
+    """The steps the engine runs: an exported package's, or the `compile` strategy's.
+
+    compiled="auto": this machine's package when it exists; else the strategy's
+    steps now, and the package exported by a child process for later (the
+    steps switch to it between requests once it is written)."""
+    from . import kernels as native
+    from .aot import ExportedSteps, package_path
+
+    missing = native.unavailable_reason if not kernels.ops else None
+    if compiled not in (None, "auto") and not os.path.isfile(compiled):
+        raise FastDecodeError(f"compiled package {compiled!r} does not exist; create one with `fastdecode export`")
+    if compiled not in (None, "auto") and missing:
+        log.warning("compiled=%s calls the native kernels, which are unavailable here (%s): running compile=%s "
+                    "instead", compiled, missing, compile)
+        compiled = None
+    if compiled is None:
+        return make_steps(model, compile)
+    if compiled != "auto":
+        return ExportedSteps(model, compiled).steps()
+    if not kernels.ops:  # the package is made for the native kernels
+        log.info("no compiled package without the native kernels (%s)", missing)
+        return make_steps(model, compile)
+    path = package_path(model)
+    if path.is_file():
+        try:
+            return ExportedSteps(model, path).steps()
+        except FastDecodeError as e:  # a package this model cannot use is rebuilt, never an error
+            log.warning("%s; exporting it again", e)
+            path.unlink(missing_ok=True)
+    fallback = make_steps(model, compile)
+    pid = background_export.start(dataclasses.replace(job, path=str(path)))
+    if pid is None:
+        return fallback
+    log.warning("no compiled package for this model on this machine yet: generating on the %s steps now while "
+                "a background process (pid %d) exports it; later runs load %s", 
+                "eager" if compile == "none" else f"compile={compile}", pid, path)
+    return PackageWhenReady(fallback, path, lambda p: ExportedSteps(model, p).steps(), pid)
+
+
 class LLM:
     """A loaded model with its tokenizer, ready to generate."""
 
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, compile: str = "none",
                  max_seq_len: int, max_batch_size: int, cache: str = "static", source: str = "",
-                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none"):
+                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none",
+                 steps: Optional[Steps] = None):
         self.model, self.tokenizer = model, tokenizer
         self.args: ModelArgs = model.args
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
         self.cache, self.source, self.compile = cache, source, compile
         # The engine owns the model's KV cache and runs every request.
-        self.engine = Engine(model, tokenizer, make_steps(model, compile), max_batch_size=max_batch_size,
+        self.engine = Engine(model, tokenizer, steps or make_steps(model, compile), max_batch_size=max_batch_size,
                              max_seq_len=max_seq_len, cache=cache, prefill_chunk=prefill_chunk,
                              speculative=speculative)
         self.draft: Optional[LLM] = None  # the draft model of speculative="draft:<model>"
-        self.compiled: Optional[str] = None  # path of the exported package running the steps, if any
-        self.package_export_seconds: Optional[float] = None  # set when load() exported this machine's package
         self.load_seconds = 0.0
         # Where a converted GGUF copy lives (fastdecode.checkpoints.clear_cache() removes it).
         self.cache_path: Optional[str] = None
@@ -284,7 +338,17 @@ class LLM:
         from .aot import ExportedSteps
 
         self.engine.runner.steps = ExportedSteps(self.model, path).steps()
-        self.compiled = str(path)
+
+    @property
+    def compiled(self) -> Optional[str]:
+        """Path of the exported package running the steps, if any."""
+        return self.engine.runner.steps.compiled
+
+    @property
+    def exporting_package(self) -> Optional[int]:
+        """The pid of the background process exporting this machine's package for the model, if one runs."""
+        steps = self.engine.runner.steps
+        return steps.pid if isinstance(steps, PackageWhenReady) and steps.exporting else None
 
     @property
     def steps(self):

@@ -19,13 +19,15 @@ from typing import Any, Optional
 
 import torch
 
+from ..machine import cpu_model
+
 SCHEMA = "fastdecode-bench/1"
 RESULTS = "results.json"
 
 
 def machine_info(device: str) -> dict[str, Any]:
     info: dict[str, Any] = {
-        "cpu_model": _cpu_model(), "cpu_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+        "cpu_model": cpu_model() or platform.processor() or "unknown", "cpu_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform(),
         "device": device,
     }
@@ -38,17 +40,6 @@ def machine_info(device: str) -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             info[dist] = None
     return info
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class BenchReport:

@@ -123,7 +123,8 @@ def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
         _remove_stale_tmp(root)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     except OSError as e:
-        log.warning("not caching the converted checkpoint: cannot write %s (%s)", root, e.strerror or e)
+        log.warning("not caching the converted checkpoint: cannot write %s (%s); set FASTDECODE_CACHE to a writable "
+                    "folder", root, e.strerror or e)
         return False
     try:
         state = {k: v.detach().to("cpu").contiguous() for k, v in entry.state_dict.items()}
@@ -147,7 +148,8 @@ def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
                 raise
         return True
     except OSError as e:
-        log.warning("not caching the converted checkpoint: cannot write %s (%s)", root, e.strerror or e)
+        log.warning("not caching the converted checkpoint: cannot write %s (%s); set FASTDECODE_CACHE to a writable "
+                    "folder", root, e.strerror or e)
         return False
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # a no-op once renamed

@@ -179,6 +179,8 @@ class Engine:
             for r in new:
                 self.scheduler.add(r)
             self._reap(cancelled)
+            if not self.scheduler.active:
+                self.runner.steps.refresh()  # no request in flight: safe to change what the steps run
             plan = self.scheduler.schedule()
             if plan.empty:
                 return

@@ -134,28 +134,36 @@ _gemv_faster: Optional[bool] = None
 
 
 def gemv_is_faster() -> bool:
-    """Measure, once per process, the native GEMV against F.linear at batch 1.
+    """Whether the native GEMV beats F.linear at batch 1 on this machine: measured
+    once per machine (`machine.measured_once`), since the choice is part of an
+    exported package's key and a noisy timing must not flip it between runs.
 
     On some CPUs (an Intel Xeon here) MKL's GEMV already uses every core and
     wins; on others (AMD EPYC) it runs on one core and the kernel wins.
     """
     global _gemv_faster
     if _gemv_faster is None:
-        w, x = torch.randn(1536, 576), torch.randn(1, 576)
+        from ..machine import measured_once
 
-        def best(f) -> float:
-            f()
-            times = []
-            for _ in range(5):
-                t = time.perf_counter()
-                for _ in range(10):
-                    f()
-                times.append(time.perf_counter() - t)
-            return min(times)
-
-        with torch.inference_mode():
-            _gemv_faster = best(lambda: torch.ops.fastdecode.gemv(x, w)) < best(lambda: F.linear(x, w))
+        _gemv_faster = measured_once("native GEMV faster than F.linear", _time_gemv)
     return _gemv_faster
+
+
+def _time_gemv() -> bool:
+    w, x = torch.randn(1536, 576), torch.randn(1, 576)
+
+    def best(f) -> float:
+        f()
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(10):
+                f()
+            times.append(time.perf_counter() - t)
+        return min(times)
+
+    with torch.inference_mode():
+        return best(lambda: torch.ops.fastdecode.gemv(x, w)) < best(lambda: F.linear(x, w))
 
 
 def native_ops(model: nn.Module) -> list[str]:
