@@ -1,5 +1,6 @@
-// Block-quantized matmul body, included once per instruction set by quant.cpp
-// inside a `#pragma GCC target` region (FD_VNNI selects the int8 dot product).
+// Block-quantized matmul body, included once per instruction set, by
+// quant_avx2.cpp and quant_vnni.cpp, inside a `#pragma GCC target` region
+// (FD_VNNI selects the int8 dot product).
 //
 // y[m, n] = hsum_j sum_b isum_j(n, m, b) * (wd[n, b] * xd[m, b])  [+ sum_b wm[n, b] * xs[m, b] for q4]
 // where isum_j is the exact int32 dot product of values 4j..4j+3 of block b

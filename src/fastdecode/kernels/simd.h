@@ -1,6 +1,6 @@
-// AVX helpers shared by the kernels. quant_kernel.h includes it inside each of
-// quant.cpp's per-ISA `#pragma GCC target` regions, so it has no include guard
-// and holds only static inline code.
+// AVX helpers shared by the kernels. quant_kernel.h includes it inside the
+// per-ISA `#pragma GCC target` regions of quant_avx2.cpp and quant_vnni.cpp,
+// so it has no include guard and holds only static inline code.
 
 // The sum of 8 lanes as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), an order
 // quant/reference.py repeats to match the quantized kernels bit for bit.

@@ -1,0 +1,64 @@
+// The kernels' math on raw pointers, shared by the translation units that hold
+// it (math.cpp, quant_avx2.cpp, quant_vnni.cpp: no torch headers, so each
+// compiles in a second or two) and the one that wraps it for PyTorch (ops.cpp:
+// checks, allocation, at::parallel_for, the op registrations and the
+// AOTInductor C shims). Each function computes one range of output rows, which
+// ops.cpp hands out to threads; they are the bodies of those parallel loops.
+#pragma once
+
+#include <cstdint>
+
+namespace fd {
+
+// Rows [begin, end) of y [M, N] = x [M, K] w [N, K]^T (the GEMV, for a few rows M), all contiguous.
+void gemv_rows(const float* x, const float* w, float* y, int64_t M, int64_t K, int64_t N, int64_t begin,
+               int64_t end);
+
+// Rows [m0, m1) of y [M, K] = rms_norm(x [M, K]) * w [K].
+void rms_norm_rows(const float* x, const float* w, float* y, int64_t K, float eps, int64_t m0, int64_t m1);
+
+struct AttentionArgs {
+  const float *q, *k, *v;
+  const int64_t *pos, *rows;  // [B, T] contiguous, [B]
+  float* y;
+  int64_t T, H, Hkv, D, window;  // window 0: every key up to the position
+  int64_t qs[4], ks[3];  // strides: q [B, T, H, D] (elements), k/v [B_cache, Hkv, S] (D contiguous)
+  float scale;
+};
+
+// Query rows [r0, r1) of B * T * H (row r is (b, t, h) = (r / (T H), (r / H) % T, r % H));
+// L: the most keys any row visits.
+void attention_rows(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t L);
+
+// The quantized matmuls (quant_kernel.h), once per instruction set.
+struct QuantArgs {
+  const uint8_t* w;  // weight row 0; ws bytes per row
+  int64_t ws;
+  const void *d, *mn;  // [N, nb] scales and (q4) mins, float or fp16 bits (half); mn null for q8
+  int64_t nb;
+  const int8_t* xq;  // activations quantized by quantize_rows: [M, K] int8
+  const float *xd, *xs;  // [M, nb] block scales, scale * sum(q)
+  int64_t M, K;
+  float* y;  // [M, N]
+  int64_t N;
+};
+
+// Tiles of weight rows x activation rows, one rows<> instantiation of quant_kernel.h each.
+enum Tiles : int {
+  kTiles4x2 = 0,        // AVX2
+  kTiles4x1Narrow = 1,  // VNNI, one activation row: 256-bit tiles
+  kTiles8x2 = 2,        // VNNI, q4, two activation rows
+  kTiles4x8 = 3,        // VNNI
+};
+
+namespace avx2 {
+void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s);
+void rows(bool q4, bool half, Tiles tiles, const QuantArgs& a, int64_t n0, int64_t n1);
+}  // namespace avx2
+
+namespace vnni {
+void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s);
+void rows(bool q4, bool half, Tiles tiles, const QuantArgs& a, int64_t n0, int64_t n1);
+}  // namespace vnni
+
+}  // namespace fd

@@ -1,0 +1,288 @@
+// The PyTorch side of the kernels: argument checks, allocation, threads
+// (at::parallel_for over the row functions of kernels.h), the
+// `torch.ops.fastdecode` registrations and the C entry points that AOTInductor
+// packages call directly (see fastdecode/aot.py): through the boxed proxy
+// executor each of the ~120 calls per decode step would cost tens of
+// microseconds. The only translation unit with torch headers, which take most
+// of its compile time; the math is in math.cpp and quant_*.cpp.
+#include <torch/library.h>
+#include <torch/csrc/inductor/aoti_torch/utils.h>
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "kernels.h"
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// gemv (math.cpp): y[m, n] = sum_k x[m, k] * w[n, k] for the few rows of a decode batch.
+
+constexpr int64_t kMaxRows = 8;
+
+at::Tensor gemv(const at::Tensor& x, const at::Tensor& w) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "gemv: x [M, K] and w [N, K] expected");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "gemv: float32 only");
+  TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "gemv: CPU tensors only");
+  // Past a few rows (prefill) the product is a real GEMM: leave it to BLAS.
+  if (x.size(0) > kMaxRows) return at::linear(x, w);
+  at::Tensor xc = x.contiguous(), wc = w.contiguous();
+  const int64_t M = xc.size(0), K = xc.size(1), N = wc.size(0);
+  at::Tensor y = at::empty({M, N}, xc.options());
+  const float* xp = xc.data_ptr<float>();
+  const float* wp = wc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  // Grain of 64 rows: large enough to amortize scheduling, small enough to split
+  // the 576-row projections across cores.
+  at::parallel_for(0, N, 64, [&](int64_t begin, int64_t end) { fd::gemv_rows(xp, wp, yp, M, K, N, begin, end); });
+  return y;
+}
+
+// ---------------------------------------------------------------------------
+// rms_norm (math.cpp): y = x / sqrt(mean(x^2) + eps) * w.
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat && x.device().is_cpu(),
+              "rms_norm: float32 CPU tensors only");
+  TORCH_CHECK(w.dim() == 1 && x.size(-1) == w.size(0), "rms_norm: weight must be [K] for x [..., K]");
+  const at::Tensor xc = x.contiguous(), wc = w.contiguous();
+  at::Tensor y = at::empty_like(xc);
+  const int64_t K = w.size(0), M = xc.numel() / K;
+  const float *xp = xc.data_ptr<float>(), *wp = wc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, M, 64, [&](int64_t m0, int64_t m1) {
+    fd::rms_norm_rows(xp, wp, yp, K, static_cast<float>(eps), m0, m1);
+  });
+  return y;
+}
+
+// ---------------------------------------------------------------------------
+// attention (math.cpp) over a KV cache, each query row one task.
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
+                     const at::Tensor& rows, int64_t window, double scale) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: 4-d q, k, v");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
+              "attention: float32 q, k, v");
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), S = k.size(2);
+  TORCH_CHECK(D % 8 == 0 && D <= 256 && H % Hkv == 0, "attention: head_dim a multiple of 8 up to 256");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1 && k.strides() == v.strides(),
+              "attention: head_dim must be contiguous, k and v alike");
+  TORCH_CHECK(v.sizes() == k.sizes() && input_pos.dim() == 2 && input_pos.size(0) == B && input_pos.size(1) == T &&
+              rows.dim() == 1 && rows.size(0) == B,
+              "attention: shapes q [B, T, H, D], k/v [B_cache, Hkv, S, D], input_pos [B, T], rows [B]");
+  const at::Tensor pos = input_pos.to(at::kLong).contiguous(), slots = rows.to(at::kLong).contiguous();
+  const int64_t *pp = pos.data_ptr<int64_t>(), *rp = slots.data_ptr<int64_t>();
+  int64_t L = 0;
+  for (int64_t i = 0; i < B * T; ++i) {
+    TORCH_CHECK(pp[i] >= 0 && pp[i] < S, "attention: position ", pp[i], " outside the cache [0, ", S, ")");
+    L = std::max(L, pp[i] + 1);
+  }
+  for (int64_t i = 0; i < B; ++i)
+    TORCH_CHECK(rp[i] >= 0 && rp[i] < k.size(0), "attention: slot ", rp[i], " outside the cache's ", k.size(0));
+  TORCH_CHECK(window >= 0, "attention: window must be >= 0 (0: no window), got ", window);
+  if (window > 0) L = std::min(L, window);  // scores per query row
+  at::Tensor y = at::empty({B, T, H, D}, q.options());
+  fd::AttentionArgs a{q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), pp, rp, y.data_ptr<float>(),
+                      T, H, Hkv, D, window,
+                      {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
+                      static_cast<float>(scale)};
+  at::parallel_for(0, B * T * H, 1, [&](int64_t r0, int64_t r1) { fd::attention_rows(a, r0, r1, L); });
+  return y;
+}
+
+// ---------------------------------------------------------------------------
+// Matmuls on block-quantized weights, for every M (decode, batches, prefill).
+//
+// Layouts (see fastdecode/quant/formats.py), K a multiple of 32, per weight row n:
+//   q4: qweight uint8 [N, K/2], 16 bytes of nibbles per block of 32 values;
+//       scales, mins [N, K/32] fp16 or fp32; w = scale * q + min, q in 0..15
+//   q8: qweight int8 [N, K]; scales [N, K/32] fp16 or fp32; w = scale * q
+// Activations are quantized once per call to int8 blocks of 32 (one scale per
+// block), as llama.cpp does, so the inner loop is an int8 dot product.
+//
+// Two instruction sets share one body (quant_kernel.h, compiled by
+// quant_avx2.cpp and quant_vnni.cpp): AVX2 (maddubs, 256-bit tiles) and
+// AVX-512 VNNI (dpbusd, 512-bit tiles holding two weight rows per register),
+// with the same float operations in the same order. Chosen at run time from
+// what the CPU reports; fastdecode_set_isa() forces one (tests run both).
+
+enum Isa : int { kAvx2 = 1, kVnni = 2 };
+
+int detect_isa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw"))
+    return kVnni;
+  return kAvx2;
+}
+
+std::atomic<int> g_isa{0};
+
+int active_isa() {
+  int isa = g_isa.load(std::memory_order_relaxed);
+  if (isa == 0) {
+    isa = detect_isa();
+    g_isa.store(isa, std::memory_order_relaxed);
+  }
+  return isa;
+}
+
+struct Act {
+  at::Tensor q, d, s;  // int8 [M, K], float [M, K/32] scales, float [M, K/32] scale * sum(q)
+};
+
+Act quantize(const at::Tensor& x) {
+  const int64_t M = x.size(0), K = x.size(1);
+  Act a{at::empty({M, K}, x.options().dtype(at::kChar)), at::empty({M, K / 32}, x.options()),
+        at::empty({M, K / 32}, x.options())};
+  auto f = active_isa() == kVnni ? fd::vnni::quantize_rows : fd::avx2::quantize_rows;
+  const float* xp = x.data_ptr<float>();
+  int8_t* qp = a.q.data_ptr<int8_t>();
+  float *dp = a.d.data_ptr<float>(), *sp = a.s.data_ptr<float>();
+  at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
+    f(xp + m0 * K, m1 - m0, K, qp + m0 * K, dp + m0 * (K / 32), sp + m0 * (K / 32));
+  });
+  return a;
+}
+
+void run(bool q4, const Act& a, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn, at::Tensor& y) {
+  const int64_t M = a.q.size(0), K = a.q.size(1), N = w.size(0), nb = K / 32;
+  const bool half = d.scalar_type() == at::kHalf;
+  const fd::QuantArgs args{static_cast<const uint8_t*>(w.data_ptr()), w.size(1), d.data_ptr(),
+                           mn ? mn->data_ptr() : nullptr, nb, a.q.data_ptr<int8_t>(), a.d.data_ptr<float>(),
+                           a.s.data_ptr<float>(), M, K, y.data_ptr<float>(), N};
+  const bool vnni = active_isa() == kVnni;
+  // Tiles of RT weight rows, in chunks of at least 64 rows: that splits even
+  // the 192-row k/v projections across two cores. With two activation rows
+  // (q4) the VNNI path takes 8 weight rows at a time, for more independent
+  // accumulators (and activation loads shared by more rows).
+  auto split = [&](int64_t rt, fd::Tiles tiles) {
+    at::parallel_for(0, (N + rt - 1) / rt, 64 / rt, [&](int64_t t0, int64_t t1) {
+      const int64_t n0 = t0 * rt, n1 = std::min(N, t1 * rt);
+      if (vnni) fd::vnni::rows(q4, half, tiles, args, n0, n1);
+      else fd::avx2::rows(q4, half, tiles, args, n0, n1);
+    });
+  };
+  // One activation row (batch-1 decode) streams the weights best on 256-bit tiles.
+  if (vnni && M == 1) split(4, fd::kTiles4x1Narrow);
+  else if (vnni && q4 && M <= 2) split(8, fd::kTiles8x2);
+  else if (vnni) split(4, fd::kTiles4x8);
+  else split(4, fd::kTiles4x2);
+}
+
+void check(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn, bool q4) {
+  const char* op = q4 ? "q4_linear" : "q8_linear";
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(), op,
+              ": x must be a float32 CPU matrix [M, K]");
+  TORCH_CHECK(x.size(1) % 32 == 0, op, ": K=", x.size(1), " must be a multiple of 32");
+  TORCH_CHECK(w.dim() == 2 && w.is_contiguous() && w.device().is_cpu(), op, ": qweight must be contiguous [N, *]");
+  TORCH_CHECK(w.scalar_type() == (q4 ? at::kByte : at::kChar), op, ": qweight must be ", q4 ? "uint8" : "int8");
+  TORCH_CHECK(w.size(1) == (q4 ? x.size(1) / 2 : x.size(1)), op, ": qweight has ", w.size(1),
+              " columns for K=", x.size(1));
+  const int64_t nb = x.size(1) / 32;
+  for (const at::Tensor* t : {&d, mn}) {
+    if (!t) continue;
+    TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->size(0) == w.size(0) && t->size(1) == nb, op,
+                ": scales/mins must be contiguous [N, K/32]");
+    TORCH_CHECK(t->scalar_type() == at::kHalf || t->scalar_type() == at::kFloat, op,
+                ": scales/mins must be float16 or float32");
+    TORCH_CHECK(t->scalar_type() == d.scalar_type(), op, ": scales and mins must share a dtype");
+  }
+}
+
+at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn, bool q4) {
+  check(x, w, d, mn, q4);
+  const Act a = quantize(x.contiguous());
+  at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
+  run(q4, a, w, d, q4 ? mn : nullptr, y);
+  return y;
+}
+
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
+                     const at::Tensor& mins) {
+  return qlinear(x, qweight, scales, &mins, true);
+}
+
+at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales) {
+  return qlinear(x, qweight, scales, nullptr, false);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Plain C entry points: the ISA switch for tests and benchmarks (0 = detect,
+// 1 = AVX2, 2 = VNNI; returns the active one, or -1 if the CPU lacks it), and
+// the AOTInductor shims.
+
+extern "C" int fastdecode_set_isa(int isa) {
+  if (isa == kVnni && detect_isa() != kVnni) return -1;
+  g_isa.store(isa == 0 ? detect_isa() : isa);
+  return g_isa.load();
+}
+
+extern "C" int fastdecode_get_isa() { return active_isa(); }
+
+using torch::aot_inductor::new_tensor_handle;
+using torch::aot_inductor::tensor_handle_to_tensor_pointer;
+
+extern "C" AOTITorchError aoti_torch_cpu_gemv(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    at::Tensor* xt = tensor_handle_to_tensor_pointer(x);
+    at::Tensor* wt = tensor_handle_to_tensor_pointer(w);
+    *ret0 = new_tensor_handle(gemv(*xt, *wt));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_rms_norm(AtenTensorHandle x, AtenTensorHandle w, double eps,
+                                                  AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    *ret0 = new_tensor_handle(rms_norm(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(w), eps));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v,
+                                                   AtenTensorHandle pos, AtenTensorHandle rows, int64_t window,
+                                                   double scale, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    *ret0 = new_tensor_handle(
+        attention(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(k),
+                  *tensor_handle_to_tensor_pointer(v), *tensor_handle_to_tensor_pointer(pos),
+                  *tensor_handle_to_tensor_pointer(rows), window, scale));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_q4_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle s,
+                                                   AtenTensorHandle m, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    *ret0 = new_tensor_handle(q4_linear(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(w),
+                                        *tensor_handle_to_tensor_pointer(s), *tensor_handle_to_tensor_pointer(m)));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_q8_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle s,
+                                                   AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    *ret0 = new_tensor_handle(q8_linear(*tensor_handle_to_tensor_pointer(x), *tensor_handle_to_tensor_pointer(w),
+                                        *tensor_handle_to_tensor_pointer(s)));
+  });
+}
+
+TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
+  m.def("gemv(Tensor x, Tensor w) -> Tensor");
+  m.def("q4_linear(Tensor x, Tensor qweight, Tensor scales, Tensor mins) -> Tensor");
+  m.def("q8_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
+  m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
+  m.impl("gemv", &gemv);
+  m.impl("q4_linear", &q4_linear);
+  m.impl("q8_linear", &q8_linear);
+  m.impl("rms_norm", &rms_norm);
+  m.impl("attention", &attention);
+}
