@@ -349,7 +349,25 @@ def _fuse(state_dict: dict, prefix: str, parts: tuple[str, ...], fused: str) -> 
     for suffix in ("weight", "bias", "qweight", "scales", "mins"):
         keys = [f"{prefix}{p}.{suffix}" for p in parts]
         if all(k in state_dict for k in keys):
-            state_dict[f"{prefix}{fused}.{suffix}"] = torch.cat([state_dict.pop(k) for k in keys])
+            tensors = [state_dict.pop(k) for k in keys]
+            view = adjacent_rows(tensors)
+            state_dict[f"{prefix}{fused}.{suffix}"] = torch.cat(tensors) if view is None else view
+
+
+def adjacent_rows(tensors: list[Tensor]) -> Optional[Tensor]:
+    """The concatenation of `tensors` along dim 0 as a view, when they already lie
+    back to back in one storage (row views of a matrix stored fused, e.g. a
+    memory-mapped cache entry); None otherwise, and the caller copies."""
+    first = tensors[0]
+    offset = first.storage_offset()
+    for t in tensors:
+        if (not t.is_contiguous() or t.dtype != first.dtype or t.shape[1:] != first.shape[1:]
+                or t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+                or t.storage_offset() != offset):
+            return None
+        offset += t.numel()
+    rows = sum(t.shape[0] for t in tensors)
+    return first.as_strided((rows, *first.shape[1:]), first.stride())
 
 
 def _fuse_qkv(module, state_dict, prefix, *args) -> None:

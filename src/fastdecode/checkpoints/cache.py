@@ -7,7 +7,8 @@ the converted copy back takes a fraction of that. Each entry is a directory
         model.safetensors     weights in the requested dtype, or packed for the
                               quantized kernels (weights="auto"), our key names
         tokenizer_state.json  the tokenizer plus BOS/EOS/chat settings
-        meta.json             format and layout versions, source, ModelArgs, file sizes
+        meta.json             format and layout versions, source, ModelArgs, file sizes,
+                              which tensors are stored fused (read back as row views)
 
 keyed by (format version, absolute source path, size, mtime, dtype, weights). An
 entry packed for another layout version (`quant.LAYOUT_VERSION`) is rebuilt. An entry is
@@ -40,7 +41,7 @@ from ..quant.formats import LAYOUT_VERSION
 from .hf_tokenizer import HFTokenizer
 from .keys import check_state_dict
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the matrices the model fuses are stored fused ("fused" in meta.json)
 _FILES = ("model.safetensors", "tokenizer_state.json")
 _STALE_TMP_SECONDS = 3600
 log = logging.getLogger("fastdecode.checkpoints")
@@ -96,12 +97,13 @@ def read_entry(directory: Path, source: Path) -> Optional[Entry]:
             if size != meta["sizes"][name]:
                 raise CorruptEntry(f"{name} has {size} bytes, expected {meta['sizes'][name]}")
         args = ModelArgs.from_dict(meta["args"])
-        state_dict = load_file(str(directory / "model.safetensors"))
+        state_dict = load_file(str(directory / "model.safetensors"))  # memory-mapped, not read
+        _split_fused(state_dict, meta.get("fused", {}))
         check_state_dict(state_dict, args, str(directory))
         tokenizer = _read_tokenizer(directory / "tokenizer_state.json")
     except CorruptEntry:
         raise
-    except (OSError, ValueError, KeyError, TypeError, SafetensorError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError, SafetensorError) as e:
         # ValueError covers JSON errors and FastDecodeError from the checks.
         raise CorruptEntry(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
     return Entry(args, state_dict, tokenizer, meta.get("weights_summary", ""))
@@ -128,6 +130,7 @@ def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
         return False
     try:
         state = {k: v.detach().to("cpu").contiguous() for k, v in entry.state_dict.items()}
+        fused = _fuse_groups(state, entry.args.n_layers)
         save_file(state, str(tmp / "model.safetensors"))
         (tmp / "tokenizer_state.json").write_text(json.dumps(entry.tokenizer.to_dict()), encoding="utf-8")
         meta = {
@@ -136,6 +139,7 @@ def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
             "weights_summary": entry.weights_summary,
             "source": str(source.resolve()),
             "args": dataclasses.asdict(entry.args),
+            "fused": fused,
             "sizes": {name: (tmp / name).stat().st_size for name in _FILES},
             "created": time.time(),
         }
@@ -153,6 +157,38 @@ def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
         return False
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # a no-op once renamed
+
+
+# The matrices the model runs as one (model._fuse): stored concatenated, so that a
+# load assigns row views of the memory-mapped file (model.adjacent_rows) instead of
+# concatenating copies, and resident memory stays that of the file.
+_GROUPS = (("attention.", ("wq", "wk", "wv")), ("feed_forward.", ("w1", "w3")))
+
+
+def _fuse_groups(state: dict[str, torch.Tensor], n_layers: int) -> dict[str, dict]:
+    """Concatenate each group's tensors in `state` (in place) where they share dtype and
+    row shape; returns {fused key: {"parts": keys, "rows": row counts}} for meta.json."""
+    fused: dict[str, dict] = {}
+    for i in range(n_layers):
+        for sub, parts in _GROUPS:
+            for suffix in ("weight", "bias", "qweight", "scales", "mins"):
+                keys = [f"layers.{i}.{sub}{p}.{suffix}" for p in parts]
+                if not all(k in state for k in keys):
+                    continue
+                ts = [state[k] for k in keys]
+                if any(t.dtype != ts[0].dtype or t.shape[1:] != ts[0].shape[1:] for t in ts):
+                    continue
+                key = f"layers.{i}.{sub}{'+'.join(parts)}.{suffix}"
+                state[key] = torch.cat([state.pop(k) for k in keys])
+                fused[key] = {"parts": keys, "rows": [t.shape[0] for t in ts]}
+    return fused
+
+
+def _split_fused(state: dict[str, torch.Tensor], fused: dict[str, dict]) -> None:
+    """Undo `_fuse_groups` with row views (no copies)."""
+    for key, rec in fused.items():
+        for part, piece in zip(rec["parts"], state.pop(key).split(rec["rows"])):
+            state[part] = piece
 
 
 def _remove_stale_tmp(root: Path) -> None:
