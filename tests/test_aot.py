@@ -5,8 +5,10 @@ AOTInductor compile: seconds) and checks everything else against it.
 """
 
 import json
+import os
 import random
 import zipfile
+from pathlib import Path
 
 import time
 
@@ -15,7 +17,7 @@ import torch
 from torch._dynamo.utils import counters
 
 import fastdecode
-from fastdecode import cli
+from fastdecode import aot, cli
 from fastdecode.aot import check_compatible, read_metadata
 from fastdecode.errors import FastDecodeError
 from conftest import make_model
@@ -155,6 +157,7 @@ def test_default_load_generates_at_once_and_exports_the_package_in_the_backgroun
     engine switches to the package between requests, later loads open it, and every run
     generates what eager does."""
     monkeypatch.delenv("FASTDECODE_NO_PACKAGE", raising=False)
+    (tmp_path / "kernels").symlink_to(Path(os.environ["FASTDECODE_CACHE"]) / "kernels")  # no second build
     monkeypatch.setenv("FASTDECODE_CACHE", str(tmp_path))
     first = fastdecode.load("tiny", max_batch_size=4)
     if first.kernels.ops == []:
@@ -174,7 +177,7 @@ def test_default_load_generates_at_once_and_exports_the_package_in_the_backgroun
     again = fastdecode.load("tiny", max_batch_size=4)
     assert again.compiled == str(path) and again.exporting_package is None
     assert ids(again.generate(prompts, max_new_tokens=8, temperature=0)) == want
-    assert sorted(p.name for p in (tmp_path / "packages").iterdir()) == [path.name, path.with_suffix(".log").name]
+    assert sorted(p.name for p in (tmp_path / "packages").iterdir()) == sorted([path.name, path.with_suffix(".log").name])
     # Where a package does not apply, "auto" means none.
     assert fastdecode.load("tiny", compile="generate").compiled is None
     assert fastdecode.load("tiny", cache="dynamic").compiled is None

@@ -170,9 +170,8 @@ def _traced_code_hash() -> str:
 def _weights_hash(model: Transformer) -> str:
     """A hash of every weight's name, dtype and shape: two quantizations of one model
     (another layout for some tensors) never share a package."""
-    wrapper = _StepWithCaches(model)  # the names a package is exported with
     h = hashlib.sha256()
-    for name, t in sorted({**dict(wrapper.named_parameters()), **dict(wrapper.named_buffers())}.items()):
+    for name, t in sorted(model.state_dict().items()):  # not the KV caches, which the engine sizes
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)};".encode("utf-8"))
     return h.hexdigest()[:16]
 

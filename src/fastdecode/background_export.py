@@ -44,6 +44,7 @@ class ExportJob:
     dtype: str
     weights: str
     path: str
+    gemv: bool  # the parent's float-kernel choice, which the package's key includes
 
 
 def _pid_alive(pid: int) -> bool:
@@ -104,7 +105,8 @@ def start(job: ExportJob) -> Optional[int]:
     try:
         # At the lowest priority from its first instruction (torch's import included).
         nice = shutil.which("nice")
-        cmd = [sys.executable, "-m", "fastdecode.background_export", json.dumps(asdict(job))]
+        cmd = [sys.executable, "-c", "import sys; from fastdecode.background_export import main; "
+               "sys.exit(main(sys.argv[1:]))", json.dumps(asdict(job))]
         with open(path.with_suffix(".log"), "w", encoding="utf-8") as out:
             child = subprocess.Popen(
                 [nice, "-n", "19", *cmd] if nice else cmd,
@@ -180,8 +182,12 @@ def main(argv: list[str]) -> int:
         from .aot import export_package, package_path
         from .llm import load
 
+        from .quant.transform import set_gemv
+
         llm = load(job.model, dtype=job.dtype, weights=job.weights, compiled=None, max_batch_size=1,
                    max_seq_len=16)
+        if llm.kernels.gemv != job.gemv:
+            set_gemv(llm.model, job.gemv)
         if package_path(llm.model) != path:
             raise RuntimeError("the model loaded here does not match the parent's package key")
         t0 = time.perf_counter()
@@ -198,7 +204,3 @@ def main(argv: list[str]) -> int:
         raise
     finally:
         path.with_suffix(".lock").unlink(missing_ok=True)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

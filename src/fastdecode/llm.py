@@ -232,7 +232,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
             f"a KV cache of max_batch_size={max_batch_size} x max_seq_len={max_seq_len} needs {need:,} bytes, "
             f"but {free:,} are available; lower max_batch_size or max_seq_len")
     compile = _runnable_compile(compile, dev)
-    job = ExportJob(model or DEFAULT_MODEL, str(dt).removeprefix("torch."), weights, "")
+    job = ExportJob(model or DEFAULT_MODEL, str(dt).removeprefix("torch."), weights, "", kernels.gemv)
     steps = _choose_steps(m, compile, compiled, kernels, job)
     llm = LLM(m, loaded.tokenizer, steps=steps, compile="none" if steps.compiled else compile,
               max_seq_len=max_seq_len, max_batch_size=max_batch_size, cache=cache, source=loaded.source,
