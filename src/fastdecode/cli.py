@@ -73,6 +73,9 @@ class _RunKeys:
         "generate: render each prompt with the model's chat template; none does so when the "
         "model has one (chat always does)."))
     system: Optional[str] = field(default=None, metadata=_help("system message for chat-template prompts."))
+    prefix_cache: bool = field(default=_LOAD_DEFAULTS["prefix_cache"], metadata=_help(
+        "reuse the KV cache rows of the longest prompt prefix a slot already holds (an earlier turn "
+        "of the chat, a shared system prompt), so only the rest is prefilled; false prefills all."))
     tp: int = field(default=_LOAD_DEFAULTS["tp"], metadata=_help(
         "tensor-parallel ranks (generate and serve): launch under torchrun --nproc-per-node N -m "
         "fastdecode.cli generate|serve tp=N ...; rank 0 prints and serves, the other ranks run the same steps."))
@@ -138,7 +141,8 @@ def load_model(s: Any, batch_size: Optional[int] = None) -> LLM:
     with progress(f"loading {s.model}"):
         return load(s.model, device=s.device, dtype=s.dtype, compile=s.compile,
                     max_seq_len=s.max_seq_len, max_batch_size=max_batch_size, cache=s.cache,
-                    compiled=s.compiled, weights=s.weights, tp=s.tp, speculative=draft)
+                    compiled=s.compiled, weights=s.weights, tp=s.tp, speculative=draft,
+                    prefix_cache=s.prefix_cache)
 
 
 def chat_messages(prompt: str, system: Optional[str]) -> list[dict]:
@@ -184,6 +188,7 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
     first = completion_stats(completions[0], llm)
     n = len(completions)
     prompt_tokens = sum(c.prompt_tokens for c in completions)
+    cached = sum(c.cached_tokens for c in completions)
     generated = sum(c.completion_tokens for c in completions)
     rate = first["decode_tokens_per_s"]
     batch = f" per sequence, {rate * n:.1f} total ({n} sequences)" if n > 1 else ""
@@ -199,7 +204,7 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
         f"kv cache:             {llm.max_batch_size} slot{'s' if llm.max_batch_size != 1 else ''} x "
         f"{llm.max_seq_len} positions, "
         f"{llm.engine.cache_bytes / 1e6:.0f} MB, allocated once",
-        f"prompt tokens:        {prompt_tokens}",
+        f"prompt tokens:        {prompt_tokens:,}" + (f", {cached:,} from cache" if cached else ""),
         f"generated tokens:     {generated}",
         f"time to first token:  {first['time_to_first_token_s'] * 1e3:.1f} ms",
         f"decode:               {rate:.1f} tokens/s{batch}",

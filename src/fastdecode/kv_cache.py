@@ -73,6 +73,11 @@ class KVCache(nn.Module):
         _write(self.v_cache, rows, input_pos, v)
         return self.k_cache.transpose(1, 2), self.v_cache.transpose(1, 2)
 
+    def copy_rows(self, src: int, dst: int, n: int) -> None:
+        """Slot dst's positions 0..n-1 become slot src's (a reused prompt prefix)."""
+        self.k_cache[dst, :n].copy_(self.k_cache[src, :n])
+        self.v_cache[dst, :n].copy_(self.v_cache[src, :n])
+
     def reset(self) -> None:
         self.k_cache.zero_()
         self.v_cache.zero_()

@@ -140,7 +140,8 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
          dtype: Union[None, str, torch.dtype] = None, compile: str = "none",
          max_seq_len: Optional[int] = None, max_batch_size: Optional[int] = None,
          cache: str = "static", compiled: Optional[str] = "auto", weights: str = "auto",
-         prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none", tp: int = 1) -> "LLM":
+         prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none", tp: int = 1,
+         prefix_cache: bool = True) -> "LLM":
     """Load a model by preset name, known checkpoint name or path (.gguf file or
     Hugging Face directory). None loads the default, SmolLM2-135M-Instruct.
 
@@ -148,7 +149,10 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     in a queue); default 8. max_seq_len: positions per slot (prompt plus new
     tokens); default: the model's context, capped so the KV cache, allocated
     once, stays within 1 GiB. prefill_chunk: the most prompt tokens prefilled
-    per engine step, so new prompts do not stall running streams.
+    per engine step, so new prompts do not stall running streams. prefix_cache:
+    a new prompt reuses the KV rows of the longest prefix it shares with what a
+    slot already holds (a finished request's prompt and reply, or a running
+    one's), and only the rest is prefilled (engine/prefix_cache.py).
     speculative: "none", "prompt-lookup" or "draft:<model>", for requests that
     do not choose (generate's `speculative=`). A draft model is loaded here with
     the same settings and must share the target's vocabulary; drafts are
@@ -192,6 +196,8 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
         raise FastDecodeError(f"speculative={speculative!r} cannot be combined with tp={tp}; with tensor "
                               "parallelism use none or prompt-lookup")
     draft_compiled = compiled
+    if not isinstance(prefix_cache, bool):
+        raise FastDecodeError(f"prefix_cache={prefix_cache!r} is not a boolean; accepted: true or false")
     if isinstance(prefill_chunk, bool) or not isinstance(prefill_chunk, int) or prefill_chunk < 1:
         raise FastDecodeError(f"prefill_chunk={prefill_chunk!r} is out of range; accepted: an integer >= 1")
     if compiled == "auto" and (compile not in ("none", "decode") or cache != "static" or dev.type != "cpu"
@@ -236,7 +242,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     steps = _choose_steps(m, compile, compiled, kernels, job)
     llm = LLM(m, loaded.tokenizer, steps=steps, compile="none" if steps.compiled else compile,
               max_seq_len=max_seq_len, max_batch_size=max_batch_size, cache=cache, source=loaded.source,
-              prefill_chunk=prefill_chunk, speculative=speculative)
+              prefill_chunk=prefill_chunk, speculative=speculative, prefix_cache=prefix_cache)
     if group is not None:
         llm.engine.seed_unseeded = SharedSeeds.broadcast(group)
     if draft_name is not None:
@@ -311,7 +317,7 @@ class LLM:
     def __init__(self, model: Transformer, tokenizer: Tokenizer, *, compile: str = "none",
                  max_seq_len: int, max_batch_size: int, cache: str = "static", source: str = "",
                  prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none",
-                 steps: Optional[Steps] = None):
+                 steps: Optional[Steps] = None, prefix_cache: bool = True):
         self.model, self.tokenizer = model, tokenizer
         self.args: ModelArgs = model.args
         self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
@@ -319,7 +325,7 @@ class LLM:
         # The engine owns the model's KV cache and runs every request.
         self.engine = Engine(model, tokenizer, steps or make_steps(model, compile), max_batch_size=max_batch_size,
                              max_seq_len=max_seq_len, cache=cache, prefill_chunk=prefill_chunk,
-                             speculative=speculative)
+                             speculative=speculative, prefix_cache=prefix_cache)
         self.draft: Optional[LLM] = None  # the draft model of speculative="draft:<model>"
         self.load_seconds = 0.0
         # Where a converted GGUF copy lives (fastdecode.checkpoints.clear_cache() removes it).

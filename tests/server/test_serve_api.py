@@ -59,7 +59,10 @@ def test_chat_streamed_text_equals_the_whole_answer(client, tiny_llm):
     assert {c.object for c in chunks} == {"chat.completion.chunk"}
     assert chunks[0].choices[0].delta.role == "assistant"
     *body, usage = chunks
-    assert usage.choices == [] and usage.usage.model_dump() == whole.usage.model_dump()
+    # The same prompt again: all but its last token come from the prefix cache.
+    assert usage.choices == [] and usage.usage.prompt_tokens_details.cached_tokens == len(prompt) - 1
+    assert usage.usage.model_dump(exclude={"prompt_tokens_details"}) == \
+        whole.usage.model_dump(exclude={"prompt_tokens_details"})
     assert "".join(c.choices[0].delta.content or "" for c in body) == choice.message.content
     reasons = [c.choices[0].finish_reason for c in body if c.choices[0].finish_reason]
     assert reasons == [choice.finish_reason] and body[-1].choices[0].finish_reason == choice.finish_reason
@@ -248,3 +251,27 @@ def test_metrics_and_request_log(server):
     lines = [line for line in server.log().splitlines() if "POST /v1/completions status=200" in line]
     assert lines and all(line.split()[1].startswith("cmpl-") and "prompt_tokens=" in line and "ttft=" in line
                          and "total=" in line for line in lines)
+
+
+def test_prefix_cache_counts_cached_tokens_in_usage_and_metrics(server, client):
+    prompt = [(7 * i + 11) % 200 + 3 for i in range(40)]
+    queries, hits = metric(server, "fastdecode_prefix_cache_queries_total"), \
+        metric(server, "fastdecode_prefix_cache_hits_total")
+    first = client.completions.create(model="tiny", prompt=prompt, max_tokens=3, temperature=0)
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    again = client.completions.create(model="tiny", prompt=prompt + [5, 6], max_tokens=3, temperature=0)
+    assert again.usage.prompt_tokens_details.cached_tokens == 40
+    chunks = list(client.completions.create(model="tiny", prompt=prompt + [5, 6, 9], max_tokens=3, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 42
+    salted = client.completions.create(model="tiny", prompt=prompt + [5, 6], max_tokens=3, temperature=0,
+                                       extra_body={"cache_salt": "other"})
+    assert salted.usage.prompt_tokens_details.cached_tokens == 0
+    assert metric(server, "fastdecode_prefix_cache_queries_total") - queries == 40 + 42 + 43 + 42
+    assert metric(server, "fastdecode_prefix_cache_hits_total") - hits == 40 + 42
+
+
+def test_cache_salt_must_be_a_string(server):
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1, "cache_salt": 5})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt"
+    assert httpx.get(server.url + "/health").status_code == 200

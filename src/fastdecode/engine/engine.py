@@ -43,6 +43,7 @@ from ..kv_cache import cache_bytes
 from ..sampling import SamplingParams
 from ..tokenizer import Tokenizer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
+from .prefix_cache import PrefixIndex
 from .runner import Runner
 from .speculative import check_speculative, draft_model_name
 from .scheduler import Scheduler
@@ -55,7 +56,7 @@ DEFAULT_PREFILL_CHUNK = 256
 class Engine:
     def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, steps: Steps, *, max_batch_size: int,
                  max_seq_len: int, cache: str = "static", prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
-                 speculative: str = "none"):
+                 speculative: str = "none", prefix_cache: bool = True):
         self.model, self.tokenizer = model, tokenizer
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
         check_speculative(speculative, 1, 1)
@@ -68,7 +69,9 @@ class Engine:
             model.setup_caches(max_batch_size, max_seq_len, kind=cache)
         log.info("KV cache: %d slots x %d positions, %s, %.1f MB", max_batch_size, max_seq_len,
                  str(model.dtype).removeprefix("torch."), self.cache_bytes / 1e6)
-        self.scheduler = Scheduler(max_batch_size, prefill_chunk)
+        # Reuse of cached prompt prefixes (prefix_cache.py); a dynamic cache has no fixed slots to keep.
+        self.prefix = PrefixIndex(max_batch_size) if prefix_cache and cache == "static" else None
+        self.scheduler = Scheduler(max_batch_size, prefill_chunk, self.prefix)
         self.runner = Runner(model, steps, max_batch_size, max_seq_len)
         self._lock = threading.RLock()  # held for a whole step
         self._inbox: deque[Request] = deque()  # submitted, not yet seen by a step (append is atomic)
@@ -182,6 +185,9 @@ class Engine:
             if not self.scheduler.active:
                 self.runner.steps.refresh()  # no request in flight: safe to change what the steps run
             plan = self.scheduler.schedule()
+            for src, dst, n in plan.copies:
+                for layer in self.model.layers:
+                    layer.attention.kv_cache.copy_rows(src, dst, n)
             if plan.empty:
                 return
             for r in plan.admitted:

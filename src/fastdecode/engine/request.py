@@ -30,6 +30,8 @@ class GenerationConfig:
         own (the same tokens when greedy). None takes load()'s.
     num_draft_tokens: the most drafts per verify step (1..16); adapted per request.
     ngram_size: the longest n-gram looked up for drafts (1..8).
+    cache_salt: requests share cached prompt prefixes only with requests of the same salt
+        (None: the unsalted pool), so tenants' prompts never meet.
     """
 
     max_new_tokens: int = 256
@@ -40,6 +42,7 @@ class GenerationConfig:
     speculative: Optional[str] = None
     num_draft_tokens: int = 4
     ngram_size: int = 3
+    cache_salt: Optional[str] = None
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "min_new_tokens"):
@@ -59,6 +62,8 @@ class GenerationConfig:
         if self.eos_token_ids is not None:
             object.__setattr__(self, "eos_token_ids", frozenset(int(i) for i in self.eos_token_ids))
         check_speculative(self.speculative, self.num_draft_tokens, self.ngram_size)
+        if self.cache_salt is not None and not isinstance(self.cache_salt, str):
+            raise FastDecodeError(f"cache_salt must be a string, got {type(self.cache_salt).__name__}")
 
 
 @dataclass
@@ -86,6 +91,7 @@ class Completion:
     target_forwards: int = 0  # model forwards that produced this request's tokens (prefill's last chunk included)
     draft_tokens: int = 0  # speculative drafts proposed, and accepted
     accepted_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens reused from the prefix cache (not prefilled)
 
     @property
     def acceptance_rate(self) -> Optional[float]:
@@ -125,6 +131,7 @@ class Request:
         self.generator = None if params.greedy else make_generator(params, device)
         self.slot: Optional[int] = None
         self.prefilled = 0  # prompt tokens already in the cache
+        self.cached = 0  # of those, reused from the prefix cache rather than prefilled
         self.pos = 0  # the next cache position to write
         self.last_token = 0  # the newest token, fed at `pos` by the next decode step
         self.n_generated = 0  # tokens picked so far (an EOS counts)
@@ -150,6 +157,12 @@ class Request:
     def prefilling(self) -> bool:
         return self.prefilled < len(self.prompt)
 
+    def cached_tokens(self) -> list[int]:
+        """The tokens whose keys and values its slot's rows 0..n-1 hold now."""
+        if self.prefilling:
+            return self.prompt[:self.prefilled]
+        return (self.prompt + self.output_ids)[:self.pos]
+
     @property
     def remaining(self) -> int:
         """Tokens it may still generate."""
@@ -161,7 +174,8 @@ class Request:
         span = (self.t_last or t_first) - t_first
         return Completion(
             text=self.text.text, token_ids=list(self.output_ids), finish_reason=self.finish_reason,
-            prompt_tokens=len(self.prompt), completion_tokens=n, time_to_first_token_s=t_first - self.t_submit,
+            prompt_tokens=len(self.prompt), cached_tokens=self.cached, completion_tokens=n,
+            time_to_first_token_s=t_first - self.t_submit,
             decode_tokens_per_s=(self.n_generated - 1) / span if span > 0 and self.n_generated > 1 else 0.0,
             peak_memory_bytes=peak_memory_bytes, logprobs=self.logprobs, target_forwards=self.forwards,
             draft_tokens=self.spec.drafted if self.spec else 0,

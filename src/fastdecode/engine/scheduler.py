@@ -12,7 +12,11 @@ import heapq
 from collections import deque
 from dataclasses import dataclass, field
 
+from typing import Optional
+
+from .prefix_cache import PrefixIndex
 from .request import Request
+from .speculative import DraftModelRow
 
 
 @dataclass
@@ -21,6 +25,8 @@ class Plan:
     prefill: list[Request] = field(default_factory=list)  # each prefills `prefill_len` prompt tokens
     prefill_len: int = 0
     admitted: list[Request] = field(default_factory=list)  # took a slot in this step
+    # (source slot, destination slot, n): copy KV rows 0..n-1 before the step runs (prefix reuse)
+    copies: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -28,8 +34,11 @@ class Plan:
 
 
 class Scheduler:
-    def __init__(self, n_slots: int, prefill_chunk: int):
+    def __init__(self, n_slots: int, prefill_chunk: int, prefix: Optional[PrefixIndex] = None):
         self.n_slots, self.prefill_chunk = n_slots, prefill_chunk
+        # With a prefix index a request goes where its prompt's longest cached prefix
+        # is; without, to the lowest free slot.
+        self.prefix = prefix
         self._free = list(range(n_slots))  # a heap: the lowest free slot first
         self.waiting: deque[Request] = deque()
         self.active: list[Request] = []  # hold a slot: prefilling or decoding, in admission order
@@ -47,6 +56,8 @@ class Scheduler:
     def remove(self, request: Request) -> None:
         """Take a finished or cancelled request out, freeing its slot at once."""
         if request.slot is not None:
+            if self.prefix is not None:
+                self.prefix.release(request)
             self.active.remove(request)
             heapq.heappush(self._free, request.slot)
             request.slot = None
@@ -57,7 +68,16 @@ class Scheduler:
         plan = Plan()
         while self.waiting and self._free:
             r = self.waiting.popleft()
-            r.slot = heapq.heappop(self._free)
+            if self.prefix is None or isinstance(r.spec, DraftModelRow):
+                # (a draft model's own slots would lack the reused rows)
+                r.slot = heapq.heappop(self._free)
+            else:
+                place = self.prefix.place(r, self._free, self.active)
+                self._free.remove(place.slot)
+                heapq.heapify(self._free)
+                r.slot, r.prefilled, r.pos, r.cached = place.slot, place.reuse, place.reuse, place.reuse
+                if place.copy_from is not None:
+                    plan.copies.append((place.copy_from, place.slot, place.reuse))
             self.active.append(r)
             plan.admitted.append(r)
         plan.decode = [r for r in self.active if not r.prefilling]

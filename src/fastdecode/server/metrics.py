@@ -26,6 +26,11 @@ class Metrics:
         self.generated_tokens = Counter("fastdecode_generation_tokens", "tokens generated", registry=r)
         self.finished = Counter("fastdecode_choices_finished", "choices finished, by finish reason",
                                 ["finish_reason"], registry=r)
+        # In tokens, as vLLM counts them: prompt tokens looked up in the prefix cache, and found there.
+        self.prefix_queries = Counter("fastdecode_prefix_cache_queries",
+                                      "prompt tokens of finished choices looked up in the prefix cache", registry=r)
+        self.prefix_hits = Counter("fastdecode_prefix_cache_hits",
+                                   "prompt tokens of finished choices reused from the prefix cache", registry=r)
         Gauge("fastdecode_slots_in_use", "engine slots holding a request", registry=r).set_function(slots_in_use)
         Gauge("fastdecode_queue_length", "requests waiting for a slot", registry=r).set_function(queue_length)
         self.ttft = Histogram("fastdecode_time_to_first_token_seconds",
@@ -59,5 +64,7 @@ class ChoiceTimer:
         self.metrics.finished.labels(reason or "unknown").inc()
         if completion is not None:
             self.metrics.generated_tokens.inc(completion.completion_tokens)
+            self.metrics.prefix_queries.inc(completion.prompt_tokens)
+            self.metrics.prefix_hits.inc(completion.cached_tokens)
             if completion.completion_tokens:
                 self.metrics.ttft.observe(completion.time_to_first_token_s)

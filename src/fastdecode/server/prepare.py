@@ -86,7 +86,7 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
              if isinstance(req, ChatCompletionRequest) else "logprobs"}
     try:
         config = GenerationConfig(max_new_tokens=max_tokens, min_new_tokens=min(req.min_tokens or 0, max_tokens),
-                                  stop=req.stop, ignore_eos=bool(req.ignore_eos))
+                                  stop=req.stop, ignore_eos=bool(req.ignore_eos), cache_salt=req.cache_salt)
         seeds = [None if req.seed is None else req.seed + j for j in range(n)]
         params = [_sampling(req, seed, logprobs) for _ in prompts for seed in seeds]
     except FastDecodeError as e:

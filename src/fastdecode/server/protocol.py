@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_serializer
 
 from ..sampling import MAX_LOGPROBS
 
@@ -49,6 +49,8 @@ class _Sampling(_In):
     # fastdecode's own (vLLM's names): EOS is suppressed until min_tokens exist, or ignored.
     min_tokens: Optional[int] = Field(default=None, ge=0)
     ignore_eos: Optional[bool] = False
+    # vLLM's: requests share cached prompt prefixes only with requests of the same salt.
+    cache_salt: Optional[StrictStr] = None
 
     @field_validator("stop")
     @classmethod
@@ -113,10 +115,15 @@ def _short(value: Any) -> str:
 
 # -- responses -------------------------------------------------------------------------
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int  # prompt tokens reused from the prefix cache, not prefilled
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: Optional[PromptTokensDetails] = None
 
 
 class TopLogprob(BaseModel):

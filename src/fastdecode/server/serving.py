@@ -23,7 +23,8 @@ from .metrics import ChoiceTimer
 from .outputs import ChoiceState, chat_logprobs, completion_logprobs
 from .prepare import Job, prepare_chat, prepare_completion
 from .protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
-                       ChatCompletionRequest, Completion, CompletionChoice, CompletionRequest, Delta, Usage)
+                       ChatCompletionRequest, Completion, CompletionChoice, CompletionRequest, Delta,
+                       PromptTokensDetails, Usage)
 from .state import ServerState
 
 log = logging.getLogger("fastdecode.server")
@@ -124,8 +125,12 @@ class Run:
 
     def usage(self) -> Usage:
         completion = sum(s.completion_tokens for s in self.states)
+        # Each prompt counts once, as its first choice found it in the prefix cache.
+        firsts = [self.states[i].completion for i in range(0, len(self.states), self.job.n)]
+        cached = sum(c.cached_tokens for c in firsts if c is not None)
         return Usage(prompt_tokens=self.job.prompt_tokens, completion_tokens=completion,
-                     total_tokens=self.job.prompt_tokens + completion)
+                     total_tokens=self.job.prompt_tokens + completion,
+                     prompt_tokens_details=PromptTokensDetails(cached_tokens=cached))
 
     # -- whole responses ------------------------------------------------------------------
 
