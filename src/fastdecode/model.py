@@ -343,10 +343,14 @@ class Transformer(nn.Module):
         return self.tok_embeddings.as_linear(x) if self.output is None else self.output(x)
 
 
+# The packed tensors' suffixes (quant.formats.SUFFIXES; not imported: quant imports this module).
+PACKED_SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin")
+
+
 def _fuse(state_dict: dict, prefix: str, parts: tuple[str, ...], fused: str) -> None:
     # Float weights and biases, or the packed tensors of quantized weights
     # (rows of a block-quantized matrix are independent, so they concatenate too).
-    for suffix in ("weight", "bias", "qweight", "scales", "mins"):
+    for suffix in ("weight", "bias", *PACKED_SUFFIXES):
         keys = [f"{prefix}{p}.{suffix}" for p in parts]
         if all(k in state_dict for k in keys):
             tensors = [state_dict.pop(k) for k in keys]

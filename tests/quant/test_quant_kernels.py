@@ -20,7 +20,7 @@ from gguf import quants as gq
 
 from fastdecode import kernels
 from fastdecode.quant import formats, reference
-from fastdecode.quant.linear import qlinear
+from fastdecode.quant.linear import packed_linear, qlinear
 
 TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K]
 ISAS = kernels.available_isas()
@@ -74,11 +74,11 @@ def test_kernel_matches_dequantized_matmul(isa, qtype, n):
     g = torch.Generator().manual_seed(n)
     for m in (1, 2, 3, 5, 8, 17, 64):
         x = torch.randn(m, k, generator=g)
-        y = qlinear(x, packed["qweight"], packed["scales"], packed.get("mins"), native=True)
+        y = packed_linear(x, formats.layout_of(packed), packed, native=True)
         exact = x.double() @ w.double().T
         bound = act_bound(x, w) * 1.001 + 1e-4 * (1 + exact.abs())
         assert ((y.double() - exact).abs() <= bound).all(), (m, (y.double() - exact).abs().max())
-        ref = qlinear(x, packed["qweight"], packed["scales"], packed.get("mins"), native=False)
+        ref = packed_linear(x, formats.layout_of(packed), packed, native=False)
         assert torch.equal(y, ref)
 
 
@@ -89,11 +89,12 @@ def test_row_result_does_not_depend_on_m(isa, qtype):
     raw, _ = gguf_weight(qtype, n, k, seed=3)
     p = formats.pack_gguf(raw, qtype, n, k)
     x = torch.randn(64, k, generator=torch.Generator().manual_seed(0))
-    full = qlinear(x, p["qweight"], p["scales"], p.get("mins"), native=True)
+    lay = formats.layout_of(p)
+    full = packed_linear(x, lay, p, native=True)
     for m in (1, 2, 3, 5, 63):
-        part = qlinear(x[:m], p["qweight"], p["scales"], p.get("mins"), native=True)
+        part = packed_linear(x[:m], lay, p, native=True)
         assert torch.equal(part, full[:m])
-    alone = torch.cat([qlinear(x[i:i + 1], p["qweight"], p["scales"], p.get("mins"), native=True) for i in range(64)])
+    alone = torch.cat([packed_linear(x[i:i + 1], lay, p, native=True) for i in range(64)])
     assert torch.equal(alone, full)
 
 
@@ -115,7 +116,7 @@ def test_instruction_sets_agree_bitwise():
 def test_fused_rows_equal_separate_matmuls(isa):
     """QKV and gate/up are one matrix: concatenated rows give the parts' outputs."""
     parts = [formats.pack_gguf(*gguf_weight(T.Q4_1, n, 128, seed=n)[:1], T.Q4_1, n, 128) for n in (64, 16, 16)]
-    fused = {s: torch.cat([p[s] for p in parts]) for s in formats.SUFFIXES}
+    fused = {s: torch.cat([p[s] for p in parts]) for s in formats.LAYOUT_TENSORS["q4"]}
     x = torch.randn(3, 128)
     y = qlinear(x, fused["qweight"], fused["scales"], fused["mins"], native=True)
     sep = torch.cat([qlinear(x, p["qweight"], p["scales"], p["mins"], native=True) for p in parts], dim=1)

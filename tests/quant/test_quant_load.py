@@ -140,3 +140,30 @@ def test_reference_path_when_kernels_unavailable(quant_gguf, kernels_unloaded, m
     expected = logits(native)
     set_native(native.model, False)
     assert torch.equal(logits(native), expected)
+
+
+def test_mixed_layout_group_runs_each_part_on_its_kernel(tmp_path):
+    """A fused group whose parts have different layouts (Q4_1 q/k, Q8_0 v, as Q4_K_M
+    mixes Q4_K and Q6_K) is a SplitLinear, not dequantized: its output is the parts'
+    outputs concatenated, and it equals the float path's to the quantization error."""
+    from fastdecode.quant.linear import SplitLinear, packed_linear
+
+    quant = {**QUANT, "blk.0.attn_v.weight": T.Q8_0}
+    path = write_gguf(tmp_path / "mixed.gguf", gguf_tensors(hf_model()), quant=quant)
+    q = fastdecode.load(str(path), weights="auto")
+    assert "dequantized" not in q.weights_summary
+    wqkv = q.model.layers[0].attention.wqkv
+    assert isinstance(wqkv, SplitLinear) and [p.layout for p in wqkv.parts] == ["q4", "q8"]
+    assert [p.out_features for p in wqkv.parts] == [64 + 32, 32]
+    x = torch.randn(3, 64)
+    with torch.inference_mode():
+        sep = torch.cat([packed_linear(x, p.layout, p.packed(), p.native) for p in wqkv.parts], dim=-1)
+        assert torch.equal(wqkv(x), sep)
+    f = fastdecode.load(str(path), weights="float")
+    a, b = logits(q), logits(f)
+    assert (a - b).abs().max() < 0.05 * b.abs().max()
+    again = fastdecode.load(str(path), weights="auto")  # from the cache: the same
+    assert again.from_cache and torch.equal(logits(again), a)
+    if q.kernels.quant != "reference":
+        set_native(q.model, False)
+        assert torch.equal(logits(q), a)

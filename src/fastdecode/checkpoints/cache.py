@@ -37,7 +37,7 @@ from safetensors.torch import load_file, save_file
 
 from ..config import ModelArgs
 from ..errors import FastDecodeError
-from ..quant.formats import LAYOUT_VERSION
+from ..quant.formats import LAYOUT_VERSION, SUFFIXES
 from .hf_tokenizer import HFTokenizer
 from .keys import check_state_dict
 
@@ -171,7 +171,7 @@ def _fuse_groups(state: dict[str, torch.Tensor], n_layers: int) -> dict[str, dic
     fused: dict[str, dict] = {}
     for i in range(n_layers):
         for sub, parts in _GROUPS:
-            for suffix in ("weight", "bias", "qweight", "scales", "mins"):
+            for suffix in ("weight", "bias", *SUFFIXES):
                 keys = [f"layers.{i}.{sub}{p}.{suffix}" for p in parts]
                 if not all(k in state for k in keys):
                     continue

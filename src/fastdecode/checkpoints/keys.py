@@ -14,7 +14,7 @@ import torch
 
 from ..config import ModelArgs
 from ..errors import FastDecodeError
-from ..quant.formats import layout_of, packed_shapes
+from ..quant.formats import SUFFIXES, layout_of, packed_shapes
 
 
 def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
@@ -60,7 +60,8 @@ def _expand_packed(expected: dict[str, tuple[int, ...]], state_dict: dict[str, t
         if len(shape) != 2 or key in state_dict or q is None:
             continue
         del expected[key]
-        expected.update({f"{base}.{s}": t for s, t in packed_shapes(layout_of({"qweight": q}), *shape).items()})
+        group = {s: state_dict[f"{base}.{s}"] for s in SUFFIXES if f"{base}.{s}" in state_dict}
+        expected.update({f"{base}.{s}": t for s, t in packed_shapes(layout_of(group), *shape).items()})
 
 
 def check_state_dict(state_dict: dict[str, torch.Tensor], args: ModelArgs, source: str) -> None:

@@ -315,6 +315,18 @@ def _register_fakes() -> None:
     def _(x, qweight, scales):
         return x.new_empty(x.shape[0], qweight.shape[0])
 
+    @torch.library.register_fake("fastdecode::q4k_linear")
+    def _(x, qweight, sc, mn, d, dmin):
+        return x.new_empty(x.shape[0], qweight.shape[0])
+
+    @torch.library.register_fake("fastdecode::q5k_linear")
+    def _(x, qweight, qhigh, sc, mn, d, dmin):
+        return x.new_empty(x.shape[0], qweight.shape[0])
+
+    @torch.library.register_fake("fastdecode::q6k_linear")
+    def _(x, qweight, qhigh, sc, d):
+        return x.new_empty(x.shape[0], qweight.shape[0])
+
     @torch.library.register_fake("fastdecode::attention")
     def _(q, k, v, input_pos, rows, window, scale):
         return q.new_empty(q.shape)

@@ -51,12 +51,35 @@ enum Tiles : int {
   kTiles4x8 = 3,        // VNNI
 };
 
+// The K-quant layouts (quant/formats.py): q4k, q5k (q4's nibbles, per-32 uint8 scales
+// and mins, fp16 d and dmin per 256; q5k adds a high-bit plane) and q6k (Q6_K's bytes).
+enum KLayout : int { kQ4K = 0, kQ5K = 1, kQ6K = 2 };
+
+struct KQuantArgs {
+  const uint8_t* q;  // nibbles (q6k: ql), qs bytes per row
+  int64_t qs;
+  const uint8_t* qh;  // high bits (q5k, q6k), qhs bytes per row
+  int64_t qhs;
+  const uint8_t* sc;  // uint8 [N, nb] (q6k: int8 [N, 2 nb]), scs bytes per row
+  const uint8_t* mn;  // uint8 [N, nb] (q4k, q5k)
+  int64_t scs;
+  const uint16_t *d, *dmin;  // fp16 bits [N, nb / 8]
+  int64_t nb;
+  const int8_t* xq;  // activations quantized by quantize_rows: [M, K] int8
+  const float *xd, *xs;  // [M, nb] block scales, scale * sum(q)
+  int64_t M, K;
+  float* y;  // [M, N]
+  int64_t N;
+};
+
 namespace avx2 {
+void krows(KLayout layout, const KQuantArgs& a, int64_t n0, int64_t n1);
 void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s);
 void rows(bool q4, bool half, Tiles tiles, const QuantArgs& a, int64_t n0, int64_t n1);
 }  // namespace avx2
 
 namespace vnni {
+void krows(KLayout layout, bool narrow, const KQuantArgs& a, int64_t n0, int64_t n1);
 void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s);
 void rows(bool q4, bool half, Tiles tiles, const QuantArgs& a, int64_t n0, int64_t n1);
 }  // namespace vnni

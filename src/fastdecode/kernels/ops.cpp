@@ -211,6 +211,62 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
   return qlinear(x, qweight, scales, nullptr, false);
 }
 
+// The K-quant layouts (quant/formats.py): q4k (qweight, sc, mn, d, dmin), q5k (+ qhigh),
+// q6k (qweight, qhigh, sc, d); K a multiple of 256.
+at::Tensor klinear(fd::KLayout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
+                   const at::Tensor& sc, const at::Tensor* mn, const at::Tensor& d, const at::Tensor* dmin) {
+  const char* op = layout == fd::kQ4K ? "q4k_linear" : layout == fd::kQ5K ? "q5k_linear" : "q6k_linear";
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(), op,
+              ": x must be a float32 CPU matrix [M, K]");
+  const int64_t K = x.size(1), N = q.size(0), nb = K / 32;
+  TORCH_CHECK(K % 256 == 0, op, ": K=", K, " must be a multiple of 256");
+  auto expect = [&](const at::Tensor* t, const char* name, at::ScalarType dtype, int64_t cols) {
+    TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->device().is_cpu() && t->size(0) == N && t->size(1) == cols &&
+                    t->scalar_type() == dtype,
+                op, ": ", name, " must be a contiguous ", c10::toString(dtype), " CPU tensor [", N, ", ", cols,
+                "], got ", t->sizes(), " ", c10::toString(t->scalar_type()));
+  };
+  expect(&q, "qweight", at::kByte, K / 2);
+  const bool q6 = layout == fd::kQ6K;
+  if (qh) expect(qh, "qhigh", at::kByte, q6 ? K / 4 : K / 8);
+  expect(&sc, "sc", q6 ? at::kChar : at::kByte, q6 ? K / 16 : nb);
+  if (mn) expect(mn, "mn", at::kByte, nb);
+  expect(&d, "d", at::kHalf, K / 256);
+  if (dmin) expect(dmin, "dmin", at::kHalf, K / 256);
+  const Act act = quantize(x.contiguous());
+  at::Tensor y = at::empty({x.size(0), N}, x.options());
+  const fd::KQuantArgs a{q.data_ptr<uint8_t>(), q.size(1), qh ? qh->data_ptr<uint8_t>() : nullptr,
+                         qh ? qh->size(1) : 0, static_cast<const uint8_t*>(sc.data_ptr()),
+                         mn ? mn->data_ptr<uint8_t>() : nullptr, sc.size(1),
+                         static_cast<const uint16_t*>(d.data_ptr()),
+                         dmin ? static_cast<const uint16_t*>(dmin->data_ptr()) : nullptr, nb,
+                         act.q.data_ptr<int8_t>(), act.d.data_ptr<float>(), act.s.data_ptr<float>(), x.size(0), K,
+                         y.data_ptr<float>(), N};
+  const bool vnni = active_isa() == kVnni;
+  const bool narrow = x.size(0) == 1;
+  at::parallel_for(0, (N + 3) / 4, 16, [&](int64_t t0, int64_t t1) {
+    const int64_t n0 = t0 * 4, n1 = std::min(N, t1 * 4);
+    if (vnni) fd::vnni::krows(layout, narrow, a, n0, n1);
+    else fd::avx2::krows(layout, a, n0, n1);
+  });
+  return y;
+}
+
+at::Tensor q4k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& sc, const at::Tensor& mn,
+                      const at::Tensor& d, const at::Tensor& dmin) {
+  return klinear(fd::kQ4K, x, qweight, nullptr, sc, &mn, d, &dmin);
+}
+
+at::Tensor q5k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qhigh, const at::Tensor& sc,
+                      const at::Tensor& mn, const at::Tensor& d, const at::Tensor& dmin) {
+  return klinear(fd::kQ5K, x, qweight, &qhigh, sc, &mn, d, &dmin);
+}
+
+at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qhigh, const at::Tensor& sc,
+                      const at::Tensor& d) {
+  return klinear(fd::kQ6K, x, qweight, &qhigh, sc, nullptr, d, nullptr);
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -271,10 +327,38 @@ extern "C" AOTITorchError aoti_torch_cpu_q8_linear(AtenTensorHandle x, AtenTenso
   });
 }
 
+#define FD_T(h) (*tensor_handle_to_tensor_pointer(h))
+
+extern "C" AOTITorchError aoti_torch_cpu_q4k_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle sc,
+                                                    AtenTensorHandle mn, AtenTensorHandle d, AtenTensorHandle dmin,
+                                                    AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE(
+      { *ret0 = new_tensor_handle(q4k_linear(FD_T(x), FD_T(w), FD_T(sc), FD_T(mn), FD_T(d), FD_T(dmin))); });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_q5k_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle qh,
+                                                    AtenTensorHandle sc, AtenTensorHandle mn, AtenTensorHandle d,
+                                                    AtenTensorHandle dmin, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    *ret0 = new_tensor_handle(q5k_linear(FD_T(x), FD_T(w), FD_T(qh), FD_T(sc), FD_T(mn), FD_T(d), FD_T(dmin)));
+  });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_q6k_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle qh,
+                                                    AtenTensorHandle sc, AtenTensorHandle d, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE(
+      { *ret0 = new_tensor_handle(q6k_linear(FD_T(x), FD_T(w), FD_T(qh), FD_T(sc), FD_T(d))); });
+}
+
+#undef FD_T
+
 TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("gemv(Tensor x, Tensor w) -> Tensor");
   m.def("q4_linear(Tensor x, Tensor qweight, Tensor scales, Tensor mins) -> Tensor");
   m.def("q8_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
+  m.def("q4k_linear(Tensor x, Tensor qweight, Tensor sc, Tensor mn, Tensor d, Tensor dmin) -> Tensor");
+  m.def("q5k_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor sc, Tensor mn, Tensor d, Tensor dmin) -> Tensor");
+  m.def("q6k_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor sc, Tensor d) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale) -> Tensor");
 }
@@ -283,6 +367,9 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("gemv", &gemv);
   m.impl("q4_linear", &q4_linear);
   m.impl("q8_linear", &q8_linear);
+  m.impl("q4k_linear", &q4k_linear);
+  m.impl("q5k_linear", &q5k_linear);
+  m.impl("q6k_linear", &q6k_linear);
   m.impl("rms_norm", &rms_norm);
   m.impl("attention", &attention);
 }

@@ -287,6 +287,161 @@ static void rows(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t 
   }
 }
 
+// ---------------------------------------------------------------------------
+// The K-quant layouts (q4k, q5k, q6k; see quant/formats.py), on 256-bit tiles.
+//
+// q4k/q5k are q4 whose block scales d * sc and minima -(dmin * mn) are formed
+// here from the stored bytes: exact float32 products, the very values a float32
+// q4 repack holds, so the float operations (and results) are the q4 tile's. q6k:
+// lane j of block b is sc * (sum q x - 32 sum x) over values 4j..4j+3, sc the
+// scale of the lane's 16-value sub-block (lanes 0-3: sub-block 2b, 4-7: 2b + 1),
+// exact in int32 (|lane| < 2^22), converted to float, times d * x_scale.
+
+using KArgs = ::fd::KQuantArgs;
+constexpr int kQ4K = ::fd::kQ4K, kQ5K = ::fd::kQ5K, kQ6K = ::fd::kQ6K;
+
+// Block b of row n as 32 unsigned values (q4k: 0..15, q5k: 0..31, q6k: 0..63).
+template <int L>
+static inline __m256i kblock(const KArgs& a, int64_t n, int64_t b) {
+  const uint8_t* q = a.q + n * a.qs;
+  if constexpr (L == kQ6K) {
+    // Q6_K: value 128 h + 32 g + l: low bits in byte 64 h + 32 (g % 2) + l (nibble g / 2),
+    // top two in bits 2g of qh byte 32 h + l.
+    const int64_t j = b & 7, h = j >> 2, g = j & 3;
+    const __m256i lo = load32(q + (b >> 3) * 128 + h * 64 + (g & 1) * 32);
+    const __m256i l4 = (g & 2) ? q4_high(lo) : q4_low(lo);
+    const __m256i hb = load32(a.qh + n * a.qhs + (b >> 3) * 64 + h * 32);
+    const __m256i h2 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(static_cast<int>(2 * g))),
+                                        _mm256_set1_epi8(3));
+    return _mm256_or_si256(l4, _mm256_slli_epi16(h2, 4));
+  } else {
+    __m256i v = q4_block(q, b, a.nb);
+    if constexpr (L == kQ5K) {  // bit b % 8 of qh byte l: the fifth bit of value l
+      const __m256i hb = load32(a.qh + n * a.qhs + (b >> 3) * 32);
+      const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(static_cast<int>(b & 7))),
+                                          _mm256_set1_epi8(1));
+      v = _mm256_or_si256(v, _mm256_slli_epi16(h1, 4));
+    }
+    return v;
+  }
+}
+
+// The float scales of blocks b..b+7 (b % 8 == 0, one super-block) of row n: d * sc (q6k: d).
+template <int L>
+static inline __m256 kscales8(const KArgs& a, int64_t n, int64_t b) {
+  const __m256 d = _mm256_set1_ps(_cvtsh_ss(a.d[n * (a.nb / 8) + b / 8]));
+  if constexpr (L == kQ6K) {
+    return d;
+  } else {
+    const __m128i s = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.sc + n * a.scs + b));
+    return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(s)));
+  }
+}
+
+// q4k/q5k: the minima -(dmin * mn) of blocks b..b+7 of row n.
+static inline __m256 kmins8(const KArgs& a, int64_t n, int64_t b) {
+  const __m256 dm = _mm256_set1_ps(_cvtsh_ss(a.dmin[n * (a.nb / 8) + b / 8]));
+  const __m128i m = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(a.mn + n * a.scs + b));
+  return _mm256_xor_ps(_mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m))), _mm256_set1_ps(-0.f));
+}
+
+// min_term's sum for q4k/q5k row n (nb a multiple of 8: no tail).
+static inline float kmin_term(const KArgs& a, int64_t n, const float* xs) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t b = 0; b < a.nb; b += 8) acc = _mm256_add_ps(acc, _mm256_mul_ps(kmins8(a, n, b), _mm256_loadu_ps(xs + b)));
+  return hsum(acc);
+}
+
+// q6k: the sub-block scales of block b of row n in lanes 0-3 and 4-7.
+static inline __m256i ksub_scales(const KArgs& a, int64_t n, int64_t b) {
+  const int8_t* s = reinterpret_cast<const int8_t*>(a.sc + n * a.scs + 2 * b);
+  return _mm256_set_m128i(_mm_set1_epi32(s[1]), _mm_set1_epi32(s[0]));
+}
+
+// R weight rows from n x C activation rows from m, as `tile` does for q4/q8.
+template <int L, int R, int C>
+static void ktile(const KArgs& a, int64_t n, int64_t m, float* y, int64_t ldy) {
+  constexpr bool Q6 = L == kQ6K;
+  const int64_t nb = a.nb, K = a.K;
+  const int8_t* xq = a.xq + m * K;
+  const float* xd = a.xd + m * nb;
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  float sc[R][C][8];  // w_scale * x_scale of blocks b & ~7 .. + 7
+  for (int64_t b = 0; b < nb; ++b) {
+    if (b % 8 == 0) {
+      for (int r = 0; r < R; ++r) {
+        const __m256 ws = kscales8<L>(a, n + r, b);
+        for (int c = 0; c < C; ++c) _mm256_storeu_ps(sc[r][c], _mm256_mul_ps(ws, _mm256_loadu_ps(xd + c * nb + b)));
+      }
+    }
+    __m256i wv[R], sub[R];
+    for (int r = 0; r < R; ++r) {
+      wv[r] = kblock<L>(a, n + r, b);
+      if constexpr (Q6) sub[r] = ksub_scales(a, n + r, b);
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256i xv = load32(xq + c * K + b * 32);
+      __m256i off = _mm256_setzero_si256();
+      if constexpr (Q6) off = dot_u8s8(_mm256_set1_epi8(32), xv);  // 32 * sum(x) per lane
+      for (int r = 0; r < R; ++r) {
+        __m256i p = dot_u8s8(wv[r], xv);
+        if constexpr (Q6) p = _mm256_mullo_epi32(_mm256_sub_epi32(p, off), sub[r]);
+        const __m256 scale = _mm256_broadcast_ss(&sc[r][c][b % 8]);
+        acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(p), scale));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      float s = hsum(acc[r][c]);
+      if constexpr (!Q6) s = s + kmin_term(a, n + r, a.xs + (m + c) * nb);
+      y[c * ldy + r] = s;
+    }
+}
+
+template <int L, int R, int CT>
+static inline void ktiles(int c, const KArgs& a, int64_t n, int64_t m, float* y, int64_t ldy) {
+  if constexpr (CT > 1) {
+    if (c < CT) return ktiles<L, R, CT - 1>(c, a, n, m, y, ldy);
+  }
+  ktile<L, R, CT>(a, n, m, y, ldy);
+}
+
+static inline void prefetch_rows(const uint8_t* p, int64_t bytes) {
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+}
+
+// Rows [n0, n1) of y = x w^T, as `rows` does for q4/q8.
+template <int L, int RT, int CT>
+static void krows(const KArgs& a, int64_t n0, int64_t n1) {
+  constexpr int64_t kAhead = 32;
+  constexpr int64_t kPanel = 64;
+  for (int64_t m0 = 0; m0 < a.M; m0 += kPanel) {
+    const int64_t m1 = std::min(a.M, m0 + kPanel);
+    for (int64_t n = n0; n < n1;) {
+      const int r = n + RT <= n1 ? RT : n + 2 <= n1 ? 2 : 1;
+      if (m0 == 0 && n + kAhead + RT <= n1) {
+        const int64_t na = n + kAhead;
+        prefetch_rows(a.q + na * a.qs, RT * a.qs);
+        if (L != kQ4K) prefetch_rows(a.qh + na * a.qhs, RT * a.qhs);
+        prefetch_rows(a.sc + na * a.scs, RT * a.scs);
+        if (L != kQ6K) prefetch_rows(a.mn + na * a.scs, RT * a.scs);
+      }
+      for (int64_t m = m0; m < m1;) {
+        const int c = static_cast<int>(std::min<int64_t>(CT, m1 - m));
+        float* yr = a.y + m * a.N + n;
+        if (r == RT) ktiles<L, RT, CT>(c, a, n, m, yr, a.N);
+        else if (r == 2) ktiles<L, 2, CT>(c, a, n, m, yr, a.N);
+        else ktiles<L, 1, CT>(c, a, n, m, yr, a.N);
+        m += c;
+      }
+      n += r;
+    }
+  }
+}
+
 // Per row and block of 32: d = amax / 127, q = round-half-even(x / d), s = d * sum(q).
 static void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s) {
   const int64_t nb = K / 32;

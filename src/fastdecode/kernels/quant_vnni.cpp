@@ -43,3 +43,16 @@ void fd::vnni::rows(bool q4, bool half, Tiles tiles, const QuantArgs& a, int64_t
   else if (half) rows_as<false, uint16_t>(tiles, a, n0, n1);
   else rows_as<false, float>(tiles, a, n0, n1);
 }
+
+// The K-quant layouts on 256-bit tiles: 4 weight rows x 1 activation row (decode) or x 4.
+void fd::vnni::krows(KLayout layout, bool narrow, const KQuantArgs& a, int64_t n0, int64_t n1) {
+  if (narrow) {
+    if (layout == kQ4K) fd_vnni::krows<kQ4K, 4, 1>(a, n0, n1);
+    else if (layout == kQ5K) fd_vnni::krows<kQ5K, 4, 1>(a, n0, n1);
+    else fd_vnni::krows<kQ6K, 4, 1>(a, n0, n1);
+  } else {
+    if (layout == kQ4K) fd_vnni::krows<kQ4K, 4, 4>(a, n0, n1);
+    else if (layout == kQ5K) fd_vnni::krows<kQ5K, 4, 4>(a, n0, n1);
+    else fd_vnni::krows<kQ6K, 4, 4>(a, n0, n1);
+  }
+}

@@ -1,27 +1,46 @@
 """fastdecode's quantized weight layouts, and how GGUF types and float weights map onto them.
 
-Two layouts, both in blocks of 32 values along K (the input dimension), one
-row per output feature, which is what the kernels in `kernels/quant.cpp` read:
+All layouts are row-major, one row per output feature, K (the input dimension)
+in blocks of 32 values; the kernels (`kernels/quant_kernel.h`) read them as is.
+Bits per weight count every byte stored:
 
-    q4: qweight uint8 [N, K/2]   blocks in pairs: 32 bytes hold block 2p's values
+    q4  (4.5 or 5 bpw with fp16 scales, 6 with fp32)
+        qweight uint8 [N, K/2]   blocks in pairs: 32 bytes hold block 2p's values
                                  in their low nibbles and block 2p+1's in their high
                                  ones (one load, two masks, two blocks); an odd last
                                  block has 16 bytes, values j and j+16 in byte j
         scales, mins [N, K/32]   float16 or float32;  w = scale * q + min, q in 0..15
-    q8: qweight int8 [N, K]
+    q8  (8.5 bpw)
+        qweight int8 [N, K]
         scales [N, K/32]         float16 or float32;  w = scale * q
+    q4k (4.625 bpw; Q4_K's own fields, unpacked to bytes; K a multiple of 256)
+        qweight uint8 [N, K/2]   q4's nibble pairs (Q4_K's qs bytes as they are)
+        sc, mn uint8 [N, K/32]   the 6-bit scale and min of each block of 32
+        d, dmin float16 [N, K/256]    w = (d * sc) * q - (dmin * mn)
+    q5k (5.625 bpw; Q5_K) q4k plus
+        qhigh uint8 [N, K/8]     each 256 values' 32 bytes: bit j of byte l is the
+                                 fifth bit of value 32 j + l (Q5_K's qh as it is);
+                                 q = nibble | bit << 4, in 0..31
+    q6k (6.5625 bpw; Q6_K's bytes as they are; K a multiple of 256)
+        qweight uint8 [N, K/2]   per 256 values Q6_K's ql (128 bytes): value
+                                 128 h + 32 g + l has its low 4 bits in byte
+                                 64 h + 32 (g % 2) + l, low nibble for g < 2
+        qhigh uint8 [N, K/4]     per 256 values Q6_K's qh (64 bytes): its top 2 bits
+                                 are bits 2g, 2g + 1 of byte 32 h + l
+        sc int8 [N, K/16]        one scale per 16 values
+        d float16 [N, K/256]     w = (d * sc) * (q - 32), q in 0..63
 
 GGUF types and what they become (`GGUF_LAYOUTS`); "exact" means dequantizing
 the packed form gives bit-identical float32 values to dequantizing the file:
 
     Q4_0  -> q4, float16 scales, min = -8 * scale      exact
     Q4_1  -> q4, float16 scales and mins               exact (the same nibbles, re-paired)
-    Q4_K  -> q4, float32 scale d*sc and min -dmin*m    exact (products of fp16 and
-             per 32-value sub-block                    6-bit ints fit float32)
+    Q4_K  -> q4k                                       exact (the same bytes, scales unpacked)
+    Q5_K  -> q5k                                       exact
+    Q6_K  -> q6k                                       exact (the same bytes)
     Q8_0  -> q8, float16 scales                        exact (the same bytes)
     Q5_0  -> q8, float16 scales, q - 16 as int8        exact
-    Q5_1, Q5_K, Q6_K                                   dequantized at load: no native
-                                                       layout yet (Q6_K needs per-16 scales)
+    Q5_1                                               dequantized at load: no native layout yet
     F32, F16, BF16                                     float (or int8/int4 on request)
 
 `weights=int8` / `int4` quantize float weights to q8 (absmax per block, scale
@@ -38,34 +57,83 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
-LAYOUT_VERSION = 2  # bump when a layout changes; cached conversions are rebuilt
+LAYOUT_VERSION = 3  # bump when a layout changes; cached conversions are rebuilt
 BLOCK = 32
-SUFFIXES = ("qweight", "scales", "mins")
+SUPER = 256  # the K-quants' super-blocks
+# Every packed tensor's suffix, in the order the ops take them.
+SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin")
+# Each layout's tensors in its op's argument order.
+LAYOUT_TENSORS: dict[str, tuple[str, ...]] = {
+    "q4": ("qweight", "scales", "mins"),
+    "q8": ("qweight", "scales"),
+    "q4k": ("qweight", "sc", "mn", "d", "dmin"),
+    "q5k": ("qweight", "qhigh", "sc", "mn", "d", "dmin"),
+    "q6k": ("qweight", "qhigh", "sc", "d"),
+}
+# The K-quant layouts' tensors have fixed dtypes (q4/q8 scales are float16 or float32).
+_DTYPES = {"qhigh": torch.uint8, "sc": torch.uint8, "mn": torch.uint8, "d": torch.float16, "dmin": torch.float16}
 
 
 @dataclass(frozen=True)
 class Mapping:
-    layout: Optional[str]  # "q4", "q8" or None (dequantized to float)
+    layout: Optional[str]  # a LAYOUT_TENSORS key, or None (dequantized to float)
     exact: bool
 
 
 GGUF_LAYOUTS: dict[T, Mapping] = {
-    T.Q4_0: Mapping("q4", True), T.Q4_1: Mapping("q4", True), T.Q4_K: Mapping("q4", True),
+    T.Q4_0: Mapping("q4", True), T.Q4_1: Mapping("q4", True), T.Q4_K: Mapping("q4k", True),
     T.Q8_0: Mapping("q8", True), T.Q5_0: Mapping("q8", True),
-    T.Q5_1: Mapping(None, False), T.Q5_K: Mapping(None, False), T.Q6_K: Mapping(None, False),
+    T.Q5_1: Mapping(None, False), T.Q5_K: Mapping("q5k", True), T.Q6_K: Mapping("q6k", True),
 }
 
 
 def layout_of(tensors: dict[str, Tensor]) -> str:
-    """'q4' or 'q8' from a packed tensor group (qweight's dtype tells)."""
+    """The layout of a packed tensor group, from which tensors it has (and qweight's dtype)."""
+    for layout in ("q5k", "q4k", "q6k"):
+        if set(LAYOUT_TENSORS[layout]) == set(tensors):
+            return layout
     return "q4" if tensors["qweight"].dtype == torch.uint8 else "q8"
+
+
+def tensor_dtypes(layout: str, scale_dtype: Optional[torch.dtype] = None) -> dict[str, torch.dtype]:
+    """Each tensor's dtype in `layout` (scale_dtype: q4/q8's scales and mins)."""
+    out = {}
+    for name in LAYOUT_TENSORS[layout]:
+        if name == "qweight":
+            out[name] = torch.int8 if layout == "q8" else torch.uint8
+        elif name in ("scales", "mins"):
+            out[name] = scale_dtype or torch.float16
+        else:
+            out[name] = torch.int8 if (layout, name) == ("q6k", "sc") else _DTYPES[name]
+    return out
+
+
+def packed_k(layout: str, tensors: dict[str, Tensor]) -> int:
+    """The inner dimension K of a packed group."""
+    return tensors["qweight"].shape[-1] * (1 if layout == "q8" else 2)
 
 
 def packed_shapes(layout: str, n: int, k: int) -> dict[str, tuple[int, ...]]:
     nb = k // BLOCK
     if layout == "q4":
         return {"qweight": (n, k // 2), "scales": (n, nb), "mins": (n, nb)}
-    return {"qweight": (n, k), "scales": (n, nb)}
+    if layout == "q8":
+        return {"qweight": (n, k), "scales": (n, nb)}
+    ns = k // SUPER
+    if layout == "q6k":
+        return {"qweight": (n, k // 2), "qhigh": (n, k // 4), "sc": (n, k // 16), "d": (n, ns)}
+    out = {"qweight": (n, k // 2), "qhigh": (n, k // 8), "sc": (n, nb), "mn": (n, nb), "d": (n, ns), "dmin": (n, ns)}
+    if layout == "q4k":
+        del out["qhigh"]
+    return out
+
+
+def bits_per_weight(layout: str, k: int = 4096, scale_dtype: torch.dtype = torch.float16) -> float:
+    """Bytes stored per row, times 8, over K."""
+    shapes = packed_shapes(layout, 1, k)
+    dtypes = tensor_dtypes(layout, scale_dtype)
+    nbytes = sum(int(np.prod(s)) * dtypes[name].itemsize for name, s in shapes.items())
+    return 8 * nbytes / k
 
 
 # -- GGUF blocks -> layouts (numpy over raw bytes) --------------------------------------------
@@ -87,6 +155,8 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, T
     mapping = GGUF_LAYOUTS.get(qtype)
     if mapping is None or mapping.layout is None or k % BLOCK:
         return None
+    if mapping.layout in ("q4k", "q5k", "q6k") and k % SUPER:
+        return None
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
     b = raw.reshape(-1, block_bytes)
     nb = k // BLOCK
@@ -97,7 +167,13 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, T
         s, m = _fp16_or_fp32(d, -8 * d)
         out = {"qweight": _gguf_nibbles(b[:, 2:18], n, nb), "scales": s, "mins": m}
     elif qtype == T.Q4_K:
-        out = _q4_k(b)
+        out = _q4_k(b, n)
+    elif qtype == T.Q5_K:
+        out = _q4_k(b[:, np.r_[0:16, 48:176]], n)
+        out["qhigh"] = b[:, 16:48]
+    elif qtype == T.Q6_K:
+        out = {"qweight": b[:, 0:128], "qhigh": b[:, 128:192], "sc": b[:, 192:208].view(np.int8),
+               "d": _f16(b, 208)}
     elif qtype == T.Q8_0:
         out = {"qweight": np.ascontiguousarray(b[:, 2:34]).view(np.int8), "scales": _f16(b, 0)}
     elif qtype == T.Q5_0:
@@ -112,20 +188,15 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, T
             for name, a in out.items()}
 
 
-def _q4_k(b: np.ndarray) -> dict[str, np.ndarray]:
-    """Q4_K super-blocks of 256 -> 8 q4 blocks of 32, each with its own float32 scale and min."""
-    n = b.shape[0]
-    d = _f16(b, 0).astype(np.float32)
-    dmin = _f16(b, 2).astype(np.float32)
+def _q4_k(b: np.ndarray, n: int) -> dict[str, np.ndarray]:
+    """Q4_K super-blocks of 256: the nibbles as they are (chunk c of 32 bytes holds
+    sub-block 2c in its low nibbles and 2c+1 in its high ones, as q4 pairs blocks),
+    the 12 bytes of 6-bit scales and mins unpacked to one byte each."""
     s = b[:, 4:16]
     lo, mid, hi = s[:, 0:4], s[:, 4:8], s[:, 8:12]
-    sc = np.concatenate([lo & 63, (hi & 0x0F) | ((lo >> 6) << 4)], axis=-1).astype(np.float32)
-    mn = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1).astype(np.float32)
-    # 32-byte chunk c holds sub-block 2c in its low nibbles and 2c+1 in its high ones.
-    qs = b[:, 16:144].reshape(n, 4, 1, 32)
-    values = np.concatenate([qs & 0x0F, qs >> 4], axis=2).reshape(n, 8, 32)
-    return {"qweight": pack_nibbles(values), "scales": (d * sc).reshape(n, 8),
-            "mins": (-(dmin * mn)).reshape(n, 8)}
+    sc = np.concatenate([lo & 63, (hi & 0x0F) | ((lo >> 6) << 4)], axis=-1)
+    mn = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1)
+    return {"qweight": b[:, 16:144], "sc": sc, "mn": mn, "d": _f16(b, 0), "dmin": _f16(b, 2)}
 
 
 def _gguf_nibbles(qs: np.ndarray, n: int, nb: int) -> np.ndarray:
@@ -190,8 +261,58 @@ def unpack_q4(qweight: Tensor) -> Tensor:
     return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
 
 
+def unpack_high(qhigh: Tensor, nb: int) -> Tensor:
+    """q5k/q5 high-bit planes [..., 32 per 8 blocks] -> the fifth bits [..., nb * 32] (uint8 0/1)."""
+    lead = qhigh.shape[:-1]
+    g = qhigh.reshape(*lead, -1, 1, BLOCK)  # [..., groups, 1, 32]
+    shifts = torch.arange(8, dtype=torch.uint8, device=qhigh.device).reshape(8, 1)
+    bits = (g >> shifts) & 1  # [..., groups, 8 blocks, 32]
+    return bits.reshape(*lead, -1)[..., :nb * BLOCK]
+
+
+def unpack_q6k(qweight: Tensor, qhigh: Tensor) -> Tensor:
+    """q6k bytes -> values 0..63 [..., K] (uint8)."""
+    lead = qweight.shape[:-1]
+    ql = qweight.reshape(*lead, -1, 2, 1, 64)  # [..., super, half, 1, 64]
+    low = torch.cat([ql & 0x0F, ql >> 4], dim=-2).reshape(*lead, -1, 2, 4, BLOCK)  # group g = 2 * nibble + chunk
+    qh = qhigh.reshape(*lead, -1, 2, 1, BLOCK)
+    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=qweight.device).reshape(4, 1)
+    high = (qh >> shifts) & 3
+    return (low | (high << 4)).reshape(*lead, -1)
+
+
+def kquant_values(t: dict[str, Tensor]) -> Tensor:
+    """The unsigned integer values of a q4k/q5k/q6k group [..., K] (uint8)."""
+    if "mn" not in t:
+        return unpack_q6k(t["qweight"], t["qhigh"])
+    vals = unpack_q4(t["qweight"])
+    if "qhigh" in t:
+        vals = vals | (unpack_high(t["qhigh"], vals.shape[-1] // BLOCK) << 4)
+    return vals
+
+
+def kquant_scales(t: dict[str, Tensor]) -> tuple[Tensor, Optional[Tensor]]:
+    """q4k/q5k: float32 (d * sc, -(dmin * mn)) per block of 32 [..., K/32];
+    q6k: (d * sc per 16 values [..., K/16], None)."""
+    per = 16 if "mn" not in t else 8
+    d = t["d"].float().repeat_interleave(per, dim=-1)
+    scale = d * t["sc"].float()
+    if "mn" not in t:
+        return scale, None
+    return scale, -(t["dmin"].float().repeat_interleave(per, dim=-1) * t["mn"].float())
+
+
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
     """Packed rows [..., K] back to float (float32 math, then `dtype`)."""
+    if "d" in t:  # q4k, q5k, q6k: the gguf package's operations, in its order
+        vals = kquant_values(t)
+        shape = vals.shape
+        scale, mins = kquant_scales(t)
+        if mins is None:  # q6k: (d * sc) * (q - 32) per 16 values
+            w = scale[..., None] * (vals.float() - 32).reshape(*shape[:-1], -1, 16)
+        else:
+            w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK) + mins[..., None]
+        return w.reshape(shape).to(dtype)
     q = t["qweight"]
     vals = unpack_q4(q) if q.dtype == torch.uint8 else q
     shape = vals.shape

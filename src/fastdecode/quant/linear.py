@@ -1,9 +1,12 @@
-"""Modules whose weights stay block-quantized: `QuantLinear` and `QuantEmbedding`.
+"""Modules whose weights stay block-quantized: `QuantLinear`, `QuantEmbedding`, `SplitLinear`.
 
-Both hold the packed tensors of `formats.py` as buffers (qweight, scales and,
-for q4, mins), so the state dict is the packed form. `native` picks the C++
-kernel or its PyTorch twin (`reference.qlinear`); the transform in
-`transform.py` sets it once, at load.
+The first two hold the packed tensors of `formats.py` as buffers (the layout's
+`LAYOUT_TENSORS`: qweight, scales and, for q4, mins; the K-quant layouts'
+qweight, qhigh, sc, mn, d, dmin), so the state dict is the packed form.
+`native` picks the C++ kernel or its PyTorch twin (`reference.qlinear`,
+`reference.klinear`); the transform in `transform.py` sets it once, at load.
+`SplitLinear` runs a fused group (wqkv, w13) whose parts have different
+layouts: each part on its own kernel, outputs concatenated.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import torch
 from torch import Tensor, nn
 
 from . import reference
-from .formats import dequantize, packed_shapes
+from .formats import LAYOUT_TENSORS, dequantize, packed_shapes, tensor_dtypes
+
+# The op each layout's matmul calls (torch.ops.fastdecode.<op>).
+LAYOUT_OPS = {"q4": "q4_linear", "q8": "q8_linear", "q4k": "q4k_linear", "q5k": "q5k_linear", "q6k": "q6k_linear"}
 
 
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor], native: bool) -> Tensor:
@@ -30,26 +36,42 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor], 
     return y.view(*x.shape[:-1], qweight.shape[0]).to(x.dtype)
 
 
+def packed_linear(x: Tensor, layout: str, t: dict[str, Tensor], native: bool) -> Tensor:
+    """x [..., K] -> [..., N] in x's dtype, for a packed group `t` of any layout."""
+    if layout in ("q4", "q8"):
+        return qlinear(x, t["qweight"], t["scales"], t.get("mins"), native)
+    x2 = x.reshape(-1, x.shape[-1]).float()
+    if native:
+        y = getattr(torch.ops.fastdecode, LAYOUT_OPS[layout])(x2, *(t[name] for name in LAYOUT_TENSORS[layout]))
+    else:
+        y = reference.klinear(x2, t)
+    return y.view(*x.shape[:-1], t["qweight"].shape[0]).to(x.dtype)
+
+
 class _Packed(nn.Module):
-    def __init__(self, layout: str, n: int, k: int, scale_dtype: torch.dtype, device=None):
+    def __init__(self, layout: str, n: int, k: int, scale_dtype: Optional[torch.dtype], device=None):
         super().__init__()
         self.layout, self.n, self.k = layout, n, k
         self.native = False
-        dtypes = {"qweight": torch.uint8 if layout == "q4" else torch.int8, "scales": scale_dtype,
-                  "mins": scale_dtype}
+        self.names = LAYOUT_TENSORS[layout]
+        dtypes = tensor_dtypes(layout, scale_dtype)
+        self.scale_dtype = dtypes.get("scales", torch.float16)
         for name, shape in packed_shapes(layout, n, k).items():
             self.register_buffer(name, torch.empty(shape, dtype=dtypes[name], device=device))
         if layout == "q8":
             self.mins = None
 
     def packed(self) -> dict[str, Tensor]:
-        out = {"qweight": self.qweight, "scales": self.scales}
-        if self.mins is not None:
-            out["mins"] = self.mins
-        return out
+        return {name: getattr(self, name) for name in self.names}
 
     def extra_repr(self) -> str:
-        return f"{self.layout}, in={self.k}, out={self.n}, scales={self.scales.dtype}, native={self.native}"
+        scales = f", scales={self.scale_dtype}" if "scales" in self.names else ""
+        return f"{self.layout}, in={self.k}, out={self.n}{scales}, native={self.native}"
+
+    def matmul(self, x: Tensor) -> Tensor:
+        if self.layout in ("q4", "q8"):
+            return qlinear(x, self.qweight, self.scales, self.mins, self.native)
+        return packed_linear(x, self.layout, self.packed(), self.native)
 
 
 class QuantLinear(_Packed):
@@ -62,7 +84,7 @@ class QuantLinear(_Packed):
         self.bias = nn.Parameter(torch.empty(out_features, device=device), requires_grad=False) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        y = qlinear(x, self.qweight, self.scales, self.mins, self.native)
+        y = self.matmul(x)
         return y if self.bias is None else y + self.bias
 
 
@@ -80,4 +102,24 @@ class QuantEmbedding(_Packed):
         return dequantize({name: t[tokens] for name, t in self.packed().items()}, self.dtype)
 
     def as_linear(self, x: Tensor) -> Tensor:
-        return qlinear(x, self.qweight, self.scales, self.mins, self.native)
+        return self.matmul(x)
+
+
+class SplitLinear(nn.Module):
+    """A fused group (wqkv, w13) whose parts have different layouts: each part's
+    QuantLinear on its own kernel, outputs concatenated along the last dimension,
+    so the result is exactly that of running them separately."""
+
+    def __init__(self, parts: list[QuantLinear], bias: bool = False, device=None):
+        super().__init__()
+        self.parts = nn.ModuleList(parts)
+        self.in_features = parts[0].in_features
+        self.out_features = sum(p.out_features for p in parts)
+        self.bias = nn.Parameter(torch.empty(self.out_features, device=device), requires_grad=False) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.cat([p(x) for p in self.parts], dim=-1)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}"

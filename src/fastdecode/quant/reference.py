@@ -77,3 +77,46 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] =
             y = y + _min_term(mins.float(), xs[m0:m0 + rows])
         out.append(y)
     return torch.cat(out)
+
+
+def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
+    """x [M, K] float -> [M, N] float32 for a q4k, q5k or q6k weight group `t`, as the kernels compute it.
+
+    q4k/q5k are q4 with each block's float32 scale d * sc and minimum -(dmin * mn)
+    formed from the stored bytes (exact products, the values an fp32 q4 repack
+    would store), so the operations are `qlinear`'s. q6k: lane j of block b is
+    sc * (sum q x - 32 sum x) over values 4j..4j+3 (sc: the 16-value sub-block's
+    scale, exact in int32), times (d * x_scale) per block, added lane by lane.
+    """
+    from .formats import kquant_scales, kquant_values
+
+    M, K = x.shape
+    N, nb = t["qweight"].shape[0], K // BLOCK
+    q, d = quantize_activations(x)
+    vals = kquant_values(t).float()
+    q6 = "mn" not in t
+    if q6:
+        w = (vals - 32).reshape(N, nb, _LANES, BLOCK // _LANES)
+        sc = t["sc"].float().reshape(N, nb, 2, 1).expand(N, nb, 2, _LANES // 2).reshape(N, nb, _LANES)
+        ws = t["d"].float().repeat_interleave(8, dim=-1)  # [N, nb]: the super-block scale of each block
+        mins = None
+    else:
+        w = vals.reshape(N, nb, _LANES, BLOCK // _LANES)
+        ws, mins = kquant_scales(t)
+    xs = d * q.sum(-1)
+    rows = max(1, _MAX_ELEMENTS // (N * nb * _LANES))
+    out = []
+    for m0 in range(0, M, rows):
+        qm = q[m0:m0 + rows].reshape(-1, nb, _LANES, BLOCK // _LANES)
+        part = torch.einsum("cbli,nbli->cnbl", qm, w)  # exact integers
+        if q6:
+            part = part * sc[None]  # still exact: |sc * lane| < 2^22
+        scale = ws[None] * d[m0:m0 + rows, None, :]
+        lanes = torch.zeros(qm.shape[0], N, _LANES, device=x.device)
+        for b in range(nb):
+            lanes = lanes + part[:, :, b] * scale[:, :, b, None]
+        y = _hsum8(lanes)
+        if mins is not None:
+            y = y + _min_term(mins, xs[m0:m0 + rows])
+        out.append(y)
+    return torch.cat(out)

@@ -20,9 +20,9 @@ from torch import Tensor, nn
 
 from ..config import ModelArgs
 from ..errors import FastDecodeError
-from ..model import Attention, Embedding, RMSNorm, Transformer
-from .formats import SUFFIXES, BlockSizeError, dequantize, layout_of, quantize
-from .linear import QuantEmbedding, QuantLinear, _Packed
+from ..model import Attention, Embedding, RMSNorm, Transformer, adjacent_rows
+from .formats import SUFFIXES, BlockSizeError, dequantize, layout_of, packed_k, quantize
+from .linear import LAYOUT_OPS, QuantEmbedding, QuantLinear, SplitLinear, _Packed
 
 WEIGHTS = ("auto", "float", "int8", "int4")
 # Fused modules and the checkpoint matrices they concatenate (see model._fuse).
@@ -67,35 +67,70 @@ def build_model(args: ModelArgs, state_dict: dict[str, Tensor], dtype: torch.dty
         packs = [_packed(state_dict, p) for p in parts]
         if all(pk is None for pk in packs):
             continue
-        layouts = {None if pk is None else layout_of(pk) for pk in packs}
-        if len(layouts) > 1:
-            # q4 and q8 (or float) rows cannot share one matmul: run the group in float.
-            for p, pk in zip(parts, packs):
-                if pk is not None:
-                    state_dict[f"{p}.weight"] = dequantize(_pop_packed(state_dict, p), dtype)
-            notes.append(f"{path}: mixed layouts {sorted(map(str, layouts))}, dequantized")
-            continue
-        # Mixed float16/float32 scales: widen to float32, which is exact.
-        if len({pk["scales"].dtype for pk in packs}) > 1:
-            for p in parts:
-                for s in ("scales", "mins"):
-                    if f"{p}.{s}" in state_dict:
-                        state_dict[f"{p}.{s}"] = state_dict[f"{p}.{s}"].float()
-        first = _packed(state_dict, parts[0])
-        k = first["qweight"].shape[1] * (2 if layout_of(first) == "q4" else 1)
-        n = sum(state_dict[f"{p}.qweight"].shape[0] for p in parts)
+        layouts = [None if pk is None else layout_of(pk) for pk in packs]
         parent_name, _, name = path.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         old = getattr(parent, name)
-        setattr(parent, name, QuantLinear(k, n, layout_of(first), first["scales"].dtype,
-                                          bias=old.bias is not None, device="meta"))
+        if len(set(layouts)) > 1 and None in layouts:
+            # Float and packed rows cannot share one matmul: run the group in float.
+            for p, pk in zip(parts, packs):
+                if pk is not None:
+                    state_dict[f"{p}.weight"] = dequantize(_pop_packed(state_dict, p), dtype)
+            notes.append(f"{path}: mixed layouts {sorted(map(str, set(layouts)))}, dequantized")
+            continue
+        if len(set(layouts)) > 1:
+            # Different layouts: each run of parts sharing one on its own kernel (SplitLinear).
+            runs: list[list[int]] = []
+            for i, lay in enumerate(layouts):
+                if runs and layouts[runs[-1][0]] == lay:
+                    runs[-1].append(i)
+                else:
+                    runs.append([i])
+            modules = []
+            for j, run in enumerate(runs):
+                group = [parts[i] for i in run]
+                _widen_mixed_scales(state_dict, group)
+                for s in SUFFIXES:
+                    keys = [f"{p}.{s}" for p in group]
+                    if keys[0] in state_dict:
+                        ts = [state_dict.pop(key) for key in keys]
+                        view = adjacent_rows(ts) if len(ts) > 1 else ts[0]
+                        state_dict[f"{path}.parts.{j}.{s}"] = torch.cat(ts) if view is None else view
+                modules.append(_new_linear(_packed(state_dict, f"{path}.parts.{j}"), False))
+            setattr(parent, name, SplitLinear(modules, bias=old.bias is not None, device="meta"))
+            continue
+        _widen_mixed_scales(state_dict, parts)
+        first = _packed(state_dict, parts[0])
+        n = sum(state_dict[f"{p}.qweight"].shape[0] for p in parts)
+        setattr(parent, name, _new_linear(first, old.bias is not None, n))
     emb = _packed(state_dict, "tok_embeddings")
     if emb is not None:
         n, k = args.vocab_size, args.dim
-        model.tok_embeddings = QuantEmbedding(n, k, layout_of(emb), emb["scales"].dtype, dtype, device="meta")
+        model.tok_embeddings = QuantEmbedding(n, k, layout_of(emb), _scale_dtype(emb), dtype, device="meta")
     model.load_state_dict(state_dict, strict=True, assign=True)
     model.init_rope(next(iter(state_dict.values())).device)
     return model, notes
+
+
+def _scale_dtype(pk: dict[str, Tensor]) -> Optional[torch.dtype]:
+    return pk["scales"].dtype if "scales" in pk else None
+
+
+def _widen_mixed_scales(state_dict: dict[str, Tensor], parts) -> None:
+    """Mixed float16/float32 scales in one group (q4, q8): widen to float32, which is exact."""
+    dtypes = {state_dict[f"{p}.scales"].dtype for p in parts if f"{p}.scales" in state_dict}
+    if len(dtypes) > 1:
+        for p in parts:
+            for s in ("scales", "mins"):
+                if f"{p}.{s}" in state_dict:
+                    state_dict[f"{p}.{s}"] = state_dict[f"{p}.{s}"].float()
+
+
+def _new_linear(pk: dict[str, Tensor], bias: bool, n: Optional[int] = None) -> QuantLinear:
+    """An empty (meta) QuantLinear for the packed group `pk` (n rows: its own by default)."""
+    layout = layout_of(pk)
+    n = pk["qweight"].shape[0] if n is None else n
+    return QuantLinear(packed_k(layout, pk), n, layout, _scale_dtype(pk), bias=bias, device="meta")
 
 
 def quantize_state_dict(state_dict: dict[str, Tensor], args: ModelArgs, weights: str, source: str) -> None:
@@ -173,7 +208,7 @@ def native_ops(model: nn.Module) -> list[str]:
     ops = set()
     for m in model.modules():
         if isinstance(m, _Packed) and m.native:
-            ops.add("q4_linear" if m.mins is not None else "q8_linear")
+            ops.add(LAYOUT_OPS[m.layout])
         elif isinstance(m, (GemvLinear, GemvEmbedding)):
             ops.add("gemv")
         elif isinstance(m, RMSNorm) and m.native:

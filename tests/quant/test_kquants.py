@@ -1,0 +1,179 @@
+"""The K-quant layouts q4k, q5k, q6k (Q4_K, Q5_K, Q6_K kept in their own bytes) and SplitLinear.
+
+The gguf package cannot quantize K-quants, so blocks are random bytes of the
+right structure (any byte pattern is a valid block) with float16 d/dmin set to
+sane values; the reference weights are `gguf.quants.dequantize` of the same bytes.
+Native kernels == the PyTorch twin bit for bit on every instruction set; the
+twin == dequantize-then-matmul with the same int8 activations, to float32 rounding.
+"""
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as T
+from gguf import quants as gq
+
+from fastdecode import kernels
+from fastdecode.checkpoints import dequant
+from fastdecode.quant import formats, reference
+from fastdecode.quant.linear import QuantLinear, SplitLinear, packed_linear, qlinear
+
+KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K]
+LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k"}
+_D_AT = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}  # byte offsets of the fp16 d (and dmin)
+ISAS = kernels.available_isas()
+MS = (1, 2, 3, 5, 8, 17, 64)
+
+
+def random_blocks(qtype: T, n: int, k: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
+    """(raw bytes [n, row bytes], their dequantization by the gguf package)."""
+    rng = np.random.default_rng(seed)
+    size, nbytes = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(n * k // size, nbytes), dtype=np.uint8)
+    for at in _D_AT[qtype]:
+        d = rng.uniform(0.001, 0.02, size=raw.shape[0]).astype(np.float16)
+        raw[:, at:at + 2] = d.view(np.uint8).reshape(-1, 2)
+    raw = raw.reshape(n, -1)
+    return raw, torch.from_numpy(gq.dequantize(raw, qtype).reshape(n, k).copy())
+
+
+@pytest.fixture(params=ISAS or [None], ids=lambda i: i or "no-native")
+def isa(request):
+    if request.param is None:
+        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    before = kernels.active_isa()
+    kernels.set_isa(request.param)
+    yield request.param
+    kernels.set_isa(before)
+
+
+@pytest.mark.parametrize("qtype", KTYPES, ids=lambda t: t.name)
+def test_packing_is_exact_and_compact(qtype):
+    n, k = 7, 768
+    raw, ref = random_blocks(qtype, n, k, seed=1)
+    p = formats.pack_gguf(raw, qtype, n, k)
+    assert formats.layout_of(p) == LAYOUT[qtype]
+    assert torch.equal(formats.dequantize(p), ref)
+    assert torch.equal(dequant.dequantize(raw, qtype, (n, k), torch.float32), ref)
+    nbytes = sum(t.numel() * t.element_size() for t in p.values())
+    bpw = {T.Q4_K: 4.625, T.Q5_K: 5.625, T.Q6_K: 6.5625}[qtype]
+    assert nbytes * 8 / (n * k) == bpw == formats.bits_per_weight(LAYOUT[qtype])
+    if qtype == T.Q6_K:  # the file's bytes as they are
+        assert torch.equal(p["qweight"], torch.from_numpy(raw.reshape(-1, 210)[:, :128].reshape(n, -1)))
+
+
+@pytest.mark.parametrize("qtype", KTYPES, ids=lambda t: t.name)
+def test_twin_matches_dequantized_matmul(qtype):
+    """The twin against checkpoints/dequant.py: dequantize, then an fp64 matmul with the
+    same int8-quantized activations; the only differences are float32 roundings."""
+    n, k = 37, 512
+    raw, _ = random_blocks(qtype, n, k, seed=2)
+    w = dequant.dequantize(raw, qtype, (n, k), torch.float32).double()
+    p = formats.pack_gguf(raw, qtype, n, k)
+    x = torch.randn(9, k, generator=torch.Generator().manual_seed(2))
+    q, d = reference.quantize_activations(x)
+    xh = (q * d[..., None]).reshape(9, k).double()
+    exact = xh @ w.T
+    y = reference.klinear(x, p).double()
+    scale = (xh.abs() @ w.abs().T)  # the magnitude the float32 sums run at
+    assert ((y - exact).abs() <= 2e-6 * scale + 1e-6).all(), ((y - exact).abs() / scale).max()
+
+
+@pytest.mark.parametrize("qtype", KTYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("n", [1, 7, 301])  # odd row counts and tile remainders
+def test_native_equals_twin(isa, qtype, n):
+    k = 256 if n == 301 else 512
+    raw, _ = random_blocks(qtype, n, k, seed=n)
+    p = formats.pack_gguf(raw, qtype, n, k)
+    lay = LAYOUT[qtype]
+    g = torch.Generator().manual_seed(n)
+    for m in MS:
+        x = torch.randn(m, k, generator=g)
+        assert torch.equal(packed_linear(x, lay, p, native=True), packed_linear(x, lay, p, native=False)), m
+
+
+@pytest.mark.parametrize("qtype", KTYPES, ids=lambda t: t.name)
+def test_row_result_does_not_depend_on_m(isa, qtype):
+    n, k = 70, 512
+    raw, _ = random_blocks(qtype, n, k, seed=3)
+    p = formats.pack_gguf(raw, qtype, n, k)
+    lay = LAYOUT[qtype]
+    x = torch.randn(64, k, generator=torch.Generator().manual_seed(0))
+    full = packed_linear(x, lay, p, native=True)
+    for m in (1, 2, 3, 5, 8, 17, 63):
+        assert torch.equal(packed_linear(x[:m], lay, p, native=True), full[:m])
+    alone = torch.cat([packed_linear(x[i:i + 1], lay, p, native=True) for i in range(64)])
+    assert torch.equal(alone, full)
+
+
+def test_instruction_sets_agree_bitwise():
+    if len(ISAS) < 2:
+        pytest.skip(f"this CPU runs only {ISAS}")
+    x = torch.randn(9, 512)
+    for qtype in KTYPES:
+        raw, _ = random_blocks(qtype, 40, 512, seed=5)
+        p = formats.pack_gguf(raw, qtype, 40, 512)
+        outs = []
+        for name in ISAS:
+            kernels.set_isa(name)
+            outs.append(packed_linear(x, LAYOUT[qtype], p, native=True))
+        kernels.set_isa(None)
+        assert all(torch.equal(o, outs[0]) for o in outs), qtype.name
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])
+def test_q4k_equals_the_float32_q4_repack(native):
+    """q4k forms d * sc and -(dmin * mn) on the fly: the values the earlier float32 q4
+    repack of Q4_K stored, so the results are bit-identical to that path's."""
+    if native and not ISAS:
+        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    n, k = 45, 1024
+    raw, _ = random_blocks(T.Q4_K, n, k, seed=6)
+    p = formats.pack_gguf(raw, T.Q4_K, n, k)
+    scales, mins = formats.kquant_scales(p)
+    for name in ISAS if native else [None]:
+        if name:
+            kernels.set_isa(name)
+        for m in MS:
+            x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+            old = qlinear(x, p["qweight"], scales, mins, native=native)
+            assert torch.equal(packed_linear(x, "q4k", p, native=native), old), (name, m)
+    kernels.set_isa(None) if native else None
+
+
+def test_bad_shapes_raise():
+    if not ISAS:
+        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    raw, _ = random_blocks(T.Q6_K, 8, 512, seed=0)
+    p = formats.pack_gguf(raw, T.Q6_K, 8, 512)
+    with pytest.raises(RuntimeError, match="multiple of 256"):
+        torch.ops.fastdecode.q6k_linear(torch.randn(2, 96), p["qweight"], p["qhigh"], p["sc"], p["d"])
+    with pytest.raises(RuntimeError, match="qhigh must be"):
+        torch.ops.fastdecode.q6k_linear(torch.randn(2, 512), p["qweight"], p["qhigh"][:, :64], p["sc"], p["d"])
+
+
+def _linear(p: dict, native: bool) -> QuantLinear:
+    lay = formats.layout_of(p)
+    ql = QuantLinear(formats.packed_k(lay, p), p["qweight"].shape[0], lay, p.get("scales", torch.empty(0)).dtype
+                     if "scales" in p else None)
+    for name, t in p.items():
+        setattr(ql, name, t)
+    ql.native = native
+    return ql
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])
+def test_split_linear_equals_separate_matmuls(native):
+    """A Q4_K_M wqkv: q and k Q4_K, v Q6_K; each part on its own kernel, outputs concatenated."""
+    if native and not ISAS:
+        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    k = 512
+    qk = formats.pack_gguf(random_blocks(T.Q4_K, 48, k, seed=7)[0], T.Q4_K, 48, k)
+    v = formats.pack_gguf(random_blocks(T.Q6_K, 16, k, seed=8)[0], T.Q6_K, 16, k)
+    split = SplitLinear([_linear(qk, native), _linear(v, native)])
+    for m in (1, 3, 17):
+        x = torch.randn(m, k)
+        y = split(x)
+        assert y.shape == (m, 64)
+        assert torch.equal(y, torch.cat([packed_linear(x, "q4k", qk, native), packed_linear(x, "q6k", v, native)], 1))
