@@ -20,7 +20,7 @@ def test_health_needs_no_key(server):
     assert httpx.get(server.url + "/health").status_code == 200
 
 
-@pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
+@pytest.mark.parametrize("path", ["/v1/models", "/metrics", "/tokenizer_info"])
 def test_missing_and_wrong_keys_get_401(server, path):
     r = httpx.get(server.url + path)
     assert r.status_code == 401 and error_of(r)["code"] == "missing_api_key"
@@ -32,7 +32,7 @@ def test_missing_and_wrong_keys_get_401(server, path):
         error_of(r)
 
 
-@pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
+@pytest.mark.parametrize("path", ["/v1/models", "/metrics", "/tokenizer_info"])
 def test_either_header_form_passes(server, path):
     for headers in ({"Authorization": f"Bearer {KEY}"}, {"X-Api-Key": KEY}):
         assert httpx.get(server.url + path, headers=headers).status_code == 200
@@ -53,3 +53,10 @@ def test_openai_client_with_and_without_the_key(server):
     assert [m.id for m in good.models.list().data] == ["tiny"]
     out = good.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     assert out.choices[0].finish_reason in ("stop", "length")
+
+
+def test_tokenizer_routes_need_the_key(server):
+    for path, body in (("/tokenize", {"prompt": "a"}), ("/detokenize", {"tokens": [97]})):
+        r = httpx.post(server.url + path, json=body)
+        assert r.status_code == 401 and error_of(r)["code"] == "missing_api_key"
+        assert httpx.post(server.url + path, json=body, headers={"X-Api-Key": KEY}).status_code == 200

@@ -68,7 +68,9 @@ BAD_COMPLETIONS = {
     "mixed prompt list": {"prompt": [[1], "a"]},
     "prompt null": {"prompt": None},
     "logprobs > 20": {"prompt": "a", "logprobs": 21},
-    "echo": {"prompt": "a", "echo": True},
+    "echo streamed": {"prompt": "a", "echo": True, "stream": True},
+    "max_tokens 0 without echo": {"prompt": "a", "max_tokens": 0},
+    "prompt_logprobs > 20": {"prompt": "a", "prompt_logprobs": 21},
 }
 
 

@@ -62,6 +62,8 @@ class PrefixIndex:
         """Choose a free slot for `r` (free must not be empty) and the prefix it reuses."""
         salt, prompt = r.config.cache_salt, r.prompt
         limit = len(prompt) - 1  # the last prompt token is always computed, for its logits
+        if r.params.prompt_logprobs is not None:
+            limit = 0  # every prompt position's logits are needed: nothing is reused
         best = max(free, key=lambda s: (min(limit, self._match(s, prompt, salt)), -self.released[s], -s))
         reuse = min(limit, self._match(best, prompt, salt))
         copy_from = None

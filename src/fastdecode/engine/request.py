@@ -73,11 +73,13 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[int, float]]  # (id, logprob), most likely first
+    rank: Optional[int] = None  # 1 + tokens strictly more likely (set for prompt logprobs)
 
 
 @dataclass
 class Completion:
-    """One request's result. `token_ids` are the generated ids only (no EOS)."""
+    """One request's result. `token_ids` are the generated ids only (no EOS);
+    `completion_tokens` counts what the model generated, a final EOS included (as OpenAI)."""
 
     text: str
     token_ids: list[int]
@@ -92,6 +94,8 @@ class Completion:
     draft_tokens: int = 0  # speculative drafts proposed, and accepted
     accepted_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache (not prefilled)
+    # With SamplingParams.prompt_logprobs: one per prompt token, the first None.
+    prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = None
 
     @property
     def acceptance_rate(self) -> Optional[float]:
@@ -137,6 +141,8 @@ class Request:
         self.n_generated = 0  # tokens picked so far (an EOS counts)
         self.output_ids: list[int] = []
         self.logprobs: Optional[list[TokenLogprob]] = [] if params.logprobs is not None else None
+        self.prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = (
+            [None] if params.prompt_logprobs is not None else None)
         self.text = StopText(tokenizer, config.stop)
         self.forwards = 0  # model forwards that produced its tokens
         # Drafting state for speculative decoding, from its own prompt and output.
@@ -170,13 +176,13 @@ class Request:
 
     def completion(self, peak_memory_bytes: int) -> Completion:
         t_first = self.t_first if self.t_first is not None else time.perf_counter()
-        n = len(self.output_ids)
         span = (self.t_last or t_first) - t_first
         return Completion(
             text=self.text.text, token_ids=list(self.output_ids), finish_reason=self.finish_reason,
-            prompt_tokens=len(self.prompt), cached_tokens=self.cached, completion_tokens=n,
+            prompt_tokens=len(self.prompt), cached_tokens=self.cached, completion_tokens=self.n_generated,
             time_to_first_token_s=t_first - self.t_submit,
             decode_tokens_per_s=(self.n_generated - 1) / span if span > 0 and self.n_generated > 1 else 0.0,
-            peak_memory_bytes=peak_memory_bytes, logprobs=self.logprobs, target_forwards=self.forwards,
+            peak_memory_bytes=peak_memory_bytes, logprobs=self.logprobs, prompt_logprobs=self.prompt_logprobs,
+            target_forwards=self.forwards,
             draft_tokens=self.spec.drafted if self.spec else 0,
             accepted_tokens=self.spec.accepted if self.spec else 0)

@@ -50,7 +50,13 @@ class Runner:
         prompt is then complete get their first token."""
         tokens = [r.prompt[r.prefilled:r.prefilled + n] for r in reqs]
         pos = [list(range(r.prefilled, r.prefilled + n)) for r in reqs]
-        logits = self._step(tokens, pos, reqs)  # [G, V]
+        scored = [i for i, r in enumerate(reqs) if r.prompt_logprobs is not None]
+        if scored:  # every position's logits [G, n, V], for this chunk only
+            every = self._step(tokens, pos, reqs, last_only=False)
+            self._prompt_logprobs([reqs[i] for i in scored], every[scored])
+            logits = every[:, -1]
+        else:
+            logits = self._step(tokens, pos, reqs)  # [G, V]
         mirror = [i for i, r in enumerate(reqs) if isinstance(r.spec, DraftModelRow)]
         if mirror:
             self.draft.prefill([reqs[i] for i in mirror], [tokens[i] for i in mirror], [pos[i] for i in mirror])
@@ -65,6 +71,28 @@ class Runner:
         if len(done) < len(reqs):
             logits = logits[done]
         return self.pick([reqs[i] for i in done], logits)
+
+    def _prompt_logprobs(self, reqs: Sequence[Request], logits: Tensor) -> None:
+        """Position j of a chunk predicts the prompt token after it: the raw log_softmax's
+        logprob of that token, its rank and the top alternatives, appended per request."""
+        n = logits.shape[1]
+        with torch.inference_mode():
+            for i, r in enumerate(reqs):
+                start = r.prefilled
+                targets = r.prompt[start + 1:start + 1 + n]  # the last prompt token predicts nothing
+                if not targets:
+                    continue
+                logp = torch.log_softmax(logits[i, :len(targets)].float(), dim=-1)  # [m, V]
+                tgt = self._tensor(targets)
+                chosen = logp.gather(-1, tgt[:, None])  # [m, 1]
+                ranks = (logp > chosen).sum(-1) + 1
+                k = r.params.prompt_logprobs
+                top = torch.topk(logp, k, dim=-1) if k else None
+                chosen, ranks = chosen[:, 0].tolist(), ranks.tolist()
+                top_v, top_i = (top.values.tolist(), top.indices.tolist()) if top is not None else (None, None)
+                for j, t in enumerate(targets):
+                    alts = list(zip(top_i[j], top_v[j])) if top is not None else []
+                    r.prompt_logprobs.append(TokenLogprob(t, chosen[j], alts, rank=ranks[j]))
 
     def decode(self, reqs: Sequence[Request]) -> list[tuple[Request, list[int], Optional[list]]]:
         """New tokens for each running request: one (K with the `generate`

@@ -31,6 +31,10 @@ class SamplingParams:
         (greedy too); stored as sorted (id, bias) pairs.
     logprobs: None, or return each generated token's logprob with this many
         most likely alternatives (0..20), from the model's raw distribution.
+    prompt_logprobs: None, or return each prompt token's logprob (the first token's is
+        None) with this many most likely alternatives (0..20), from the raw
+        distribution (log_softmax before penalties). Such requests never reuse
+        cached prompt prefixes.
     """
 
     temperature: float = 0.8
@@ -43,6 +47,7 @@ class SamplingParams:
     seed: Optional[int] = None
     logit_bias: Optional[tuple[tuple[int, float], ...]] = None
     logprobs: Optional[int] = None
+    prompt_logprobs: Optional[int] = None
 
     def __post_init__(self) -> None:
         def number(name: str) -> float:
@@ -68,10 +73,12 @@ class SamplingParams:
         check("presence_penalty", -2 <= number("presence_penalty") <= 2, "-2 <= presence_penalty <= 2")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise FastDecodeError(f"seed must be an integer or None, got {self.seed!r}")
-        if self.logprobs is not None:
-            if isinstance(self.logprobs, bool) or not isinstance(self.logprobs, int):
-                raise FastDecodeError(f"logprobs must be an integer 0..{MAX_LOGPROBS} or None, got {self.logprobs!r}")
-            check("logprobs", 0 <= self.logprobs <= MAX_LOGPROBS, f"an integer 0..{MAX_LOGPROBS}, or None")
+        for name in ("logprobs", "prompt_logprobs"):
+            v = getattr(self, name)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise FastDecodeError(f"{name} must be an integer 0..{MAX_LOGPROBS} or None, got {v!r}")
+                check(name, 0 <= v <= MAX_LOGPROBS, f"an integer 0..{MAX_LOGPROBS}, or None")
         if self.logit_bias is not None:
             object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias) or None)
 

@@ -20,6 +20,7 @@ from .accesslog import AccessLog
 from .errors import APIError, handle_api_error, handle_http_error, handle_unexpected, handle_validation_error
 from .protocol import ModelCard, ModelList
 from .serving import handle
+from .tokenizing import tokenizer_router
 from .state import ServerState
 from .ui import ui_router
 
@@ -77,6 +78,7 @@ def create_app(state: ServerState, lifespan=None) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         return await handle(state, request, chat=True)
 
+    api.include_router(tokenizer_router(state))
     app.include_router(api)
     if state.settings.ui:
         app.include_router(ui_router())  # the page itself needs no key: its API calls do

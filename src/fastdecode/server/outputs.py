@@ -12,7 +12,7 @@ from typing import Optional
 
 from ..engine import Completion, RequestOutput, TokenLogprob
 from ..tokenizer import StreamDecoder, Tokenizer
-from .protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob
+from .protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, PromptLogprob, TopLogprob
 
 _FLOOR = -9999.0  # JSON has no -inf
 
@@ -24,37 +24,42 @@ class ChoiceState:
         self.finish_reason: Optional[str] = None
         self.completion: Optional[Completion] = None
         self._decoder = StreamDecoder(tokenizer) if logprobs else None
-        self.tokens: list[tuple[str, TokenLogprob]] = []  # (token string, logprob), when asked for
+        self.tokens: list[tuple[str, TokenLogprob]] = []  # (token string, logprob) handed out, when asked for
+        self._held: list[tuple[str, TokenLogprob]] = []  # tokens whose text the engine still holds back
+        self._chars = 0  # characters of the handed-out tokens' strings
 
     def add(self, out: RequestOutput) -> tuple[str, list[tuple[str, TokenLogprob]]]:
-        """Take one output; returns its new text and its tokens' (string, logprob) pairs."""
+        """Take one output; returns its new text and its tokens' (string, logprob) pairs.
+        A token is handed out once the text it completes has been (the engine holds back
+        what may become a stop string), so tokens a stop string cut never go out."""
         self.text += out.text
-        new = []
-        if self._decoder is not None and out.logprobs:
-            new = [(self._decoder.push([lp.token_id]), lp) for lp in out.logprobs]
-            self.tokens += new
+        if self._decoder is None:
+            if out.finished:
+                self.finish_reason, self.completion = out.finish_reason, out.completion
+            return out.text, []
+        if out.logprobs:
+            self._held += [(self._decoder.push([lp.token_id]), lp) for lp in out.logprobs]
         if out.finished:
             self.finish_reason, self.completion = out.finish_reason, out.completion
-            if self._decoder is not None and self.tokens:
-                new = self._settle(new)
+            if self._held:
+                s, lp = self._held[-1]
+                self._held[-1] = (s + self._decoder.flush(), lp)
+        new = []
+        while self._held:
+            s, lp = self._held[0]
+            room = len(self.text) - self._chars
+            if len(s) > room:
+                if not out.finished:
+                    break
+                if room <= 0 and s:  # all of its text was cut by a stop string
+                    self._held.clear()
+                    break
+                s = s[:max(room, 0)]
+            self._held.pop(0)
+            new.append((s, lp))
+            self._chars += len(s)
+        self.tokens += new
         return out.text, new
-
-    def _settle(self, new: list[tuple[str, TokenLogprob]]) -> list[tuple[str, TokenLogprob]]:
-        """At the end: the decoder's held-back tail goes to the last token, and text a stop
-        string cut off comes off the last tokens, so the strings join to the text."""
-        tail = self._decoder.flush()
-        s, lp = self.tokens[-1]
-        self.tokens[-1] = (s + tail, lp)
-        excess = sum(len(s) for s, _ in self.tokens) - len(self.text)
-        i = len(self.tokens) - 1
-        while excess > 0 and i >= 0:
-            s, lp = self.tokens[i]
-            cut = min(excess, len(s))
-            self.tokens[i] = (s[:len(s) - cut], lp)
-            excess -= cut
-            i -= 1
-        start = len(self.tokens) - len(new)
-        return self.tokens[start:]
 
     @property
     def completion_tokens(self) -> int:
@@ -77,14 +82,59 @@ def chat_logprobs(tokenizer: Tokenizer, tokens: list[tuple[str, TokenLogprob]]) 
         for s, lp in tokens])
 
 
-def completion_logprobs(tokenizer: Tokenizer, tokens: list[tuple[str, TokenLogprob]],
-                        offset: int) -> CompletionLogprobs:
-    """`offset`: characters of the choice's text before these tokens (text_offset counts from there)."""
+def completion_logprobs(tokenizer: Tokenizer, tokens: list[tuple[str, Optional[TokenLogprob]]],
+                        offset: int, k: Optional[int] = None, chosen: bool = False) -> CompletionLogprobs:
+    """`offset`: characters of the choice's text before these tokens (text_offset counts from there).
+    A None logprob (the first prompt token with echo) gives nulls. k: alternatives kept per token;
+    chosen: the token itself joins its top_logprobs when outside the top k (echo, as OpenAI did)."""
     offsets = []
     for s, _ in tokens:
         offsets.append(offset)
         offset += len(s)
+
+    def top(lp: Optional[TokenLogprob]) -> Optional[dict[str, float]]:
+        if lp is None:
+            return None
+        out: dict[str, float] = {}
+        pairs = lp.top if k is None else lp.top[:k]
+        seen = set()
+        for i, v in [*pairs, *([(lp.token_id, lp.logprob)] if chosen else [])]:
+            if i in seen:
+                continue
+            seen.add(i)
+            key = _piece(tokenizer, i)
+            if key in out:  # two ids with one string (e.g. partial UTF-8 bytes, both '\ufffd'): keep both values
+                key = f"{key}<{i}>"
+            out[key] = _lp(v)
+        return out
+
     return CompletionLogprobs(
-        tokens=[s for s, _ in tokens], token_logprobs=[_lp(lp.logprob) for _, lp in tokens],
-        top_logprobs=[{_piece(tokenizer, i): _lp(v) for i, v in lp.top} for _, lp in tokens],
-        text_offset=offsets)
+        tokens=[s for s, _ in tokens], token_logprobs=[None if lp is None else _lp(lp.logprob) for _, lp in tokens],
+        top_logprobs=[top(lp) for _, lp in tokens], text_offset=offsets)
+
+
+def prompt_pieces(tokenizer: Tokenizer, prompt: list[int]) -> list[str]:
+    """The prompt's token strings (joined: its text), as generated tokens' are made."""
+    decoder = StreamDecoder(tokenizer)
+    pieces = [decoder.push([t]) for t in prompt]
+    pieces[-1] += decoder.flush()
+    return pieces
+
+
+def vllm_prompt_logprobs(tokenizer: Tokenizer, entries: Optional[list[Optional[TokenLogprob]]],
+                         k: int) -> Optional[list]:
+    """vLLM's prompt_logprobs: null, then per prompt token {id: {logprob, rank, decoded_token}}
+    for the token itself and its k most likely alternatives."""
+    if entries is None:
+        return None
+    out: list = []
+    for e in entries:
+        if e is None:
+            out.append(None)
+            continue
+        d = {str(e.token_id): PromptLogprob(logprob=_lp(e.logprob), rank=e.rank or 1,
+                                            decoded_token=_piece(tokenizer, e.token_id))}
+        for rank, (i, v) in enumerate(e.top[:k], 1):
+            d.setdefault(str(i), PromptLogprob(logprob=_lp(v), rank=rank, decoded_token=_piece(tokenizer, i)))
+        out.append(d)
+    return out

@@ -30,6 +30,9 @@ class Job:
     params: list[SamplingParams]  # one per choice
     config: GenerationConfig
     logprobs: Optional[int]  # alternatives per token when logprobs are asked for
+    echo: bool = False  # completions: the prompt's text (and logprobs) before the generated ones
+    drop: bool = False  # max_tokens=0 with echo: one token is generated, then dropped
+    prompt_logprobs: Optional[int] = None  # vLLM's field: alternatives per prompt token
 
     @property
     def choice_prompts(self) -> list[list[int]]:
@@ -42,14 +45,19 @@ class Job:
 
 
 def prepare_completion(req: CompletionRequest, llm: LLM, max_tokens_limit: Optional[int]) -> Job:
-    if req.echo:
-        raise APIError(400, "echo is not supported", param="echo")
+    echo = bool(req.echo)
+    if echo and req.stream:
+        raise APIError(400, "echo is not supported with stream=true", param="echo")
+    drop = req.max_tokens == 0
+    if drop and not echo:
+        raise APIError(400, "max_tokens=0 is only accepted with echo=true (the prompt's logprobs); "
+                       "accepted otherwise: an integer >= 1", param="max_tokens")
     try:
         prompts = llm.encode_prompts(req.prompt)
     except FastDecodeError as e:
         raise from_fastdecode(e, param="prompt") from None
-    return _job(req, prompts, llm, max_tokens_limit, req.max_tokens, COMPLETIONS_DEFAULT_MAX_TOKENS,
-                req.logprobs, "prompt")
+    return _job(req, prompts, llm, max_tokens_limit, 1 if drop else req.max_tokens,
+                COMPLETIONS_DEFAULT_MAX_TOKENS, req.logprobs, "prompt", echo=echo, drop=drop)
 
 
 def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optional[int]) -> Job:
@@ -74,7 +82,7 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
 
 def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[list[int]], llm: LLM,
          limit: Optional[int], asked: Optional[int], default: Optional[int], logprobs: Optional[int],
-         prompt_param: str) -> Job:
+         prompt_param: str, echo: bool = False, drop: bool = False) -> Job:
     if req.stream_options is not None and not req.stream:
         raise APIError(400, "stream_options is only allowed with stream=true", param="stream_options")
     n = req.n or 1
@@ -88,14 +96,17 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
         config = GenerationConfig(max_new_tokens=max_tokens, min_new_tokens=min(req.min_tokens or 0, max_tokens),
                                   stop=req.stop, ignore_eos=bool(req.ignore_eos), cache_salt=req.cache_salt)
         seeds = [None if req.seed is None else req.seed + j for j in range(n)]
-        params = [_sampling(req, seed, logprobs) for _ in prompts for seed in seeds]
+        # The engine computes prompt logprobs once, with as many alternatives as either use needs.
+        wants = [k for k in (logprobs if echo else None, req.prompt_logprobs) if k is not None]
+        scored = max(wants) if wants else None
+        params = [_sampling(req, seed, logprobs, scored) for _ in prompts for seed in seeds]
     except FastDecodeError as e:
         raise from_fastdecode(e, names) from None
-    return Job(prompts, n, params, config, logprobs)
+    return Job(prompts, n, params, config, logprobs, echo=echo, drop=drop, prompt_logprobs=req.prompt_logprobs)
 
 
 def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Optional[int],
-              logprobs: Optional[int]) -> SamplingParams:
+              logprobs: Optional[int], prompt_logprobs: Optional[int] = None) -> SamplingParams:
     def given(value, default):
         return default if value is None else value
 
@@ -104,7 +115,7 @@ def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Option
         top_k=req.top_k if req.top_k is not None and req.top_k > 0 else None,
         min_p=given(req.min_p, 0.0), repetition_penalty=given(req.repetition_penalty, 1.0),
         frequency_penalty=given(req.frequency_penalty, 0.0), presence_penalty=given(req.presence_penalty, 0.0),
-        seed=seed, logit_bias=req.logit_bias or None, logprobs=logprobs)
+        seed=seed, logit_bias=req.logit_bias or None, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
 
 
 def _max_tokens(prompts: list[list[int]], context: int, limit: Optional[int], asked: Optional[int],

@@ -51,6 +51,9 @@ class _Sampling(_In):
     ignore_eos: Optional[bool] = False
     # vLLM's: requests share cached prompt prefixes only with requests of the same salt.
     cache_salt: Optional[StrictStr] = None
+    # vLLM's: each prompt token's logprob with this many alternatives, in a top-level
+    # `prompt_logprobs` list per choice (see PromptLogprob).
+    prompt_logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
 
     @field_validator("stop")
     @classmethod
@@ -82,6 +85,7 @@ class CompletionRequest(_Sampling):
                          f"of token id lists, got {_short(v)}")
     logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
     echo: Optional[bool] = False
+    max_tokens: Optional[int] = Field(default=None, ge=0)  # 0: only with echo (the prompt's logprobs)
 
 
 class ChatMessage(_In):
@@ -143,9 +147,22 @@ class ChatLogprobs(BaseModel):
 
 class CompletionLogprobs(BaseModel):
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[Optional[float]]  # null for the first prompt token (echo)
+    top_logprobs: list[Optional[dict[str, float]]]
     text_offset: list[int]
+
+
+class PromptLogprob(BaseModel):
+    """vLLM's prompt_logprobs entry: one per candidate token, keyed by its id (a JSON string):
+    the prompt token itself and the most likely alternatives. `prompt_logprobs` is a list of
+    one null (the first prompt token) then one {token_id: PromptLogprob} per prompt token."""
+
+    logprob: float
+    rank: int  # 1 + tokens more likely
+    decoded_token: str
+
+
+PromptLogprobs = list[Optional[dict[str, PromptLogprob]]]
 
 
 class AssistantMessage(BaseModel):
@@ -158,6 +175,7 @@ class ChatChoice(BaseModel):
     message: AssistantMessage
     logprobs: Optional[ChatLogprobs] = None
     finish_reason: Optional[str] = None
+    prompt_logprobs: Optional[PromptLogprobs] = None
 
 
 class ChatCompletion(BaseModel):
@@ -184,6 +202,7 @@ class ChatChunkChoice(BaseModel):
     delta: Delta
     logprobs: Optional[ChatLogprobs] = None
     finish_reason: Optional[str] = None
+    prompt_logprobs: Optional[PromptLogprobs] = None  # on the choice's last chunk
 
 
 class ChatCompletionChunk(BaseModel):
@@ -201,6 +220,7 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: Optional[CompletionLogprobs] = None
     finish_reason: Optional[str] = None
+    prompt_logprobs: Optional[PromptLogprobs] = None
 
 
 class Completion(BaseModel):
@@ -226,6 +246,48 @@ class ModelCard(BaseModel):
 class ModelList(BaseModel):
     object: Literal["list"] = "list"
     data: list[ModelCard]
+
+
+class TokenizeRequest(_In):
+    """POST /tokenize: `prompt` (text) or `messages` (rendered with the chat template and
+    the generation prompt), exactly one."""
+
+    model: Optional[str] = None
+    prompt: Optional[StrictStr] = None
+    messages: Optional[list[ChatMessage]] = Field(default=None, min_length=1)
+    add_special_tokens: Optional[bool] = True
+
+
+class TokenizeResponse(BaseModel):
+    tokens: list[int]
+    count: int
+    max_model_len: int
+
+
+class DetokenizeRequest(_In):
+    model: Optional[str] = None
+    tokens: list[int]
+
+
+class DetokenizeResponse(BaseModel):
+    prompt: str
+
+
+class TokenizerInfo(BaseModel):
+    """GET /tokenizer_info: vLLM's field names, which lm-eval's remote tokenizer reads."""
+
+    tokenizer_class: str
+    eos_token: Optional[str] = None
+    bos_token: Optional[str] = None
+    pad_token: Optional[str] = None
+    eos_token_id: Optional[int] = None
+    bos_token_id: Optional[int] = None
+    pad_token_id: Optional[int] = None
+    chat_template: Optional[str] = None
+    model_max_length: int
+    max_model_len: int
+    vocab_size: int
+    add_bos_token: bool
 
 
 class ErrorInfo(BaseModel):

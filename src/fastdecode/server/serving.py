@@ -20,7 +20,7 @@ from ..errors import FastDecodeError
 from .engine_client import Choices
 from .errors import APIError, from_fastdecode, from_validation
 from .metrics import ChoiceTimer
-from .outputs import ChoiceState, chat_logprobs, completion_logprobs
+from .outputs import ChoiceState, chat_logprobs, completion_logprobs, prompt_pieces, vllm_prompt_logprobs
 from .prepare import Job, prepare_chat, prepare_completion
 from .protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
                        ChatCompletionRequest, Completion, CompletionChoice, CompletionRequest, Delta,
@@ -124,7 +124,8 @@ class Run:
         self.log["finish"] = ",".join(sorted({s.finish_reason for s in self.states if s.finish_reason}))
 
     def usage(self) -> Usage:
-        completion = sum(s.completion_tokens for s in self.states)
+        # max_tokens=0 (echo): the one token generated is dropped, so nothing counts.
+        completion = 0 if self.job.drop else sum(s.completion_tokens for s in self.states)
         # Each prompt counts once, as its first choice found it in the prefix cache.
         firsts = [self.states[i].completion for i in range(0, len(self.states), self.job.n)]
         cached = sum(c.cached_tokens for c in firsts if c is not None)
@@ -157,11 +158,35 @@ class Run:
             return ChatCompletion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
                                   choices=[ChatChoice(index=i, message=AssistantMessage(content=s.text),
                                                       logprobs=self._chat_logprobs(s.tokens),
-                                                      finish_reason=s.finish_reason)
+                                                      finish_reason=s.finish_reason,
+                                                      prompt_logprobs=self._prompt_logprobs(s))
                                            for i, s in enumerate(self.states)])
         return Completion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
-                          choices=[CompletionChoice(index=i, text=s.text, logprobs=self._completion_logprobs(
-                              s.tokens, 0), finish_reason=s.finish_reason) for i, s in enumerate(self.states)])
+                          choices=[self._completion_choice(i, s) for i, s in enumerate(self.states)])
+
+    def _completion_choice(self, i: int, s: ChoiceState) -> CompletionChoice:
+        job = self.job
+        text, tokens, logprobs = s.text, s.tokens, None
+        if job.drop:  # max_tokens=0: only the prompt
+            text, tokens = "", []
+        reason = "length" if job.drop else s.finish_reason
+        if not job.echo:
+            return CompletionChoice(index=i, text=text, logprobs=self._completion_logprobs(tokens, 0),
+                                    finish_reason=reason, prompt_logprobs=self._prompt_logprobs(s))
+        pieces = prompt_pieces(self.tokenizer, job.choice_prompts[i])
+        prompt_text = "".join(pieces)
+        if job.logprobs is not None:
+            entries = s.completion.prompt_logprobs if s.completion is not None else None
+            entries = entries or [None] * len(pieces)
+            k = job.logprobs
+            logprobs = completion_logprobs(self.tokenizer, list(zip(pieces, entries)) + tokens, 0, k=k, chosen=True)
+        return CompletionChoice(index=i, text=prompt_text + text, logprobs=logprobs, finish_reason=reason,
+                                prompt_logprobs=self._prompt_logprobs(s))
+
+    def _prompt_logprobs(self, s: ChoiceState):
+        if self.job.prompt_logprobs is None or s.completion is None:
+            return None
+        return vllm_prompt_logprobs(self.tokenizer, s.completion.prompt_logprobs, self.job.prompt_logprobs)
 
     def _chat_logprobs(self, tokens: list):
         return chat_logprobs(self.tokenizer, tokens) if self.job.logprobs is not None else None
@@ -186,8 +211,9 @@ class Run:
             if piece or tokens or out.finished:
                 delta = Delta(content=piece if piece or tokens else None)
                 lps = self._chat_logprobs(tokens) if tokens else None
-                yield self._chat_chunk([ChatChunkChoice(index=i, delta=delta, logprobs=lps,
-                                                        finish_reason=out.finish_reason if out.finished else None)])
+                yield self._chat_chunk([ChatChunkChoice(
+                    index=i, delta=delta, logprobs=lps, finish_reason=out.finish_reason if out.finished else None,
+                    prompt_logprobs=self._prompt_logprobs(self.states[i]) if out.finished else None)])
         if include_usage:
             yield self._chat_chunk([], self.usage())
 
@@ -197,7 +223,8 @@ class Run:
                 lps = self._completion_logprobs(tokens, self.sent_chars[i]) if tokens else None
                 self.sent_chars[i] += sum(len(s) for s, _ in tokens)
                 yield self._completion_chunk([CompletionChoice(
-                    index=i, text=piece, logprobs=lps, finish_reason=out.finish_reason if out.finished else None)])
+                    index=i, text=piece, logprobs=lps, finish_reason=out.finish_reason if out.finished else None,
+                    prompt_logprobs=self._prompt_logprobs(self.states[i]) if out.finished else None)])
         if include_usage:
             yield self._completion_chunk([], self.usage())
 

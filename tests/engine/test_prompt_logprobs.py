@@ -1,0 +1,79 @@
+"""Prompt logprobs (SamplingParams.prompt_logprobs): computed in the prefill chunks the
+engine runs, equal to log_softmax of a cache-free forward of the whole prompt."""
+
+import random
+
+import pytest
+import torch
+
+import fastdecode
+from fastdecode import FastDecodeError
+from fastdecode.sampling import SamplingParams
+
+
+def tokens(n, seed):
+    rng = random.Random(seed)
+    return [256] + [rng.randrange(0, 256) for _ in range(n - 1)]
+
+
+def reference(llm, ids):
+    with torch.inference_mode():
+        logits = llm.model(torch.tensor([ids]), None)[0]
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def check(llm, ids, lps, k):
+    assert len(lps) == len(ids) and lps[0] is None
+    ref = reference(llm, ids)
+    for p in range(1, len(ids)):
+        e, row = lps[p], ref[p - 1]
+        assert e.token_id == ids[p]
+        assert e.logprob == pytest.approx(row[ids[p]].item(), abs=1e-4)
+        assert e.rank == int((row > row[ids[p]]).sum()) + 1
+        assert len(e.top) == k
+        if k:
+            assert e.top[0][0] == int(row.argmax()) and e.top[0][1] == pytest.approx(row.max().item(), abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def chunked():
+    return fastdecode.load("tiny", prefill_chunk=8, max_batch_size=4, max_seq_len=128)
+
+
+def test_equal_to_the_reference_forward(tiny_llm):
+    ids = tokens(12, 0)
+    c = tiny_llm.generate([ids], temperature=0, max_new_tokens=2, prompt_logprobs=3)[0]
+    check(tiny_llm, ids, c.prompt_logprobs, 3)
+    assert tiny_llm.generate([ids], temperature=0, max_new_tokens=2)[0].prompt_logprobs is None
+
+
+def test_across_chunks_and_in_a_batch(chunked):
+    prompts = [tokens(30, 1), tokens(30, 2), tokens(17, 3)]
+    alone = [chunked.generate([p], temperature=0, max_new_tokens=1, prompt_logprobs=1)[0] for p in prompts]
+    for p, c in zip(prompts, alone):
+        check(chunked, p, c.prompt_logprobs, 1)
+    batch = chunked.generate(prompts, temperature=0, max_new_tokens=1, prompt_logprobs=1)
+    for a, b in zip(alone, batch):
+        assert [x and (x.token_id, round(x.logprob, 4), x.top[0][0]) for x in a.prompt_logprobs] == \
+               [x and (x.token_id, round(x.logprob, 4), x.top[0][0]) for x in b.prompt_logprobs]
+        assert a.token_ids == b.token_ids
+
+
+def test_no_prefix_reuse(chunked):
+    ids = tokens(30, 4)
+    chunked.generate([ids], temperature=0, max_new_tokens=1)  # leaves the prompt in a slot
+    c = chunked.generate([ids], temperature=0, max_new_tokens=1, prompt_logprobs=0)[0]
+    assert c.cached_tokens == 0
+    check(chunked, ids, c.prompt_logprobs, 0)
+
+
+def test_validation():
+    for bad in (-1, 21, 1.5, True):
+        with pytest.raises(FastDecodeError, match="prompt_logprobs"):
+            SamplingParams(prompt_logprobs=bad)
+
+
+def test_completion_tokens_count_the_eos(tiny_llm):
+    eos = next(iter(tiny_llm.tokenizer.eos_ids))
+    c = tiny_llm.generate(["hi"], temperature=0, max_new_tokens=5, logit_bias={eos: 100})[0]
+    assert c.token_ids == [] and c.finish_reason == "stop" and c.completion_tokens == 1
