@@ -83,6 +83,7 @@ def main() -> int:
         "checkpoint": {"name": "smollm2-135m-instruct", "file": checkpoint.name, "sha256": sha256(checkpoint)},
         "torch": torch.__version__,
         "load": "fastdecode.load() with default options, FASTDECODE_NO_PACKAGE=1",
+        "kv_dtype": llm.engine.kv_dtype,  # load()'s auto choice: the greedy tokens read this cache
         "weights_summary": llm.weights_summary,
         "kernels": dataclasses.asdict(llm.kernels),
         "new_tokens": NEW_TOKENS,

@@ -92,13 +92,25 @@ def test_a_different_architecture_is_rejected(package, change, message):
 def test_a_different_environment_is_rejected(package, key, value, message, monkeypatch):
     _, meta = read_metadata(package)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # a CPU without AVX-512
+    model = make_model()
+    model.kv_dtype = torch.float16  # as load() resolves kv_dtype=auto on CPU, which the package was exported with
     with pytest.raises(FastDecodeError, match=message):
-        check_compatible({**meta, key: value}, make_model(), package)
+        check_compatible({**meta, key: value}, model, package)
 
 
 def test_load_rejects_a_package_for_another_dtype(package):
     with pytest.raises(FastDecodeError, match="exported for dtype=float32, this model has dtype=bfloat16"):
         fastdecode.load("tiny", compiled=package, dtype="bfloat16")
+
+
+def test_load_rejects_a_package_for_another_kv_dtype(package):
+    """The package takes the caches as inputs: one exported for float16 caches (the CPU
+    default) is refused, in one message, for float32 or bfloat16 caches, never run on them."""
+    _, meta = read_metadata(package)
+    assert meta["kv_dtype"] == "float16"
+    for kv in ("float32", "bfloat16"):
+        with pytest.raises(FastDecodeError, match=f"exported for kv_dtype=float16, this model has kv_dtype={kv}"):
+            fastdecode.load("tiny", compiled=package, kv_dtype=kv)
 
 
 def test_load_rejects_missing_foreign_and_corrupt_files(package, tmp_path):

@@ -158,6 +158,7 @@ def test_bad_settings_exit_2_with_one_line(args, needle):
     (["caf\udce9"], "prompt 1 is not valid UTF-8 (byte 0xe9)"),  # how Linux argv carries byte 0xe9
     ([], "no prompt given"),
     (["max_batch_size=0", "hi"], "max_batch_size=0 is out of range"),
+    (["kv_dtype=int3", "hi"], "unknown kv_dtype 'int3'; accepted: auto, float32, float16, bfloat16, q8_0"),
 ])
 def test_bad_input_is_refused_before_loading(args, needle, capsys):
     assert cli.main(["generate", "model=tiny", *args]) == 2
@@ -200,6 +201,21 @@ def test_help_lists_every_key_with_its_default():
         assert f"  {f.name} = {format_value(f.default)}" in out
     assert f"temperature = {format_value(SamplingParams().temperature)}" in out
     assert f"max_new_tokens = {GenerationConfig().max_new_tokens}" in out
+
+
+def test_kv_dtype_key_in_generate_and_serve_help_from_one_default():
+    from fastdecode.llm import load
+    import inspect
+
+    default = inspect.signature(load).parameters["kv_dtype"].default
+    for command in ("generate", "serve"):
+        rc, out, _ = fd(command, "--help")
+        assert rc == 0 and f"  kv_dtype = {format_value(default)}" in out, command
+
+
+def test_kv_dtype_is_in_the_stats(capsys):
+    assert cli.main(["generate", *TINY, "kv_dtype=bfloat16", "max_new_tokens=2", "hi"]) == 0
+    assert "positions, bfloat16, " in capsys.readouterr().err
 
 
 def test_version():

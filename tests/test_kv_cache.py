@@ -30,3 +30,17 @@ def test_dynamic_cache_grows_to_the_largest_position():
 def test_cache_bytes():
     assert cache_bytes(30, 8, 3, 2048, 64, torch.float32) == 2 * 30 * 8 * 3 * 2048 * 64 * 4
     assert cache_bytes(1, 1, 1, 1, 1, torch.bfloat16) == 4
+
+
+def test_cache_bytes_of_each_kv_dtype():
+    assert cache_bytes(30, 8, 3, 2048, 64, torch.float16) == 2 * 30 * 8 * 3 * 2048 * 64 * 2
+    assert cache_bytes(30, 8, 3, 2048, 64, "q8_0") == 2 * 30 * 8 * 3 * 2048 * 68
+
+
+def test_a_float16_cache_stores_what_to_float16_gives():
+    cache = KVCache(2, 2, 8, 4, torch.float16)
+    k = torch.randn(1, 3, 2, 4)
+    k_all, v_all = cache.update(torch.tensor([1]), torch.tensor([[0, 1, 2]]), k, 2 * k)
+    assert k_all.dtype == torch.float16
+    assert torch.equal(k_all[1, :, :3], k[0].transpose(0, 1).to(torch.float16))
+    assert torch.equal(v_all[1, :, :3], (2 * k[0]).transpose(0, 1).to(torch.float16))

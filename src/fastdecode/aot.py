@@ -10,13 +10,14 @@ The exported function is the model step with its KV caches as inputs:
 
     (tokens [B, T], input_pos [B, T], rows [B], logits_at [B, n], k_caches, v_caches) -> logits [B, n, V]
 
-where k_caches and v_caches are lists of n_layers tensors [slots, S, H_kv, D],
-written in place at (rows[b], input_pos[b]). B, T, the number of slots and S
+where k_caches and v_caches are lists of n_layers tensors [slots, S, H_kv, D]
+of the model's KV dtype (`kv_cache.kv_storage`; q8_0: int8 [.., D / 32 * 34]), written in place at (rows[b], input_pos[b]). B, T, the number of slots and S
 are dynamic (sizes of 1 included), so one package serves prefill chunks and
 decode steps at every batch size, for any engine's cache.
 
 The package's metadata records what it was built for (architecture, dtype,
-device, CPU instruction set, torch version, weight layouts and native kernels);
+device, KV cache dtype, CPU instruction set, torch version, weight layouts and native
+kernels);
 loading it for anything else fails with a message that names the difference.
 """
 
@@ -40,16 +41,17 @@ from . import __version__
 from .compile import Steps
 from .config import ModelArgs
 from .errors import FastDecodeError
-from .kv_cache import KVCache
+from .kv_cache import KVCache, kv_storage
 from .machine import cpu_model
 from .model import Transformer
 from .quant.linear import _Packed
 from .kernels import load_kernels
 from .quant.transform import native_ops, set_gemv
 
+# 5: the caches' dtype (kv_dtype: float32, float16, bfloat16, q8_0) is in the metadata and checked;
 # 4: the attention kernel takes a sliding window and a softmax scale (its C entry point changed);
 # 3: per-row positions, cache slots, logits_at (2 took one shared position and left padding)
-FORMAT = "4"
+FORMAT = "5"
 _ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
 # The native kernels' C entry points, declared for AOTInductor's generated code
 # (defined in kernels/*.cpp); without them each call goes through a boxed fallback.
@@ -88,8 +90,8 @@ class _StepWithCaches(nn.Module):
                 layer.attention.kv_cache = cache
 
 
-_REQUIRED = ("fastdecode_format", "torch_version", "model_args", "dtype", "device", "cpu_capability", "kernels",
-             "layouts")
+_REQUIRED = ("fastdecode_format", "torch_version", "model_args", "dtype", "kv_dtype", "device", "cpu_capability",
+             "kernels", "layouts")
 
 
 def _layouts(model: Transformer) -> str:
@@ -108,6 +110,7 @@ def _metadata(model: Transformer) -> dict[str, str]:
         "torch_version": torch.__version__,
         "model_args": json.dumps(dataclasses.asdict(model.args), sort_keys=True),
         "dtype": str(w.dtype).removeprefix("torch."),
+        "kv_dtype": model.kv_dtype_name,  # the caches the package takes as inputs
         "device": w.device.type,
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "kernels": ",".join(native_ops(model)),
@@ -131,7 +134,8 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     # Distinct example sizes of at least 2: export would specialize sizes of 1
     # and could tie equal ones together.
     B, T, slots, S = 2, 5, 4, min(16, a.max_seq_len)  # and n = 3 positions with logits
-    cache = [torch.zeros(slots, S, a.n_kv_heads, a.head_dim, dtype=model.dtype, device=device)
+    storage, last = kv_storage(model.kv_dtype or model.dtype, a.head_dim)
+    cache = [torch.zeros(slots, S, a.n_kv_heads, last, dtype=storage, device=device)
              for _ in range(2 * a.n_layers)]
     example = (torch.zeros(B, T, dtype=torch.long, device=device),
                torch.arange(T, device=device)[None].repeat(B, 1), torch.tensor([3, 1], device=device),
@@ -255,7 +259,7 @@ def check_compatible(meta: dict[str, str], model: Transformer, path: str) -> Non
         diffs = [f"{f.name}={getattr(want, f.name)!r} (this model: {getattr(model.args, f.name)!r})"
                  for f in dataclasses.fields(ModelArgs) if getattr(want, f.name) != getattr(model.args, f.name)]
         raise FastDecodeError(f"{path}: exported for a different model: " + ", ".join(diffs))
-    for key in ("dtype", "device", "layouts"):
+    for key in ("dtype", "kv_dtype", "device", "layouts"):
         if meta[key] != mine[key]:
             raise FastDecodeError(f"{path}: exported for {key}={meta[key]}, this model has {key}={mine[key]}")
     cap, built = mine["cpu_capability"], meta["cpu_capability"]

@@ -45,6 +45,7 @@ class ExportJob:
     weights: str
     path: str
     gemv: bool  # the parent's float-kernel choice, which the package's key includes
+    kv_dtype: str = "auto"  # the parent's resolved KV dtype, which the package's key includes
 
 
 def _pid_alive(pid: int) -> bool:
@@ -185,7 +186,7 @@ def main(argv: list[str]) -> int:
         from .quant.transform import set_gemv
 
         llm = load(job.model, dtype=job.dtype, weights=job.weights, compiled=None, max_batch_size=1,
-                   max_seq_len=16)
+                   max_seq_len=16, kv_dtype=job.kv_dtype)
         if llm.kernels.gemv != job.gemv:
             set_gemv(llm.model, job.gemv)
         if package_path(llm.model) != path:

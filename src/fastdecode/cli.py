@@ -61,6 +61,10 @@ class _RunKeys:
     max_batch_size: Optional[int] = field(default=_LOAD_DEFAULTS["max_batch_size"], metadata=_help(
         "most prompts per batch; none fits the prompts given (generate) or 1 (chat)."))
     cache: str = field(default=_LOAD_DEFAULTS["cache"], metadata=_help("KV cache kind: static or dynamic."))
+    kv_dtype: str = field(default=_LOAD_DEFAULTS["kv_dtype"], metadata=_help(
+        "KV cache dtype: auto, float32, float16, bfloat16 or q8_0 (8-bit blocks of 32 with a float16 "
+        "scale, as llama.cpp's); auto is float16 on CPU with the native attention kernel, the model's "
+        "dtype elsewhere."))
     weights: str = field(default=_LOAD_DEFAULTS["weights"], metadata=_help(
         "auto keeps the checkpoint's quantized weights and runs them on the quantized kernels; float "
         "dequantizes them; int8 or int4 quantize a float checkpoint at load."))
@@ -142,7 +146,7 @@ def load_model(s: Any, batch_size: Optional[int] = None) -> LLM:
         return load(s.model, device=s.device, dtype=s.dtype, compile=s.compile,
                     max_seq_len=s.max_seq_len, max_batch_size=max_batch_size, cache=s.cache,
                     compiled=s.compiled, weights=s.weights, tp=s.tp, speculative=draft,
-                    prefix_cache=s.prefix_cache)
+                    prefix_cache=s.prefix_cache, kv_dtype=s.kv_dtype)
 
 
 def chat_messages(prompt: str, system: Optional[str]) -> list[dict]:
@@ -203,7 +207,8 @@ def format_stats(completions: Sequence[Any], llm: LLM) -> str:
         f"matmul kernels:       {describe_kernels(llm)}",
         f"kv cache:             {llm.max_batch_size} slot{'s' if llm.max_batch_size != 1 else ''} x "
         f"{llm.max_seq_len} positions, "
-        f"{llm.engine.cache_bytes / 1e6:.0f} MB, allocated once",
+        f"{llm.engine.kv_dtype}, {llm.engine.cache_bytes:,} bytes ({llm.engine.cache_bytes / 1e6:.0f} MB), "
+        "allocated once",
         f"prompt tokens:        {prompt_tokens:,}" + (f", {cached:,} from cache" if cached else ""),
         f"generated tokens:     {generated}",
         f"time to first token:  {first['time_to_first_token_s'] * 1e3:.1f} ms",

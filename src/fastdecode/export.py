@@ -38,6 +38,9 @@ class ExportSettings(ModelKeys):
     weights: str = field(default="auto", metadata={
         "help": "auto (keep the checkpoint's quantization), float, int8 or int4; generate must load the "
                 "model the same way to use the package"})
+    kv_dtype: str = field(default="auto", metadata={
+        "help": "KV cache dtype the package takes (auto, float32, float16, bfloat16, q8_0), as load(kv_dtype=...); "
+                "generate must use the same to use the package"})
 
     def __post_init__(self) -> None:
         if self.out is None:
@@ -61,7 +64,7 @@ def main(argv: list[str]) -> int:
     from .aot import ensure_package, export_package, package_path
     from .llm import load
 
-    llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compiled=None)
+    llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compiled=None, kv_dtype=s.kv_dtype)
     out = s.out or str(package_path(llm.model))
     if s.out is None and os.path.isfile(out):
         print(f"this machine's package for {llm.source} is already at {out}")

@@ -22,7 +22,7 @@ from .engine.draft import DraftModel
 from .engine.speculative import check_speculative, draft_model_name
 from .errors import FastDecodeError
 from .generate import Completion, GenerationConfig, GenerationRun, run_generation
-from .kv_cache import cache_bytes
+from .kv_cache import KV_DTYPES, Q8_0, Q8_BLOCK, KvDtype, cache_bytes, kv_name
 from .model import Transformer, init_random_weights
 from .parallel import SharedSeeds, same_kernels, shard_model, tp_group
 from .quant import KernelChoice, apply_kernels, build_model, check_weights, quantize_state_dict
@@ -34,8 +34,14 @@ log = logging.getLogger("fastdecode")
 DEFAULT_MODEL = "smollm2-135m-instruct"
 DEFAULT_MAX_BATCH_SIZE = 8
 # The default max_seq_len keeps the engine's KV cache (max_batch_size x
-# max_seq_len positions) within this many bytes: 8 x 2048 for the default model in fp32.
+# max_seq_len positions, at the KV dtype's element size) within this many bytes:
+# 8 x 2048 for the default model with a float32 cache, 8 x 4096 (its context cap
+# is 8192) with float16.
 DEFAULT_CACHE_BUDGET = 1 << 30
+# kv_dtype="auto" on CPU when the native attention kernel runs the model: it reads
+# float16 K/V (F16C) at least as fast as float32 (benchmarks in the commit adding it).
+AUTO_CPU_KV_DTYPE = "float16"
+KV_DTYPE_CHOICES = ("auto", *KV_DTYPES)
 
 Prompts = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]]]
 
@@ -126,9 +132,33 @@ def available_memory(device: torch.device) -> Optional[int]:
     return None
 
 
-def default_max_seq_len(args: ModelArgs, max_batch_size: int, dtype: torch.dtype) -> int:
+def check_kv_dtype(kv_dtype: Union[str, torch.dtype]) -> str:
+    """The kv_dtype name, or a one-line FastDecodeError listing the accepted values."""
+    if isinstance(kv_dtype, torch.dtype) and kv_dtype in KV_DTYPES.values() and kv_dtype != torch.int8:
+        return kv_name(kv_dtype)
+    if isinstance(kv_dtype, str) and kv_dtype.strip().lower() in KV_DTYPE_CHOICES:
+        return kv_dtype.strip().lower()
+    raise FastDecodeError(f"unknown kv_dtype {kv_dtype!r}; accepted: {', '.join(KV_DTYPE_CHOICES)}")
+
+
+def resolve_kv_dtype(kv_dtype: str, model: Transformer) -> KvDtype:
+    """The KV caches' dtype for `model`: "auto" is AUTO_CPU_KV_DTYPE on CPU where the
+    native attention kernel reads the cache, the model's dtype elsewhere."""
+    if kv_dtype == "auto":
+        native = model.device.type == "cpu" and any(layer.attention.native for layer in model.layers)
+        return KV_DTYPES[AUTO_CPU_KV_DTYPE] if native else model.dtype
+    if kv_dtype == Q8_0:
+        if model.args.head_dim % Q8_BLOCK:
+            raise FastDecodeError(f"kv_dtype=q8_0 needs head_dim a multiple of {Q8_BLOCK}; this model's is "
+                                  f"{model.args.head_dim} (use float16)")
+        return Q8_0
+    return KV_DTYPES[kv_dtype]
+
+
+def default_max_seq_len(args: ModelArgs, max_batch_size: int, dtype: KvDtype) -> int:
     """The model's context, or the largest power of two (>= 256) whose cache
-    fits DEFAULT_CACHE_BUDGET at this batch size, whichever is smaller."""
+    fits DEFAULT_CACHE_BUDGET at this batch size, whichever is smaller.
+    dtype: the KV cache's (its element size sets the bytes per position)."""
     per_position = cache_bytes(args.n_layers, max_batch_size, args.n_kv_heads, 1, args.head_dim, dtype)
     fit = 256
     while fit * 2 * per_position <= DEFAULT_CACHE_BUDGET:
@@ -141,18 +171,19 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
          max_seq_len: Optional[int] = None, max_batch_size: Optional[int] = None,
          cache: str = "static", compiled: Optional[str] = "auto", weights: str = "auto",
          prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none", tp: int = 1,
-         prefix_cache: bool = True) -> "LLM":
+         prefix_cache: bool = True, kv_dtype: str = "auto") -> "LLM":
     """Load a model by preset name, known checkpoint name or path (.gguf file or
     Hugging Face directory). None loads the default, SmolLM2-135M-Instruct.
 
     max_batch_size: the engine's slots, requests decoding at once (more wait
     in a queue); default 8. max_seq_len: positions per slot (prompt plus new
     tokens); default: the model's context, capped so the KV cache, allocated
-    once, stays within 1 GiB. prefill_chunk: the most prompt tokens prefilled
-    per engine step, so new prompts do not stall running streams. prefix_cache:
-    a new prompt reuses the KV rows of the longest prefix it shares with what a
-    slot already holds (a finished request's prompt and reply, or a running
-    one's), and only the rest is prefilled (engine/prefix_cache.py).
+    once, stays within 1 GiB (DEFAULT_CACHE_BUDGET, at the KV dtype's size).
+    prefill_chunk: the most prompt tokens prefilled per engine step, so new
+    prompts do not stall running streams. prefix_cache: a new prompt reuses the
+    KV rows of the longest prefix it shares with what a slot already holds (a
+    finished request's prompt and reply, or a running one's), and only the rest
+    is prefilled (engine/prefix_cache.py).
     speculative: "none", "prompt-lookup" or "draft:<model>", for requests that
     do not choose (generate's `speculative=`). A draft model is loaded here with
     the same settings and must share the target's vocabulary; drafts are
@@ -177,6 +208,12 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     what compile= or compiled= asks (no C++ compiler, no native kernels), one
     warning says what runs instead.
 
+    kv_dtype: the KV cache's dtype: "float32", "float16", "bfloat16" or "q8_0"
+    (llama.cpp's 8-bit blocks of 32 with a float16 scale); "auto" (the default) is
+    float16 on CPU where the native attention kernel runs the model (it reads
+    float16 at no loss of speed), the model's dtype elsewhere. Writes round (or
+    quantize); attention reads every format, natively or converted.
+
     tp: tensor-parallel ranks. tp > 1 runs inside an initialized torch.distributed
     process group of tp processes (gloo on CPU, NCCL on CUDA, e.g. under torchrun):
     each rank keeps its shard of every block (parallel.shard_model) and must
@@ -185,6 +222,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     group = tp_group(tp, dev)
     dt = resolve_dtype(dtype, dev)
     check_weights(weights)
+    kv_choice = check_kv_dtype(kv_dtype)
     if cache not in ("static", "dynamic"):
         raise FastDecodeError(f"unknown cache {cache!r}; accepted: static, dynamic")
     if cache == "dynamic" and compile != "none":
@@ -221,24 +259,26 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     kernels = apply_kernels(m)
     if group is not None:
         kernels = same_kernels(m, kernels, group)
+    m.kv_dtype = kv = resolve_kv_dtype(kv_choice, m)  # after apply_kernels: auto follows the attention kernel
     limit = m.args.max_seq_len
     if max_batch_size is None:
         max_batch_size = DEFAULT_MAX_BATCH_SIZE
     elif isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
         raise FastDecodeError(f"max_batch_size={max_batch_size!r} is out of range; accepted: an integer >= 1")
     if max_seq_len is None:
-        max_seq_len = default_max_seq_len(m.args, max_batch_size, dt)
+        max_seq_len = default_max_seq_len(m.args, max_batch_size, kv)
     elif isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or not 1 <= max_seq_len <= limit:
         raise FastDecodeError(f"max_seq_len={max_seq_len!r} is out of range; accepted: 1..{limit} for this model")
     a = m.args
-    need = cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, dt)
+    need = cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, kv)
     free = available_memory(dev)
     if cache == "static" and free is not None and need > free:
         raise FastDecodeError(
-            f"a KV cache of max_batch_size={max_batch_size} x max_seq_len={max_seq_len} needs {need:,} bytes, "
+            f"a {kv_name(kv)} KV cache of max_batch_size={max_batch_size} x max_seq_len={max_seq_len} needs "
+            f"{need:,} bytes, "
             f"but {free:,} are available; lower max_batch_size or max_seq_len")
     compile = _runnable_compile(compile, dev)
-    job = ExportJob(model or DEFAULT_MODEL, str(dt).removeprefix("torch."), weights, "", kernels.gemv)
+    job = ExportJob(model or DEFAULT_MODEL, str(dt).removeprefix("torch."), weights, "", kernels.gemv, kv_name(kv))
     steps = _choose_steps(m, compile, compiled, kernels, job)
     llm = LLM(m, loaded.tokenizer, steps=steps, compile="none" if steps.compiled else compile,
               max_seq_len=max_seq_len, max_batch_size=max_batch_size, cache=cache, source=loaded.source,
@@ -249,7 +289,7 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
         try:
             llm.draft = load(draft_name, device=dev, dtype=dt, compile=compile, max_seq_len=max_seq_len,
                              max_batch_size=max_batch_size, cache=cache, compiled=draft_compiled, weights=weights,
-                             prefill_chunk=prefill_chunk)
+                             prefill_chunk=prefill_chunk, kv_dtype=kv_choice)
             llm.engine.runner.draft = DraftModel(draft_name, llm.draft.engine.runner, m.args.vocab_size)
         except FastDecodeError as e:
             raise FastDecodeError(f"draft model {draft_name!r}: {e}") from None

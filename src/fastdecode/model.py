@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ModelArgs
-from .kv_cache import DynamicKVCache, KVCache
+from .kv_cache import DynamicKVCache, KVCache, KvDtype, kv_name, to_float
 
 
 class RMSNorm(nn.Module):
@@ -161,6 +161,7 @@ def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, 
     Hkv, S = k_all.shape[1], k_all.shape[2]
     n_rep = H // Hkv
     k, v = k_all.index_select(0, rows), v_all.index_select(0, rows)  # [B, Hkv, S, D]
+    k, v = to_float(k, q.dtype), to_float(v, q.dtype)  # a cache in another kv dtype: convert what is read
     # Group the n_rep query heads of each kv head along the query axis instead
     # of copying the cache n_rep times. An explicit copy: reshape would copy or
     # not depending on whether B or T is 1, and compiled graphs would specialize.
@@ -239,6 +240,8 @@ class Transformer(nn.Module):
         # The sliding layers' tables when they have a RoPE base of their own (Gemma 3).
         self.register_buffer("rope_local_cos", torch.empty(0), persistent=False)
         self.register_buffer("rope_local_sin", torch.empty(0), persistent=False)
+        # The KV caches' dtype (see kv_cache.py): None is the model's own; load() sets its kv_dtype.
+        self.kv_dtype: Optional[KvDtype] = None
         if self.norm.weight.device.type != "meta":
             self.init_rope()
 
@@ -263,17 +266,23 @@ class Transformer(nn.Module):
             angles = torch.outer(positions, rope_frequencies(self.args, device, local=True))
             self.rope_local_cos, self.rope_local_sin = angles.cos(), angles.sin()
 
-    def setup_caches(self, max_batch_size: int, max_seq_len: int, dtype: Optional[torch.dtype] = None,
+    @property
+    def kv_dtype_name(self) -> str:
+        """The KV caches' dtype: "float32", "float16", "bfloat16" or "q8_0"."""
+        return kv_name(self.kv_dtype or self.dtype)
+
+    def setup_caches(self, max_batch_size: int, max_seq_len: int, dtype: Optional[KvDtype] = None,
                      device: torch.device | str | None = None, kind: str = "static") -> None:
         """Give every layer a KV cache of shape [max_batch_size, n_kv_heads, max_seq_len, head_dim]
         (the engine does, once; see engine.Engine).
 
         kind="static" preallocates (compile-friendly); kind="dynamic" grows
-        along the sequence by concatenation.
+        along the sequence by concatenation. dtype: the caches' kv dtype (a float
+        dtype or "q8_0"); default `self.kv_dtype`, else the model's dtype.
         """
         if max_seq_len > self.args.max_seq_len:
             raise ValueError(f"cache length {max_seq_len} exceeds the model's max_seq_len {self.args.max_seq_len}")
-        dtype = dtype or self.dtype
+        dtype = dtype or self.kv_dtype or self.dtype
         device = device or self.device
         a = self.args
         for layer in self.layers:

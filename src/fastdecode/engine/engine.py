@@ -62,13 +62,15 @@ class Engine:
         check_speculative(speculative, 1, 1)
         self.speculative = speculative  # requests that do not say take this
         a = model.args
-        self.cache_bytes = cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, model.dtype)
+        self.kv_dtype = model.kv_dtype_name  # "float32", "float16", "bfloat16" or "q8_0"
+        self.cache_bytes = cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim,
+                                       model.kv_dtype or model.dtype)
         # Outside inference mode: buffers made inside carry other dispatch keys,
         # which compiled graphs would guard on.
         with torch.inference_mode(False):
             model.setup_caches(max_batch_size, max_seq_len, kind=cache)
-        log.info("KV cache: %d slots x %d positions, %s, %.1f MB", max_batch_size, max_seq_len,
-                 str(model.dtype).removeprefix("torch."), self.cache_bytes / 1e6)
+        log.info("KV cache: %d slots x %d positions, %s, %d bytes (%.1f MB)", max_batch_size, max_seq_len,
+                 self.kv_dtype, self.cache_bytes, self.cache_bytes / 1e6)
         # Reuse of cached prompt prefixes (prefix_cache.py); a dynamic cache has no fixed slots to keep.
         self.prefix = PrefixIndex(max_batch_size) if prefix_cache and cache == "static" else None
         self.scheduler = Scheduler(max_batch_size, prefill_chunk, self.prefix)

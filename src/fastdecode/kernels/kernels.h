@@ -17,16 +17,23 @@ void gemv_rows(const float* x, const float* w, float* y, int64_t M, int64_t K, i
 // Rows [m0, m1) of y [M, K] = rms_norm(x [M, K]) * w [K].
 void rms_norm_rows(const float* x, const float* w, float* y, int64_t K, float eps, int64_t m0, int64_t m1);
 
+// K/V storage formats of the attention kernel. q8_0: per (slot, position, kv head) row,
+// D / 32 blocks of kQ8Block bytes, each a float16 scale then 32 int8 values.
+enum KvFormat : int { kKvF32 = 0, kKvF16 = 1, kKvBF16 = 2, kKvQ8_0 = 3 };
+constexpr int64_t kQ8Block = 34;
+
 struct AttentionArgs {
-  const float *q, *k, *v;
+  const float* q;
+  const void *k, *v;  // KvFormat kv; strides ks in elements of the storage type (bytes for q8_0)
   const int64_t *pos, *rows;  // [B, T] contiguous, [B]
   float* y;
   int64_t T, H, Hkv, D, window;  // window 0: every key up to the position
   int64_t qs[4], ks[3];  // strides: q [B, T, H, D] (elements), k/v [B_cache, Hkv, S] (D contiguous)
   float scale;
+  KvFormat kv;
 };
 
-// Query rows [r0, r1) of B * T * H (row r is (b, t, h) = (r / (T H), (r / H) % T, r % H));
+// Query rows [r0, r1) of B * T * H, q and y float32, K/V in format a.kv (row r is (b, t, h) = (r / (T H), (r / H) % T, r % H));
 // L: the most keys any row visits.
 void attention_rows(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t L);
 

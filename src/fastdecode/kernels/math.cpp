@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -132,13 +133,49 @@ inline __m256 exp_neg(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+// Loads of 8 consecutive K/V values (d a multiple of 8) as float32, one per storage
+// format: float32 as is; float16 (F16C) and bfloat16 widen exactly; q8_0 (blocks of
+// 32 int8 with one float16 scale ahead of each, 34 bytes, as llama.cpp's) is
+// dequantized as scale * q, also exact in float32 (11 x 7 significant bits). So
+// each format computes what the float32 path computes on its K/V converted to
+// float32, in the same order.
+struct F32 {
+  using T = float;
+  static __m256 load(const T* p, int64_t d) { return _mm256_loadu_ps(p + d); }
+};
+struct F16 {
+  using T = uint16_t;
+  static __m256 load(const T* p, int64_t d) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + d)));
+  }
+};
+struct BF16 {
+  using T = uint16_t;
+  static __m256 load(const T* p, int64_t d) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + d)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+};
+struct Q8_0 {
+  using T = int8_t;
+  static __m256 load(const T* p, int64_t d) {
+    const T* blk = p + (d / 32) * fd::kQ8Block;
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const __m128i q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + d % 32));
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)));
+  }
+};
+
 // One query row (b, t, h): scores into s[L], softmax, weighted sum of values into y.
+template <class Fmt>
 void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s) {
+  using T = typename Fmt::T;
   const int64_t D = a.D, kvh = h / (a.H / a.Hkv);
   const float* q = a.q + b * a.qs[0] + t * a.qs[1] + h * a.qs[2];
   const int64_t slot = a.rows[b];
-  const float* kb = a.k + slot * a.ks[0] + kvh * a.ks[1];
-  const float* vb = a.v + slot * a.ks[0] + kvh * a.ks[1];
+  const T* kb = static_cast<const T*>(a.k) + slot * a.ks[0] + kvh * a.ks[1];
+  const T* vb = static_cast<const T*>(a.v) + slot * a.ks[0] + kvh * a.ks[1];
   const int64_t L = a.pos[b * a.T + t] + 1;
   const int64_t first = a.window > 0 ? std::max<int64_t>(0, L - a.window) : 0;
   kb += first * a.ks[2];
@@ -146,9 +183,9 @@ void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s) 
   int64_t n = 0;
   float mx = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < L - first; ++j) {
-    const float* kj = kb + j * a.ks[2];
+    const T* kj = kb + j * a.ks[2];
     __m256 acc = _mm256_setzero_ps();
-    for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), _mm256_loadu_ps(kj + d), acc);
+    for (int64_t d = 0; d < D; d += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), Fmt::load(kj, d), acc);
     const float sc = hsum(acc) * a.scale;
     s[n++] = sc;
     mx = std::max(mx, sc);
@@ -176,18 +213,28 @@ void row(const Args& a, int64_t b, int64_t t, int64_t h, std::vector<float>& s) 
     for (int i = 0; i < 8; ++i) acc[i] = _mm256_setzero_ps();
     for (int64_t i = 0; i < n; ++i) {
       const __m256 p = _mm256_set1_ps(s[i]);
-      const float* vj = vb + i * a.ks[2] + d0;
-      for (int64_t c = 0; c < w; ++c) acc[c] = _mm256_fmadd_ps(p, _mm256_loadu_ps(vj + 8 * c), acc[c]);
+      const T* vj = vb + i * a.ks[2];
+      for (int64_t c = 0; c < w; ++c) acc[c] = _mm256_fmadd_ps(p, Fmt::load(vj, d0 + 8 * c), acc[c]);
     }
     const __m256 iv = _mm256_set1_ps(inv);
     for (int64_t c = 0; c < w; ++c) _mm256_storeu_ps(y + d0 + 8 * c, _mm256_mul_ps(acc[c], iv));
   }
 }
 
+template <class Fmt>
+void rows_of(const Args& a, int64_t r0, int64_t r1, int64_t L) {
+  const int64_t T = a.T, H = a.H;
+  std::vector<float> s(L + 8);
+  for (int64_t r = r0; r < r1; ++r) row<Fmt>(a, r / (T * H), (r / H) % T, r % H, s);
+}
+
 }  // namespace
 
 void fd::attention_rows(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t L) {
-  const int64_t T = a.T, H = a.H;
-  std::vector<float> s(L + 8);
-  for (int64_t r = r0; r < r1; ++r) row(a, r / (T * H), (r / H) % T, r % H, s);
+  switch (a.kv) {
+    case fd::kKvF32: return rows_of<F32>(a, r0, r1, L);
+    case fd::kKvF16: return rows_of<F16>(a, r0, r1, L);
+    case fd::kKvBF16: return rows_of<BF16>(a, r0, r1, L);
+    case fd::kKvQ8_0: return rows_of<Q8_0>(a, r0, r1, L);
+  }
 }

@@ -61,14 +61,33 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 // ---------------------------------------------------------------------------
 // attention (math.cpp) over a KV cache, each query row one task.
 
+// K/V storage: float32, float16 or bfloat16 [B_cache, Hkv, S, D], or q8_0 as int8
+// [B_cache, Hkv, S, D / 32 * 34] (kernels.h): each is read as float32 in the kernel.
+fd::KvFormat kv_format(const at::Tensor& k, int64_t D) {
+  switch (k.scalar_type()) {
+    case at::kFloat: return fd::kKvF32;
+    case at::kHalf: return fd::kKvF16;
+    case at::kBFloat16: return fd::kKvBF16;
+    case at::kChar:
+      TORCH_CHECK(D % 32 == 0 && k.size(3) == D / 32 * fd::kQ8Block, "attention: q8_0 k/v need head_dim ", D,
+                  " a multiple of 32 and ", D / 32 * fd::kQ8Block, " bytes per row, got ", k.size(3));
+      return fd::kKvQ8_0;
+    default:
+      TORCH_CHECK(false, "attention: k/v must be float32, float16, bfloat16 or q8_0 (int8), got ",
+                  k.scalar_type());
+  }
+}
+
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
                      const at::Tensor& rows, int64_t window, double scale) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: 4-d q, k, v");
-  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
-              "attention: float32 q, k, v");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == v.scalar_type(),
+              "attention: float32 q, and k, v of one dtype");
   const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), S = k.size(2);
   TORCH_CHECK(D % 8 == 0 && D <= 256 && H % Hkv == 0, "attention: head_dim a multiple of 8 up to 256");
+  const fd::KvFormat kv = kv_format(k, D);
+  TORCH_CHECK(kv == fd::kKvQ8_0 || k.size(3) == D, "attention: k/v head_dim ", k.size(3), " for q's ", D);
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1 && k.strides() == v.strides(),
               "attention: head_dim must be contiguous, k and v alike");
   TORCH_CHECK(v.sizes() == k.sizes() && input_pos.dim() == 2 && input_pos.size(0) == B && input_pos.size(1) == T &&
@@ -86,10 +105,10 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   TORCH_CHECK(window >= 0, "attention: window must be >= 0 (0: no window), got ", window);
   if (window > 0) L = std::min(L, window);  // scores per query row
   at::Tensor y = at::empty({B, T, H, D}, q.options());
-  fd::AttentionArgs a{q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(), pp, rp, y.data_ptr<float>(),
+  fd::AttentionArgs a{q.data_ptr<float>(), k.data_ptr(), v.data_ptr(), pp, rp, y.data_ptr<float>(),
                       T, H, Hkv, D, window,
                       {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
-                      static_cast<float>(scale)};
+                      static_cast<float>(scale), kv};
   at::parallel_for(0, B * T * H, 1, [&](int64_t r0, int64_t r1) { fd::attention_rows(a, r0, r1, L); });
   return y;
 }

@@ -145,7 +145,8 @@ def _load_model(s: Any) -> Any:
 
     llm = load(s.model, device=s.device, dtype=s.dtype, compile=s.compile, compiled=s.compiled,
                max_seq_len=s.max_seq_len, max_batch_size=s.max_batch_size, cache=s.cache, weights=s.weights,
-               prefill_chunk=s.prefill_chunk, speculative=s.speculative, tp=s.tp, prefix_cache=s.prefix_cache)
+               prefill_chunk=s.prefill_chunk, speculative=s.speculative, tp=s.tp, prefix_cache=s.prefix_cache,
+               kv_dtype=s.kv_dtype)
     # One token now, so compiling and kernel warm-up happen before /health says ok.
     llm.generate([[0]], max_new_tokens=1, temperature=0)
     if s.tp != 1:

@@ -17,8 +17,8 @@ API_KEY_ENV = "FASTDECODE_API_KEY"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 # generate's keys that pick and load the model; prompts and sampling are per request here.
-_LOAD_KEYS = ("model", "device", "dtype", "compile", "compiled", "max_seq_len", "cache", "weights", "tp",
-              "prefix_cache")
+_LOAD_KEYS = ("model", "device", "dtype", "compile", "compiled", "max_seq_len", "cache", "kv_dtype", "weights",
+              "tp", "prefix_cache")
 
 
 def _help(text: str) -> dict[str, str]:
