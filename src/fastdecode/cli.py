@@ -86,7 +86,7 @@ class _RunKeys:
 
 
 # Per-request fields of the Python API and the server, not command-line keys.
-API_ONLY_KEYS = ("logit_bias", "logprobs")
+API_ONLY_KEYS = ("logit_bias", "logprobs", "prompt_logprobs")
 
 GenerateSettings = dataclasses.make_dataclass(
     "GenerateSettings", copy_fields(SamplingParams, exclude=API_ONLY_KEYS) + copy_fields(GenerationConfig),

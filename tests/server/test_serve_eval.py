@@ -13,7 +13,8 @@ PROMPT = "The quick brown fox"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = serve(tmp_path_factory, "max_batch_size=4", "prefill_chunk=8")
+    # float32 KV, as the in-process reference forward keeps k/v (float16 rounding moves logprobs by ~1e-4)
+    s = serve(tmp_path_factory, "max_batch_size=4", "prefill_chunk=8", "kv_dtype=float32")
     yield s
     s.stop()
 
