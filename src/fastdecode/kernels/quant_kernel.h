@@ -298,7 +298,9 @@ static void rows(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t 
 // exact in int32 (|lane| < 2^22), converted to float, times d * x_scale.
 
 using KArgs = ::fd::KQuantArgs;
-constexpr int kQ4K = ::fd::kQ4K, kQ5K = ::fd::kQ5K, kQ6K = ::fd::kQ6K;
+constexpr int kQ4K = ::fd::kQ4K, kQ5K = ::fd::kQ5K, kQ6K = ::fd::kQ6K, kQ5 = ::fd::kQ5, kQ5S = ::fd::kQ5S;
+
+static inline const uint16_t* khalf(const uint8_t* p) { return reinterpret_cast<const uint16_t*>(p); }
 
 // Block b of row n as 32 unsigned values (q4k: 0..15, q5k: 0..31, q6k: 0..63).
 template <int L>
@@ -316,7 +318,7 @@ static inline __m256i kblock(const KArgs& a, int64_t n, int64_t b) {
     return _mm256_or_si256(l4, _mm256_slli_epi16(h2, 4));
   } else {
     __m256i v = q4_block(q, b, a.nb);
-    if constexpr (L == kQ5K) {  // bit b % 8 of qh byte l: the fifth bit of value l
+    if constexpr (L != kQ4K) {  // bit b % 8 of qh byte l: the fifth bit of value l
       const __m256i hb = load32(a.qh + n * a.qhs + (b >> 3) * 32);
       const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(static_cast<int>(b & 7))),
                                           _mm256_set1_epi8(1));
@@ -326,9 +328,11 @@ static inline __m256i kblock(const KArgs& a, int64_t n, int64_t b) {
   }
 }
 
-// The float scales of blocks b..b+7 (b % 8 == 0, one super-block) of row n: d * sc (q6k: d).
+// The float scales of blocks b..b+7 (b % 8 == 0, one super-block) of row n: d * sc (q6k: d;
+// q5, q5s: the stored fp16 scales).
 template <int L>
 static inline __m256 kscales8(const KArgs& a, int64_t n, int64_t b) {
+  if constexpr (L == kQ5 || L == kQ5S) return scales8<uint16_t>(khalf(a.sc) + n * a.scs + b);
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(a.d[n * (a.nb / 8) + b / 8]));
   if constexpr (L == kQ6K) {
     return d;
@@ -372,8 +376,13 @@ static void ktile(const KArgs& a, int64_t n, int64_t m, float* y, int64_t ldy) {
   for (int64_t b = 0; b < nb; ++b) {
     if (b % 8 == 0) {
       for (int r = 0; r < R; ++r) {
-        const __m256 ws = kscales8<L>(a, n + r, b);
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(sc[r][c], _mm256_mul_ps(ws, _mm256_loadu_ps(xd + c * nb + b)));
+        if (b + 8 <= nb) {
+          const __m256 ws = kscales8<L>(a, n + r, b);
+          for (int c = 0; c < C; ++c) _mm256_storeu_ps(sc[r][c], _mm256_mul_ps(ws, _mm256_loadu_ps(xd + c * nb + b)));
+        } else {  // q5, q5s: a last group of fewer than 8 blocks, as `tile` does
+          for (int c = 0; c < C; ++c)
+            for (int64_t j = b; j < nb; ++j) sc[r][c][j - b] = scale_at<uint16_t>(khalf(a.sc) + (n + r) * a.scs + j) * xd[c * nb + j];
+        }
       }
     }
     __m256i wv[R], sub[R];
@@ -385,9 +394,11 @@ static void ktile(const KArgs& a, int64_t n, int64_t m, float* y, int64_t ldy) {
       const __m256i xv = load32(xq + c * K + b * 32);
       __m256i off = _mm256_setzero_si256();
       if constexpr (Q6) off = dot_u8s8(_mm256_set1_epi8(32), xv);  // 32 * sum(x) per lane
+      if constexpr (L == kQ5S) off = dot_u8s8(_mm256_set1_epi8(16), xv);  // 16 * sum(x) per lane
       for (int r = 0; r < R; ++r) {
         __m256i p = dot_u8s8(wv[r], xv);
         if constexpr (Q6) p = _mm256_mullo_epi32(_mm256_sub_epi32(p, off), sub[r]);
+        if constexpr (L == kQ5S) p = _mm256_sub_epi32(p, off);  // sum (q - 16) x, exact: q8's lanes for Q5_0
         const __m256 scale = _mm256_broadcast_ss(&sc[r][c][b % 8]);
         acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(p), scale));
       }
@@ -396,7 +407,8 @@ static void ktile(const KArgs& a, int64_t n, int64_t m, float* y, int64_t ldy) {
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
       float s = hsum(acc[r][c]);
-      if constexpr (!Q6) s = s + kmin_term(a, n + r, a.xs + (m + c) * nb);
+      if constexpr (L == kQ4K || L == kQ5K) s = s + kmin_term(a, n + r, a.xs + (m + c) * nb);
+      if constexpr (L == kQ5) s = s + min_term<uint16_t>(khalf(a.mn) + (n + r) * a.scs, a.xs + (m + c) * nb, nb);
       y[c * ldy + r] = s;
     }
 }
@@ -497,8 +509,9 @@ static void krows(const KArgs& a, int64_t n0, int64_t n1) {
         const int64_t na = n + kAhead;
         prefetch_rows(a.q + na * a.qs, RT * a.qs);
         if (L != kQ4K) prefetch_rows(a.qh + na * a.qhs, RT * a.qhs);
-        prefetch_rows(a.sc + na * a.scs, RT * a.scs);
-        if (L != kQ6K) prefetch_rows(a.mn + na * a.scs, RT * a.scs);
+        constexpr int64_t es = (L == kQ5 || L == kQ5S) ? 2 : 1;  // bytes per scale
+        prefetch_rows(a.sc + es * na * a.scs, es * RT * a.scs);
+        if (a.mn) prefetch_rows(a.mn + es * na * a.scs, es * RT * a.scs);
       }
       for (int64_t m = m0; m < m1;) {
         const int c = static_cast<int>(std::min<int64_t>(CT, m1 - m));
