@@ -62,7 +62,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
-LAYOUT_VERSION = 3  # bump when a layout changes; cached conversions are rebuilt
+LAYOUT_VERSION = 4  # bump when a layout changes; cached conversions are rebuilt
 BLOCK = 32
 SUPER = 256  # the K-quants' super-blocks
 # Every packed tensor's suffix, in the order the ops take them.
