@@ -129,11 +129,11 @@ def test_32_greedy_tokens_identical(ours, reference, prompt):
 
 
 def test_quantized_kernels_stay_close_to_float(ours, cache_dir):
-    """weights=auto: Q4_K -> q4k, Q5_0/Q8_0 -> q8 (the tied head included), Q6_K -> q6k."""
+    """weights=auto: Q4_K -> q4k, Q5_0 -> q5s, Q8_0 -> q8 (the tied head included), Q6_K -> q6k."""
     import fastdecode
 
     quant = fastdecode.load("gemma3-270m", max_seq_len=1024, max_batch_size=1, compiled=None)
-    assert "Q4_K->q4k x27" in quant.weights_summary and "Q5_0->q8 x81" in quant.weights_summary
+    assert "Q4_K->q4k x27" in quant.weights_summary and "Q5_0->q5s x81" in quant.weights_summary
     ids = torch.tensor([quant.tokenizer.encode(LONG)])
     with torch.inference_mode():
         a, b = quant.model(ids, None)[0], ours.model(ids, None)[0]

@@ -1,8 +1,9 @@
-"""The K-quant layouts q4k, q5k, q6k (Q4_K, Q5_K, Q6_K kept in their own bytes) and SplitLinear.
+"""The layouts q4k, q5k, q6k (Q4_K, Q5_K, Q6_K kept in their own bytes), q5s and q5 (Q5_0, Q5_1), and SplitLinear.
 
-The gguf package cannot quantize K-quants, so blocks are random bytes of the
-right structure (any byte pattern is a valid block) with float16 d/dmin set to
-sane values; the reference weights are `gguf.quants.dequantize` of the same bytes.
+The gguf package cannot quantize K-quants, so their blocks are random bytes of
+the right structure (any byte pattern is a valid block) with float16 d/dmin set
+to sane values; Q5_0/Q5_1 blocks come from `gguf.quants.quantize`. The reference
+weights are `gguf.quants.dequantize` of the same bytes.
 Native kernels == the PyTorch twin bit for bit on every instruction set; the
 twin == dequantize-then-matmul with the same int8 activations, to float32 rounding.
 """
@@ -19,8 +20,8 @@ from fastdecode.checkpoints import dequant
 from fastdecode.quant import formats, reference
 from fastdecode.quant.linear import QuantLinear, SplitLinear, packed_linear, qlinear
 
-KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K]
-LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k"}
+KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1]
+LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k", T.Q5_0: "q5s", T.Q5_1: "q5"}
 _D_AT = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}  # byte offsets of the fp16 d (and dmin)
 ISAS = kernels.available_isas()
 MS = (1, 2, 3, 5, 8, 17, 64)
@@ -29,6 +30,9 @@ MS = (1, 2, 3, 5, 8, 17, 64)
 def random_blocks(qtype: T, n: int, k: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
     """(raw bytes [n, row bytes], their dequantization by the gguf package)."""
     rng = np.random.default_rng(seed)
+    if qtype in (T.Q5_0, T.Q5_1):
+        raw = gq.quantize(rng.standard_normal((n, k), dtype=np.float32), qtype)
+        return raw, torch.from_numpy(gq.dequantize(raw, qtype).reshape(n, k).copy())
     size, nbytes = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n * k // size, nbytes), dtype=np.uint8)
     for at in _D_AT[qtype]:
@@ -57,7 +61,7 @@ def test_packing_is_exact_and_compact(qtype):
     assert torch.equal(formats.dequantize(p), ref)
     assert torch.equal(dequant.dequantize(raw, qtype, (n, k), torch.float32), ref)
     nbytes = sum(t.numel() * t.element_size() for t in p.values())
-    bpw = {T.Q4_K: 4.625, T.Q5_K: 5.625, T.Q6_K: 6.5625}[qtype]
+    bpw = {T.Q4_K: 4.625, T.Q5_K: 5.625, T.Q6_K: 6.5625, T.Q5_0: 5.5, T.Q5_1: 6.0}[qtype]
     assert nbytes * 8 / (n * k) == bpw == formats.bits_per_weight(LAYOUT[qtype])
     if qtype == T.Q6_K:  # the file's bytes as they are
         assert torch.equal(p["qweight"], torch.from_numpy(raw.reshape(-1, 210)[:, :128].reshape(n, -1)))
@@ -120,6 +124,30 @@ def test_instruction_sets_agree_bitwise():
             outs.append(packed_linear(x, LAYOUT[qtype], p, native=True))
         kernels.set_isa(None)
         assert all(torch.equal(o, outs[0]) for o in outs), qtype.name
+
+
+@pytest.mark.parametrize("k", [96, 288])  # fewer than 8 blocks in the last high-bit group
+@pytest.mark.parametrize("qtype", [T.Q5_0, T.Q5_1], ids=lambda t: t.name)
+def test_q5_with_partial_groups(isa, qtype, k):
+    raw, ref = random_blocks(qtype, 11, k, seed=k)
+    p = formats.pack_gguf(raw, qtype, 11, k)
+    assert torch.equal(formats.dequantize(p), ref)
+    for m in MS:
+        x = torch.randn(m, k)
+        assert torch.equal(packed_linear(x, LAYOUT[qtype], p, True), packed_linear(x, LAYOUT[qtype], p, False)), m
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])
+def test_q5_0_equals_the_former_q8_repack(native):
+    """q5s's lanes are sum q x - 16 sum x = sum (q - 16) x: Q5_0's results are those of its earlier q8 repack."""
+    if native and not ISAS:
+        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    raw, _ = random_blocks(T.Q5_0, 29, 320, seed=9)
+    p = formats.pack_gguf(raw, T.Q5_0, 29, 320)
+    q8 = {"qweight": (formats.kquant_values(p).to(torch.int16) - 16).to(torch.int8), "scales": p["scales"]}
+    for m in MS:
+        x = torch.randn(m, 320)
+        assert torch.equal(packed_linear(x, "q5s", p, native), packed_linear(x, "q8", q8, native)), m
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])

@@ -44,7 +44,7 @@ def test_gguf_types_stay_packed_and_dequantize_to_the_float_path(quant_gguf):
     assert isinstance(q.model.tok_embeddings, QuantEmbedding)
     layer, ref = q.model.layers[0], f.model.layers[0]
     assert isinstance(layer.attention.wqkv, QuantLinear) and layer.attention.wqkv.layout == "q4"
-    assert layer.feed_forward.w13.layout == "q8" and layer.feed_forward.w2.layout == "q8"
+    assert layer.feed_forward.w13.layout == "q5s" and layer.feed_forward.w2.layout == "q8"
     # Repacked, unpermuted and fused rows dequantize to exactly what the float path loaded.
     for mod, fmod in ((layer.attention.wqkv, ref.attention.wqkv), (layer.attention.wo, ref.attention.wo),
                       (layer.feed_forward.w13, ref.feed_forward.w13), (layer.feed_forward.w2, ref.feed_forward.w2)):
@@ -54,7 +54,7 @@ def test_gguf_types_stay_packed_and_dequantize_to_the_float_path(quant_gguf):
     assert torch.equal(q.model.tok_embeddings(ids), f.model.tok_embeddings(ids))
     a, b = logits(q), logits(f)
     assert (a - b).abs().max() < 0.05 * b.abs().max()
-    assert "Q4_1->q4 x6" in q.weights_summary and "Q5_0->q8 x4" in q.weights_summary
+    assert "Q4_1->q4 x6" in q.weights_summary and "Q5_0->q5s x4" in q.weights_summary
 
 
 @pytest.mark.parametrize("weights", ["int8", "int4"])

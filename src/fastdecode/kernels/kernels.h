@@ -58,17 +58,18 @@ enum Tiles : int {
   kTiles4x8 = 3,        // VNNI
 };
 
-// The K-quant layouts (quant/formats.py): q4k, q5k (q4's nibbles, per-32 uint8 scales
-// and mins, fp16 d and dmin per 256; q5k adds a high-bit plane) and q6k (Q6_K's bytes).
-enum KLayout : int { kQ4K = 0, kQ5K = 1, kQ6K = 2 };
+// The layouts beyond q4/q8 (quant/formats.py): q4k, q5k (q4's nibbles, per-32 uint8 scales
+// and mins, fp16 d and dmin per 256; q5k adds a high-bit plane), q6k (Q6_K's bytes), and
+// q5 / q5s (q4's nibbles plus q5k's high-bit plane, fp16 scales [and mins] per 32).
+enum KLayout : int { kQ4K = 0, kQ5K = 1, kQ6K = 2, kQ5 = 3, kQ5S = 4 };
 
 struct KQuantArgs {
   const uint8_t* q;  // nibbles (q6k: ql), qs bytes per row
   int64_t qs;
   const uint8_t* qh;  // high bits (q5k, q6k), qhs bytes per row
   int64_t qhs;
-  const uint8_t* sc;  // uint8 [N, nb] (q6k: int8 [N, 2 nb]), scs bytes per row
-  const uint8_t* mn;  // uint8 [N, nb] (q4k, q5k)
+  const uint8_t* sc;  // uint8 [N, nb] (q6k: int8 [N, 2 nb]; q5, q5s: fp16 [N, nb]), scs elements per row
+  const uint8_t* mn;  // uint8 [N, nb] (q4k, q5k; q5: fp16 [N, nb])
   int64_t scs;
   const uint16_t *d, *dmin;  // fp16 bits [N, nb / 8]
   int64_t nb;

@@ -230,15 +230,19 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
   return qlinear(x, qweight, scales, nullptr, false);
 }
 
-// The K-quant layouts (quant/formats.py): q4k (qweight, sc, mn, d, dmin), q5k (+ qhigh),
-// q6k (qweight, qhigh, sc, d); K a multiple of 256.
+// The layouts beyond q4/q8 (quant/formats.py): q4k (qweight, sc, mn, d, dmin), q5k (+ qhigh),
+// q6k (qweight, qhigh, sc, d), K a multiple of 256; q5 (qweight, qhigh, scales, mins) and q5s
+// (qweight, qhigh, scales), K a multiple of 32.
 at::Tensor klinear(fd::KLayout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
                    const at::Tensor& sc, const at::Tensor* mn, const at::Tensor& d, const at::Tensor* dmin) {
-  const char* op = layout == fd::kQ4K ? "q4k_linear" : layout == fd::kQ5K ? "q5k_linear" : "q6k_linear";
+  static const char* names[] = {"q4k_linear", "q5k_linear", "q6k_linear", "q5_linear", "q5s_linear"};
+  const char* op = names[layout];
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(), op,
               ": x must be a float32 CPU matrix [M, K]");
   const int64_t K = x.size(1), N = q.size(0), nb = K / 32;
-  TORCH_CHECK(K % 256 == 0, op, ": K=", K, " must be a multiple of 256");
+  const bool q5 = layout == fd::kQ5 || layout == fd::kQ5S;
+  const int64_t mult = q5 ? 32 : 256;
+  TORCH_CHECK(K % mult == 0, op, ": K=", K, " must be a multiple of ", mult);
   auto expect = [&](const at::Tensor* t, const char* name, at::ScalarType dtype, int64_t cols) {
     TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->device().is_cpu() && t->size(0) == N && t->size(1) == cols &&
                     t->scalar_type() == dtype,
@@ -247,17 +251,22 @@ at::Tensor klinear(fd::KLayout layout, const at::Tensor& x, const at::Tensor& q,
   };
   expect(&q, "qweight", at::kByte, K / 2);
   const bool q6 = layout == fd::kQ6K;
-  if (qh) expect(qh, "qhigh", at::kByte, q6 ? K / 4 : K / 8);
-  expect(&sc, "sc", q6 ? at::kChar : at::kByte, q6 ? K / 16 : nb);
-  if (mn) expect(mn, "mn", at::kByte, nb);
-  expect(&d, "d", at::kHalf, K / 256);
-  if (dmin) expect(dmin, "dmin", at::kHalf, K / 256);
+  if (qh) expect(qh, "qhigh", at::kByte, q6 ? K / 4 : (nb + 7) / 8 * 32);
+  if (q5) {
+    expect(&sc, "scales", at::kHalf, nb);
+    if (mn) expect(mn, "mins", at::kHalf, nb);
+  } else {
+    expect(&sc, "sc", q6 ? at::kChar : at::kByte, q6 ? K / 16 : nb);
+    if (mn) expect(mn, "mn", at::kByte, nb);
+    expect(&d, "d", at::kHalf, K / 256);
+    if (dmin) expect(dmin, "dmin", at::kHalf, K / 256);
+  }
   const Act act = quantize(x.contiguous());
   at::Tensor y = at::empty({x.size(0), N}, x.options());
   const fd::KQuantArgs a{q.data_ptr<uint8_t>(), q.size(1), qh ? qh->data_ptr<uint8_t>() : nullptr,
                          qh ? qh->size(1) : 0, static_cast<const uint8_t*>(sc.data_ptr()),
-                         mn ? mn->data_ptr<uint8_t>() : nullptr, sc.size(1),
-                         static_cast<const uint16_t*>(d.data_ptr()),
+                         mn ? static_cast<const uint8_t*>(mn->data_ptr()) : nullptr, sc.size(1),
+                         q5 ? nullptr : static_cast<const uint16_t*>(d.data_ptr()),
                          dmin ? static_cast<const uint16_t*>(dmin->data_ptr()) : nullptr, nb,
                          act.q.data_ptr<int8_t>(), act.d.data_ptr<float>(), act.s.data_ptr<float>(), x.size(0), K,
                          y.data_ptr<float>(), N};
@@ -284,6 +293,16 @@ at::Tensor q5k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::
 at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qhigh, const at::Tensor& sc,
                       const at::Tensor& d) {
   return klinear(fd::kQ6K, x, qweight, &qhigh, sc, nullptr, d, nullptr);
+}
+
+at::Tensor q5_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qhigh, const at::Tensor& scales,
+                     const at::Tensor& mins) {
+  return klinear(fd::kQ5, x, qweight, &qhigh, scales, &mins, scales, nullptr);
+}
+
+at::Tensor q5s_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qhigh,
+                      const at::Tensor& scales) {
+  return klinear(fd::kQ5S, x, qweight, &qhigh, scales, nullptr, scales, nullptr);
 }
 
 }  // namespace
@@ -369,6 +388,18 @@ extern "C" AOTITorchError aoti_torch_cpu_q6k_linear(AtenTensorHandle x, AtenTens
       { *ret0 = new_tensor_handle(q6k_linear(FD_T(x), FD_T(w), FD_T(qh), FD_T(sc), FD_T(d))); });
 }
 
+extern "C" AOTITorchError aoti_torch_cpu_q5_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle qh,
+                                                   AtenTensorHandle s, AtenTensorHandle m, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE(
+      { *ret0 = new_tensor_handle(q5_linear(FD_T(x), FD_T(w), FD_T(qh), FD_T(s), FD_T(m))); });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_q5s_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle qh,
+                                                    AtenTensorHandle s, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE(
+      { *ret0 = new_tensor_handle(q5s_linear(FD_T(x), FD_T(w), FD_T(qh), FD_T(s))); });
+}
+
 #undef FD_T
 
 TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
@@ -378,6 +409,8 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("q4k_linear(Tensor x, Tensor qweight, Tensor sc, Tensor mn, Tensor d, Tensor dmin) -> Tensor");
   m.def("q5k_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor sc, Tensor mn, Tensor d, Tensor dmin) -> Tensor");
   m.def("q6k_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor sc, Tensor d) -> Tensor");
+  m.def("q5_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor scales, Tensor mins) -> Tensor");
+  m.def("q5s_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor scales) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale) -> Tensor");
 }
@@ -389,6 +422,8 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("q4k_linear", &q4k_linear);
   m.impl("q5k_linear", &q5k_linear);
   m.impl("q6k_linear", &q6k_linear);
+  m.impl("q5_linear", &q5_linear);
+  m.impl("q5s_linear", &q5s_linear);
   m.impl("rms_norm", &rms_norm);
   m.impl("attention", &attention);
 }

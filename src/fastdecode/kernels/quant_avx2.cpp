@@ -42,5 +42,7 @@ void fd::avx2::rows(bool q4, bool half, Tiles tiles, const QuantArgs& a, int64_t
 void fd::avx2::krows(KLayout layout, const KQuantArgs& a, int64_t n0, int64_t n1) {
   if (layout == kQ4K) fd_avx2::krows<kQ4K, 4, 2>(a, n0, n1);
   else if (layout == kQ5K) fd_avx2::krows<kQ5K, 4, 2>(a, n0, n1);
-  else fd_avx2::krows<kQ6K, 4, 2>(a, n0, n1);
+  else if (layout == kQ6K) fd_avx2::krows<kQ6K, 2, 2>(a, n0, n1);  // 4 rows of q6k spill 16 registers
+  else if (layout == kQ5) fd_avx2::krows<kQ5, 4, 2>(a, n0, n1);
+  else fd_avx2::krows<kQ5S, 4, 2>(a, n0, n1);
 }

@@ -298,7 +298,9 @@ static void rows(const uint8_t* w, int64_t ws, const S* d, const S* mn, int64_t 
 // exact in int32 (|lane| < 2^22), converted to float, times d * x_scale.
 
 using KArgs = ::fd::KQuantArgs;
-constexpr int kQ4K = ::fd::kQ4K, kQ5K = ::fd::kQ5K, kQ6K = ::fd::kQ6K;
+constexpr int kQ4K = ::fd::kQ4K, kQ5K = ::fd::kQ5K, kQ6K = ::fd::kQ6K, kQ5 = ::fd::kQ5, kQ5S = ::fd::kQ5S;
+
+static inline const uint16_t* khalf(const uint8_t* p) { return reinterpret_cast<const uint16_t*>(p); }
 
 // Block b of row n as 32 unsigned values (q4k: 0..15, q5k: 0..31, q6k: 0..63).
 template <int L>
@@ -316,7 +318,7 @@ static inline __m256i kblock(const KArgs& a, int64_t n, int64_t b) {
     return _mm256_or_si256(l4, _mm256_slli_epi16(h2, 4));
   } else {
     __m256i v = q4_block(q, b, a.nb);
-    if constexpr (L == kQ5K) {  // bit b % 8 of qh byte l: the fifth bit of value l
+    if constexpr (L != kQ4K) {  // bit b % 8 of qh byte l: the fifth bit of value l
       const __m256i hb = load32(a.qh + n * a.qhs + (b >> 3) * 32);
       const __m256i h1 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(static_cast<int>(b & 7))),
                                           _mm256_set1_epi8(1));
@@ -326,9 +328,11 @@ static inline __m256i kblock(const KArgs& a, int64_t n, int64_t b) {
   }
 }
 
-// The float scales of blocks b..b+7 (b % 8 == 0, one super-block) of row n: d * sc (q6k: d).
+// The float scales of blocks b..b+7 (b % 8 == 0, one super-block) of row n: d * sc (q6k: d;
+// q5, q5s: the stored fp16 scales).
 template <int L>
 static inline __m256 kscales8(const KArgs& a, int64_t n, int64_t b) {
+  if constexpr (L == kQ5 || L == kQ5S) return scales8<uint16_t>(khalf(a.sc) + n * a.scs + b);
   const __m256 d = _mm256_set1_ps(_cvtsh_ss(a.d[n * (a.nb / 8) + b / 8]));
   if constexpr (L == kQ6K) {
     return d;
@@ -372,8 +376,13 @@ static void ktile(const KArgs& a, int64_t n, int64_t m, float* y, int64_t ldy) {
   for (int64_t b = 0; b < nb; ++b) {
     if (b % 8 == 0) {
       for (int r = 0; r < R; ++r) {
-        const __m256 ws = kscales8<L>(a, n + r, b);
-        for (int c = 0; c < C; ++c) _mm256_storeu_ps(sc[r][c], _mm256_mul_ps(ws, _mm256_loadu_ps(xd + c * nb + b)));
+        if (b + 8 <= nb) {
+          const __m256 ws = kscales8<L>(a, n + r, b);
+          for (int c = 0; c < C; ++c) _mm256_storeu_ps(sc[r][c], _mm256_mul_ps(ws, _mm256_loadu_ps(xd + c * nb + b)));
+        } else {  // q5, q5s: a last group of fewer than 8 blocks, as `tile` does
+          for (int c = 0; c < C; ++c)
+            for (int64_t j = b; j < nb; ++j) sc[r][c][j - b] = scale_at<uint16_t>(khalf(a.sc) + (n + r) * a.scs + j) * xd[c * nb + j];
+        }
       }
     }
     __m256i wv[R], sub[R];
@@ -385,9 +394,11 @@ static void ktile(const KArgs& a, int64_t n, int64_t m, float* y, int64_t ldy) {
       const __m256i xv = load32(xq + c * K + b * 32);
       __m256i off = _mm256_setzero_si256();
       if constexpr (Q6) off = dot_u8s8(_mm256_set1_epi8(32), xv);  // 32 * sum(x) per lane
+      if constexpr (L == kQ5S) off = dot_u8s8(_mm256_set1_epi8(16), xv);  // 16 * sum(x) per lane
       for (int r = 0; r < R; ++r) {
         __m256i p = dot_u8s8(wv[r], xv);
         if constexpr (Q6) p = _mm256_mullo_epi32(_mm256_sub_epi32(p, off), sub[r]);
+        if constexpr (L == kQ5S) p = _mm256_sub_epi32(p, off);  // sum (q - 16) x, exact: q8's lanes for Q5_0
         const __m256 scale = _mm256_broadcast_ss(&sc[r][c][b % 8]);
         acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(p), scale));
       }
@@ -396,9 +407,80 @@ static void ktile(const KArgs& a, int64_t n, int64_t m, float* y, int64_t ldy) {
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) {
       float s = hsum(acc[r][c]);
-      if constexpr (!Q6) s = s + kmin_term(a, n + r, a.xs + (m + c) * nb);
+      if constexpr (L == kQ4K || L == kQ5K) s = s + kmin_term(a, n + r, a.xs + (m + c) * nb);
+      if constexpr (L == kQ5) s = s + min_term<uint16_t>(khalf(a.mn) + (n + r) * a.scs, a.xs + (m + c) * nb, nb);
       y[c * ldy + r] = s;
     }
+}
+
+// q6k on its own tile, a super-block (8 blocks) per step: ql (128 bytes), qh (64) and the
+// 16 sub-scales of each row are loaded once per step, every shift is an immediate. The
+// lane sums are ktile's: with w = q - 32 (signed, |w| <= 32), maddubs(|w|, sign(x, w))
+// gives exact int16 pair sums (|pair| <= 8128) and madd with the sub-scale in both
+// halves of each int32 lane gives sc * (sum q x - 32 sum x) exactly, without a mullo.
+template <int G, int R, int C>
+static inline void q6_group(const __m256i (&lo)[R][2], const __m256i (&hi)[R], const __m256i (&sub)[R], __m256 (&acc)[R][C],
+                            const float (&sc)[R][C][8], int j, const int8_t* xq, int64_t K) {
+  __m256i wa[R], ws[R], sv[R];
+  const __m256i idx = _mm256_setr_epi32(2 * G, 2 * G, 2 * G, 2 * G, 2 * G + 1, 2 * G + 1, 2 * G + 1, 2 * G + 1);
+  for (int r = 0; r < R; ++r) {
+    const __m256i l4 = (G & 2) ? q4_high(lo[r][G & 1]) : q4_low(lo[r][G & 1]);
+    // bits 2G, 2G + 1 of each qh byte moved to bits 4, 5 (bits crossing bytes are masked off)
+    const __m256i hs = G < 2 ? _mm256_slli_epi16(hi[r], 4 - 2 * G) : G == 2 ? hi[r] : _mm256_srli_epi16(hi[r], 2);
+    const __m256i h2 = _mm256_and_si256(hs, _mm256_set1_epi8(0x30));
+    const __m256i w = _mm256_sub_epi8(_mm256_or_si256(l4, h2), _mm256_set1_epi8(32));
+    wa[r] = _mm256_abs_epi8(w);
+    ws[r] = w;
+    sv[r] = _mm256_permutevar8x32_epi32(sub[r], idx);
+  }
+  for (int c = 0; c < C; ++c) {
+    const __m256i xv = load32(xq + c * K);
+    for (int r = 0; r < R; ++r) {
+      const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa[r], _mm256_sign_epi8(xv, ws[r])), sv[r]);
+      const __m256 scale = _mm256_broadcast_ss(&sc[r][c][j]);
+      acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(p), scale));
+    }
+  }
+}
+
+template <int R, int C>
+static void ktile_q6(const KArgs& a, int64_t n, int64_t m, float* y, int64_t ldy) {
+  const int64_t nb = a.nb, K = a.K, ns = nb / 8;
+  const int8_t* xq = a.xq + m * K;
+  const float* xd = a.xd + m * nb;
+  __m256 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < ns; ++s) {
+    float sc[R][C][8];  // d * x_scale of the super-block's 8 blocks
+    __m256i subs[R][2];  // its 16 sub-scales, each in both int16 halves of an int32 lane
+    for (int r = 0; r < R; ++r) {
+      const __m256 d = _mm256_set1_ps(_cvtsh_ss(a.d[(n + r) * ns + s]));
+      for (int c = 0; c < C; ++c) _mm256_storeu_ps(sc[r][c], _mm256_mul_ps(d, _mm256_loadu_ps(xd + c * nb + 8 * s)));
+      const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a.sc + (n + r) * a.scs + 16 * s));
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_cvtepi8_epi32(h ? _mm_srli_si128(raw, 8) : raw);
+        subs[r][h] = _mm256_or_si256(_mm256_slli_epi32(v, 16), _mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)));
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      __m256i lo[R][2], hi[R], sub[R];
+      for (int r = 0; r < R; ++r) {
+        const uint8_t* ql = a.q + (n + r) * a.qs + s * 128 + h * 64;
+        lo[r][0] = load32(ql);
+        lo[r][1] = load32(ql + 32);
+        hi[r] = load32(a.qh + (n + r) * a.qhs + s * 64 + h * 32);
+        sub[r] = subs[r][h];
+      }
+      const int8_t* xb = xq + (8 * s + 4 * h) * 32;
+      q6_group<0, R, C>(lo, hi, sub, acc, sc, 4 * h + 0, xb, K);
+      q6_group<1, R, C>(lo, hi, sub, acc, sc, 4 * h + 1, xb + 32, K);
+      q6_group<2, R, C>(lo, hi, sub, acc, sc, 4 * h + 2, xb + 64, K);
+      q6_group<3, R, C>(lo, hi, sub, acc, sc, 4 * h + 3, xb + 96, K);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) y[c * ldy + r] = hsum(acc[r][c]);
 }
 
 template <int L, int R, int CT>
@@ -406,7 +488,8 @@ static inline void ktiles(int c, const KArgs& a, int64_t n, int64_t m, float* y,
   if constexpr (CT > 1) {
     if (c < CT) return ktiles<L, R, CT - 1>(c, a, n, m, y, ldy);
   }
-  ktile<L, R, CT>(a, n, m, y, ldy);
+  if constexpr (L == kQ6K) ktile_q6<R, CT>(a, n, m, y, ldy);
+  else ktile<L, R, CT>(a, n, m, y, ldy);
 }
 
 static inline void prefetch_rows(const uint8_t* p, int64_t bytes) {
@@ -426,8 +509,9 @@ static void krows(const KArgs& a, int64_t n0, int64_t n1) {
         const int64_t na = n + kAhead;
         prefetch_rows(a.q + na * a.qs, RT * a.qs);
         if (L != kQ4K) prefetch_rows(a.qh + na * a.qhs, RT * a.qhs);
-        prefetch_rows(a.sc + na * a.scs, RT * a.scs);
-        if (L != kQ6K) prefetch_rows(a.mn + na * a.scs, RT * a.scs);
+        constexpr int64_t es = (L == kQ5 || L == kQ5S) ? 2 : 1;  // bytes per scale
+        prefetch_rows(a.sc + es * na * a.scs, es * RT * a.scs);
+        if (a.mn) prefetch_rows(a.mn + es * na * a.scs, es * RT * a.scs);
       }
       for (int64_t m = m0; m < m1;) {
         const int c = static_cast<int>(std::min<int64_t>(CT, m1 - m));

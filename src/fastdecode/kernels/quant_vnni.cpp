@@ -49,10 +49,14 @@ void fd::vnni::krows(KLayout layout, bool narrow, const KQuantArgs& a, int64_t n
   if (narrow) {
     if (layout == kQ4K) fd_vnni::krows<kQ4K, 4, 1>(a, n0, n1);
     else if (layout == kQ5K) fd_vnni::krows<kQ5K, 4, 1>(a, n0, n1);
-    else fd_vnni::krows<kQ6K, 4, 1>(a, n0, n1);
+    else if (layout == kQ6K) fd_vnni::krows<kQ6K, 4, 1>(a, n0, n1);
+    else if (layout == kQ5) fd_vnni::krows<kQ5, 4, 1>(a, n0, n1);
+    else fd_vnni::krows<kQ5S, 4, 1>(a, n0, n1);
   } else {
     if (layout == kQ4K) fd_vnni::krows<kQ4K, 4, 4>(a, n0, n1);
     else if (layout == kQ5K) fd_vnni::krows<kQ5K, 4, 4>(a, n0, n1);
-    else fd_vnni::krows<kQ6K, 4, 4>(a, n0, n1);
+    else if (layout == kQ6K) fd_vnni::krows<kQ6K, 4, 4>(a, n0, n1);
+    else if (layout == kQ5) fd_vnni::krows<kQ5, 4, 4>(a, n0, n1);
+    else fd_vnni::krows<kQ5S, 4, 4>(a, n0, n1);
   }
 }

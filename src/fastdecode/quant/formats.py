@@ -4,7 +4,7 @@ All layouts are row-major, one row per output feature, K (the input dimension)
 in blocks of 32 values; the kernels (`kernels/quant_kernel.h`) read them as is.
 Bits per weight count every byte stored:
 
-    q4  (4.5 or 5 bpw with fp16 scales, 6 with fp32)
+    q4  (5 bpw with float16 scales and mins, 6 with float32)
         qweight uint8 [N, K/2]   blocks in pairs: 32 bytes hold block 2p's values
                                  in their low nibbles and block 2p+1's in their high
                                  ones (one load, two masks, two blocks); an odd last
@@ -29,6 +29,10 @@ Bits per weight count every byte stored:
                                  are bits 2g, 2g + 1 of byte 32 h + l
         sc int8 [N, K/16]        one scale per 16 values
         d float16 [N, K/256]     w = (d * sc) * (q - 32), q in 0..63
+    q5  (6 bpw; Q5_1) q4's qweight, float16 scales and mins [N, K/32], and
+        qhigh uint8 [N, 32 ceil(K/256)]   q5k's plane (a last group of fewer than 8
+                                 blocks padded); w = scale * q + min, q in 0..31
+    q5s (5.5 bpw; Q5_0) q5 without mins; w = scale * (q - 16)
 
 GGUF types and what they become (`GGUF_LAYOUTS`); "exact" means dequantizing
 the packed form gives bit-identical float32 values to dequantizing the file:
@@ -39,8 +43,9 @@ the packed form gives bit-identical float32 values to dequantizing the file:
     Q5_K  -> q5k                                       exact
     Q6_K  -> q6k                                       exact (the same bytes)
     Q8_0  -> q8, float16 scales                        exact (the same bytes)
-    Q5_0  -> q8, float16 scales, q - 16 as int8        exact
-    Q5_1                                               dequantized at load: no native layout yet
+    Q5_0  -> q5s                                       exact (results equal the former
+                                                       q8 repack's: the same int32 lanes)
+    Q5_1  -> q5                                        exact
     F32, F16, BF16                                     float (or int8/int4 on request)
 
 `weights=int8` / `int4` quantize float weights to q8 (absmax per block, scale
@@ -57,7 +62,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
-LAYOUT_VERSION = 3  # bump when a layout changes; cached conversions are rebuilt
+LAYOUT_VERSION = 4  # bump when a layout changes; cached conversions are rebuilt
 BLOCK = 32
 SUPER = 256  # the K-quants' super-blocks
 # Every packed tensor's suffix, in the order the ops take them.
@@ -69,6 +74,8 @@ LAYOUT_TENSORS: dict[str, tuple[str, ...]] = {
     "q4k": ("qweight", "sc", "mn", "d", "dmin"),
     "q5k": ("qweight", "qhigh", "sc", "mn", "d", "dmin"),
     "q6k": ("qweight", "qhigh", "sc", "d"),
+    "q5": ("qweight", "qhigh", "scales", "mins"),
+    "q5s": ("qweight", "qhigh", "scales"),
 }
 # The K-quant layouts' tensors have fixed dtypes (q4/q8 scales are float16 or float32).
 _DTYPES = {"qhigh": torch.uint8, "sc": torch.uint8, "mn": torch.uint8, "d": torch.float16, "dmin": torch.float16}
@@ -82,14 +89,14 @@ class Mapping:
 
 GGUF_LAYOUTS: dict[T, Mapping] = {
     T.Q4_0: Mapping("q4", True), T.Q4_1: Mapping("q4", True), T.Q4_K: Mapping("q4k", True),
-    T.Q8_0: Mapping("q8", True), T.Q5_0: Mapping("q8", True),
-    T.Q5_1: Mapping(None, False), T.Q5_K: Mapping("q5k", True), T.Q6_K: Mapping("q6k", True),
+    T.Q8_0: Mapping("q8", True), T.Q5_0: Mapping("q5s", True),
+    T.Q5_1: Mapping("q5", True), T.Q5_K: Mapping("q5k", True), T.Q6_K: Mapping("q6k", True),
 }
 
 
 def layout_of(tensors: dict[str, Tensor]) -> str:
     """The layout of a packed tensor group, from which tensors it has (and qweight's dtype)."""
-    for layout in ("q5k", "q4k", "q6k"):
+    for layout in ("q5k", "q4k", "q6k", "q5", "q5s"):
         if set(LAYOUT_TENSORS[layout]) == set(tensors):
             return layout
     return "q4" if tensors["qweight"].dtype == torch.uint8 else "q8"
@@ -119,6 +126,11 @@ def packed_shapes(layout: str, n: int, k: int) -> dict[str, tuple[int, ...]]:
         return {"qweight": (n, k // 2), "scales": (n, nb), "mins": (n, nb)}
     if layout == "q8":
         return {"qweight": (n, k), "scales": (n, nb)}
+    if layout in ("q5", "q5s"):
+        out = {"qweight": (n, k // 2), "qhigh": (n, (nb + 7) // 8 * BLOCK), "scales": (n, nb), "mins": (n, nb)}
+        if layout == "q5s":
+            del out["mins"]
+        return out
     ns = k // SUPER
     if layout == "q6k":
         return {"qweight": (n, k // 2), "qhigh": (n, k // 4), "sc": (n, k // 16), "d": (n, ns)}
@@ -174,13 +186,15 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, T
     elif qtype == T.Q6_K:
         out = {"qweight": b[:, 0:128], "qhigh": b[:, 128:192], "sc": b[:, 192:208].view(np.int8),
                "d": _f16(b, 208)}
+    elif qtype in (T.Q5_0, T.Q5_1):
+        at = 2 if qtype == T.Q5_0 else 4  # qh: the 32 fifth bits of the block, a little-endian uint32
+        bits = (b[:, at:at + 4, None] >> np.arange(8, dtype=np.uint8)) & 1  # [n nb, 4, 8]: bit j at 8 byte + bit
+        out = {"qweight": _gguf_nibbles(b[:, at + 4:at + 20], n, nb), "qhigh": _high_plane(bits.reshape(n, nb, BLOCK)),
+               "scales": _f16(b, 0)}
+        if qtype == T.Q5_1:
+            out["mins"] = _f16(b, 2)
     elif qtype == T.Q8_0:
         out = {"qweight": np.ascontiguousarray(b[:, 2:34]).view(np.int8), "scales": _f16(b, 0)}
-    elif qtype == T.Q5_0:
-        lo = np.concatenate([b[:, 6:22] & 0x0F, b[:, 6:22] >> 4], axis=-1)
-        high = (b[:, 2:6, None] >> np.arange(8, dtype=np.uint8)) & 1  # bit j of the 32-bit qh
-        q = (lo | (high.reshape(-1, 32) << 4)).astype(np.int16) - 16
-        out = {"qweight": q.astype(np.int8), "scales": _f16(b, 0)}
     else:  # pragma: no cover - GGUF_LAYOUTS and this function list the same types
         return None
     shapes = packed_shapes(mapping.layout, n, k)
@@ -197,6 +211,17 @@ def _q4_k(b: np.ndarray, n: int) -> dict[str, np.ndarray]:
     sc = np.concatenate([lo & 63, (hi & 0x0F) | ((lo >> 6) << 4)], axis=-1)
     mn = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1)
     return {"qweight": b[:, 16:144], "sc": sc, "mn": mn, "d": _f16(b, 0), "dmin": _f16(b, 2)}
+
+
+def _high_plane(bits: np.ndarray) -> np.ndarray:
+    """Fifth bits [n, nb, 32] (0/1) -> q5's plane [n, ceil(nb/8) * 32]: bit j of byte l of
+    group g is the bit of value l of block 8 g + j (a last group of fewer blocks padded with 0)."""
+    n, nb, _ = bits.shape
+    groups = (nb + 7) // 8
+    padded = np.zeros((n, groups * 8, BLOCK), np.uint8)
+    padded[:, :nb] = bits
+    shifted = padded.reshape(n, groups, 8, BLOCK) << np.arange(8, dtype=np.uint8).reshape(8, 1)
+    return np.bitwise_or.reduce(shifted, axis=2).reshape(n, groups * BLOCK)
 
 
 def _gguf_nibbles(qs: np.ndarray, n: int, nb: int) -> np.ndarray:
@@ -282,8 +307,8 @@ def unpack_q6k(qweight: Tensor, qhigh: Tensor) -> Tensor:
 
 
 def kquant_values(t: dict[str, Tensor]) -> Tensor:
-    """The unsigned integer values of a q4k/q5k/q6k group [..., K] (uint8)."""
-    if "mn" not in t:
+    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s group [..., K] (uint8)."""
+    if "sc" in t and "mn" not in t:
         return unpack_q6k(t["qweight"], t["qhigh"])
     vals = unpack_q4(t["qweight"])
     if "qhigh" in t:
@@ -304,6 +329,15 @@ def kquant_scales(t: dict[str, Tensor]) -> tuple[Tensor, Optional[Tensor]]:
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
     """Packed rows [..., K] back to float (float32 math, then `dtype`)."""
+    if "qhigh" in t and "scales" in t:  # q5: scale * q + min; q5s: scale * (q - 16)
+        vals = kquant_values(t)
+        shape = vals.shape
+        v = vals.float().reshape(*shape[:-1], -1, BLOCK)
+        if "mins" in t:
+            w = t["scales"].float()[..., None] * v + t["mins"].float()[..., None]
+        else:
+            w = t["scales"].float()[..., None] * (v - 16)
+        return w.reshape(shape).to(dtype)
     if "d" in t:  # q4k, q5k, q6k: the gguf package's operations, in its order
         vals = kquant_values(t)
         shape = vals.shape

@@ -20,7 +20,8 @@ from . import reference
 from .formats import LAYOUT_TENSORS, dequantize, packed_shapes, tensor_dtypes
 
 # The op each layout's matmul calls (torch.ops.fastdecode.<op>).
-LAYOUT_OPS = {"q4": "q4_linear", "q8": "q8_linear", "q4k": "q4k_linear", "q5k": "q5k_linear", "q6k": "q6k_linear"}
+LAYOUT_OPS = {"q4": "q4_linear", "q8": "q8_linear", "q4k": "q4k_linear", "q5k": "q5k_linear", "q6k": "q6k_linear",
+              "q5": "q5_linear", "q5s": "q5s_linear"}
 
 
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor], native: bool) -> Tensor:

@@ -80,7 +80,10 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] =
 
 
 def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
-    """x [M, K] float -> [M, N] float32 for a q4k, q5k or q6k weight group `t`, as the kernels compute it.
+    """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5 or q5s weight group `t`, as the kernels compute it.
+
+    q5 is q4 with a fifth bit, q5s q8 with values q - 16 (the kernel's lane is
+    sum q x - 16 sum x, the same exact integer).
 
     q4k/q5k are q4 with each block's float32 scale d * sc and minimum -(dmin * mn)
     formed from the stored bytes (exact products, the values an fp32 q4 repack
@@ -94,8 +97,11 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     N, nb = t["qweight"].shape[0], K // BLOCK
     q, d = quantize_activations(x)
     vals = kquant_values(t).float()
-    q6 = "mn" not in t
-    if q6:
+    q6 = "sc" in t and "mn" not in t
+    if "scales" in t:  # q5 (as qlinear's q4) and q5s (as q8, with q - 16)
+        w = (vals - (0 if "mins" in t else 16)).reshape(N, nb, _LANES, BLOCK // _LANES)
+        ws, mins = t["scales"].float(), (t["mins"].float() if "mins" in t else None)
+    elif q6:
         w = (vals - 32).reshape(N, nb, _LANES, BLOCK // _LANES)
         sc = t["sc"].float().reshape(N, nb, 2, 1).expand(N, nb, 2, _LANES // 2).reshape(N, nb, _LANES)
         ws = t["d"].float().repeat_interleave(8, dim=-1)  # [N, nb]: the super-block scale of each block
