@@ -41,11 +41,16 @@ def chunked():
     return fastdecode.load("tiny", prefill_chunk=8, max_batch_size=4, max_seq_len=128, kv_dtype="float32")
 
 
-def test_equal_to_the_reference_forward(tiny_llm):
+@pytest.fixture(scope="module")
+def whole():
+    return fastdecode.load("tiny", kv_dtype="float32")  # float32 KV, as the reference forward keeps k/v
+
+
+def test_equal_to_the_reference_forward(whole):
     ids = tokens(12, 0)
-    c = tiny_llm.generate([ids], temperature=0, max_new_tokens=2, prompt_logprobs=3)[0]
-    check(tiny_llm, ids, c.prompt_logprobs, 3)
-    assert tiny_llm.generate([ids], temperature=0, max_new_tokens=2)[0].prompt_logprobs is None
+    c = whole.generate([ids], temperature=0, max_new_tokens=2, prompt_logprobs=3)[0]
+    check(whole, ids, c.prompt_logprobs, 3)
+    assert whole.generate([ids], temperature=0, max_new_tokens=2)[0].prompt_logprobs is None
 
 
 def test_across_chunks_and_in_a_batch(chunked):
