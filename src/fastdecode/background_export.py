@@ -3,10 +3,12 @@
 Exporting a model's step (torch.export + AOTInductor, `aot.export_package`)
 takes a minute or more on a small CPU. `load(compiled="auto")` uses the
 machine's package when it exists; when it does not, generation starts at once
-on the `compile` strategy's steps, and a child process (at the lowest CPU
-priority, so it yields the cores to generation) loads the same model and
-exports the package. The next load uses it, and a running engine switches to
-it between requests (`PackageWhenReady.refresh`), never inside one.
+on the `compile` strategy's steps, and a child process at the lowest CPU
+priority waits until the caller's process is idle (a compile beside
+generation stalls it, nice or not), then loads the same model and exports
+the package. The next load uses it, and a running
+engine switches to it between requests (`PackageWhenReady.refresh`), never
+inside one.
 
 Files beside the package, `<cache>/packages/step-<key>.*`:
     .lock    the exporting child's pid, while it runs (a dead pid's lock is stale)
@@ -106,8 +108,7 @@ def start(job: ExportJob) -> Optional[int]:
     try:
         # At the lowest priority from its first instruction (torch's import included).
         nice = shutil.which("nice")
-        cmd = [sys.executable, "-c", "import sys; from fastdecode.background_export import main; "
-               "sys.exit(main(sys.argv[1:]))", json.dumps(asdict(job))]
+        cmd = [sys.executable, "-c", _WAIT_THEN_EXPORT, str(os.getpid()), json.dumps(asdict(job))]
         with open(path.with_suffix(".log"), "w", encoding="utf-8") as out:
             child = subprocess.Popen(
                 [nice, "-n", "19", *cmd] if nice else cmd,
@@ -120,6 +121,31 @@ def start(job: ExportJob) -> Optional[int]:
     finally:
         os.close(fd)
     return child.pid
+
+
+# The child's entry: before importing anything heavy, wait until the parent is idle (under
+# 10% of a core for two seconds) or gone. Even at the lowest priority, a compile running
+# beside generation stalls its OpenMP regions on 2 cores (decode fell to ~1 token/s), so the
+# export waits for the cores to be free instead.
+_WAIT_THEN_EXPORT = """
+import os, sys, time
+def cpu(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+parent = int(sys.argv[1])
+while True:
+    before = cpu(parent)
+    time.sleep(2)
+    after = cpu(parent)
+    if before is None or after is None or after - before < 0.2:
+        break
+from fastdecode.background_export import main
+sys.exit(main(sys.argv[2:]))
+"""
 
 
 class PackageWhenReady:
