@@ -194,7 +194,7 @@ def package_path(model: Transformer) -> Path:
     for: architecture, dtype, every weight's layout and shape, kernels, torch and
     fastdecode versions, CPU instruction set and model, and the traced sources.
     """
-    from .checkpoints.cache import cache_root
+    from .paths import cache_root
 
     ident = json.dumps({**_metadata(model), "cpu_model": cpu_model(), "code": _traced_code_hash(),
                         "weights": _weights_hash(model)}, sort_keys=True)

@@ -28,7 +28,7 @@ def measured_once(name: str, measure: Callable[[], bool]) -> bool:
     processes (it is part of exported packages' keys). Without a writable cache
     it is measured in each process.
     """
-    from .checkpoints.cache import cache_root
+    from .paths import cache_root
 
     path = cache_root() / "machine.json"
     key = f"{name}|{cpu_model()}|{torch.backends.cpu.get_cpu_capability()}|torch {torch.__version__}"

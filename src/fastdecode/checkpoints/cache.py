@@ -37,20 +37,14 @@ from safetensors.torch import load_file, save_file
 
 from ..config import ModelArgs
 from ..errors import FastDecodeError
+from ..paths import cache_root, remove_stale_tmp
 from ..quant.formats import LAYOUT_VERSION, SUFFIXES
 from .hf_tokenizer import HFTokenizer
 from .keys import check_state_dict
 
 FORMAT_VERSION = 2  # 2: the matrices the model fuses are stored fused ("fused" in meta.json)
 _FILES = ("model.safetensors", "tokenizer_state.json")
-_STALE_TMP_SECONDS = 3600
 log = logging.getLogger("fastdecode.checkpoints")
-
-
-def cache_root() -> Path:
-    """`$FASTDECODE_CACHE`, else `~/.cache/fastdecode`."""
-    env = os.environ.get("FASTDECODE_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "fastdecode"
 
 
 def clear_cache() -> Path:
@@ -122,7 +116,7 @@ def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
     root = directory.parent
     try:
         root.mkdir(parents=True, exist_ok=True)
-        _remove_stale_tmp(root)
+        remove_stale_tmp(root)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     except OSError as e:
         log.warning("not caching the converted checkpoint: cannot write %s (%s); set FASTDECODE_CACHE to a writable "
@@ -189,17 +183,6 @@ def _split_fused(state: dict[str, torch.Tensor], fused: dict[str, dict]) -> None
     for key, rec in fused.items():
         for part, piece in zip(rec["parts"], state.pop(key).split(rec["rows"])):
             state[part] = piece
-
-
-def _remove_stale_tmp(root: Path) -> None:
-    """Clear temporary directories left by writers that were killed mid-write."""
-    now = time.time()
-    for p in root.glob(".tmp-*"):
-        try:
-            if now - p.stat().st_mtime > _STALE_TMP_SECONDS:
-                shutil.rmtree(p, ignore_errors=True)
-        except OSError:
-            pass
 
 
 def discard(directory: Path, reason: str) -> None:

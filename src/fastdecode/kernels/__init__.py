@@ -51,6 +51,7 @@ from typing import Optional
 import torch
 
 from ..errors import FastDecodeError
+from ..paths import remove_stale_tmp
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,6 @@ _LIBS = ("-lc10", "-ltorch_cpu", "-ltorch")
 _NAME = "fastdecode_kernels"
 _LIBRARY = f"{_NAME}.so"
 _MANIFEST = "build.json"  # written last: the library's size, so a truncated copy is never loaded
-_STALE_TMP_SECONDS = 3600
 _loaded: Optional[bool] = None
 _lib: Optional[ctypes.CDLL] = None
 # Why the kernels are unavailable, for stats and messages; None when they load.
@@ -88,7 +88,7 @@ def _defines() -> list[str]:
 
 def build_dir() -> Path:
     """Where the library for these sources, this compiler and this torch lives."""
-    from ..checkpoints.cache import cache_root
+    from ..paths import cache_root
 
     h = hashlib.sha256()
     for name in _SOURCES + _HEADERS:
@@ -169,7 +169,7 @@ def _build(d: Path) -> None:
     root = d.parent
     try:
         root.mkdir(parents=True, exist_ok=True)
-        _remove_stale_tmp(root)
+        remove_stale_tmp(root)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{d.name}-", dir=root))
     except OSError as e:
         raise BuildError(f"cannot write the kernel cache {root} ({e.strerror or e}); "
@@ -263,17 +263,6 @@ def _failure(name: str, rc: int, output: str) -> str:
 def _first_line(s: str) -> str:
     s = s.strip()
     return s.splitlines()[0] if s else "no message"
-
-
-def _remove_stale_tmp(root: Path) -> None:
-    """Clear temporary directories left by builds that were killed (as checkpoints/cache.py does)."""
-    now = time.time()
-    for p in root.glob(".tmp-*"):
-        try:
-            if now - p.stat().st_mtime > _STALE_TMP_SECONDS:
-                shutil.rmtree(p, ignore_errors=True)
-        except OSError:
-            pass
 
 
 def _cpu_label() -> str:
