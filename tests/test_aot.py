@@ -20,6 +20,7 @@ import fastdecode
 from fastdecode import aot, cli
 from fastdecode.aot import check_compatible, read_metadata
 from fastdecode.errors import FastDecodeError
+from fastdecode.paths import BusyFlag
 from conftest import make_model
 
 SAMPLED = dict(temperature=0.9, top_k=40, top_p=0.9, min_p=0.02, repetition_penalty=1.2,
@@ -162,6 +163,17 @@ def test_generate_cli_runs_a_package(tiny_llm, package, capsys):
     assert capsys.readouterr().out == want + "\n"
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def test_default_load_generates_at_once_and_exports_the_package_in_the_background(tiny_llm, tmp_path,
                                                                                     monkeypatch):
     """compiled="auto" (the default) with no package yet: the load does not wait for an export;
@@ -179,6 +191,19 @@ def test_default_load_generates_at_once_and_exports_the_package_in_the_backgroun
     assert first.compiled is None and first.exporting_package is not None
     assert ids(first.generate(prompts, max_new_tokens=8, temperature=0)) == want  # before the export is done
     path = aot.package_path(first.model)
+    # While any process holds the busy flag (an engine with work), the export is stopped.
+    flag = BusyFlag()
+    flag.set(True)
+    supervisor = first.exporting_package
+    deadline = time.monotonic() + 30
+    while not (workers := _children(supervisor)) and time.monotonic() < deadline:
+        time.sleep(0.2)  # the supervisor waits for this process to be idle, then starts the export
+    assert len(workers) == 1
+    time.sleep(0.6)
+    assert _state(workers[0]) == "T" and not path.is_file()
+    flag.set(False)
+    time.sleep(0.6)
+    assert _state(workers[0]) != "T"
     deadline = time.monotonic() + 600
     while first.exporting_package is not None and time.monotonic() < deadline:
         time.sleep(1)

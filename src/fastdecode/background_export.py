@@ -6,7 +6,8 @@ machine's package when it exists; when it does not, generation starts at once
 on the `compile` strategy's steps, and a child process at the lowest CPU
 priority waits until the caller's process is idle (a compile beside
 generation stalls it, nice or not), then loads the same model and exports
-the package. The next load uses it, and a running
+the package, pausing while any engine on the machine has work (the busy flag
+in `paths.py`). The next load uses it, and a running
 engine switches to it between requests (`PackageWhenReady.refresh`), never
 inside one.
 
@@ -33,6 +34,7 @@ from typing import Callable, Optional
 import torch
 
 from .compile import Steps
+from .paths import BUSY_LOCK, cache_root
 
 log = logging.getLogger("fastdecode")
 RETRY_FAILED_AFTER_S = 24 * 3600
@@ -108,7 +110,8 @@ def start(job: ExportJob) -> Optional[int]:
     try:
         # At the lowest priority from its first instruction (torch's import included).
         nice = shutil.which("nice")
-        cmd = [sys.executable, "-c", _WAIT_THEN_EXPORT, str(os.getpid()), json.dumps(asdict(job))]
+        cmd = [sys.executable, "-c", _WAIT_THEN_EXPORT, str(os.getpid()), str(cache_root() / BUSY_LOCK),
+               json.dumps(asdict(job))]
         with open(path.with_suffix(".log"), "w", encoding="utf-8") as out:
             child = subprocess.Popen(
                 [nice, "-n", "19", *cmd] if nice else cmd,
@@ -123,12 +126,15 @@ def start(job: ExportJob) -> Optional[int]:
     return child.pid
 
 
-# The child's entry: before importing anything heavy, wait until the parent is idle (under
-# 10% of a core for two seconds) or gone. Even at the lowest priority, a compile running
-# beside generation stalls its OpenMP regions on 2 cores (decode fell to ~1 token/s), so the
-# export waits for the cores to be free instead.
+# The child's entry, a supervisor that never imports torch. It waits until the parent is idle
+# (under 10% of a core for two seconds) or gone, then runs the export in a process group of
+# its own, which it stops (SIGSTOP) whenever any process on the machine holds the busy flag
+# (paths.BusyFlag: an engine with work) and continues when none does. Even at the lowest
+# priority, a compile beside generation stalls its OpenMP regions on 2 cores (decode fell to
+# ~1 token/s), whether the generator is the parent or a later process. The export dies with
+# the supervisor (PR_SET_PDEATHSIG), so killing the pid in the lock stops it all.
 _WAIT_THEN_EXPORT = """
-import os, sys, time
+import ctypes, fcntl, os, signal, subprocess, sys, time
 def cpu(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -136,15 +142,45 @@ def cpu(pid):
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
-parent = int(sys.argv[1])
+def busy(fd):
+    if fd is None:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
+def die_with_supervisor():
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+parent, busy_path, job = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 while True:
     before = cpu(parent)
     time.sleep(2)
     after = cpu(parent)
     if before is None or after is None or after - before < 0.2:
         break
-from fastdecode.background_export import main
-sys.exit(main(sys.argv[2:]))
+try:
+    fd = os.open(busy_path, os.O_CREAT | os.O_RDWR, 0o644)
+except OSError:
+    fd = None
+code = "import sys; from fastdecode.background_export import main; sys.exit(main(sys.argv[1:]))"
+worker = subprocess.Popen([sys.executable, "-c", code, job], start_new_session=True,
+                          preexec_fn=die_with_supervisor)
+paused = False
+while worker.poll() is None:
+    now = busy(fd)
+    if now != paused:
+        try:
+            os.killpg(worker.pid, signal.SIGSTOP if now else signal.SIGCONT)
+        except ProcessLookupError:
+            break
+        paused = now
+    time.sleep(0.2)
+sys.exit(worker.wait())
 """
 
 

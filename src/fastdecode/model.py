@@ -197,6 +197,14 @@ class Embedding(nn.Embedding):
         return F.linear(x, self.weight)
 
 
+def _embedding(n: int, dim: int) -> Embedding:
+    # load() builds on the meta device, where nn.Embedding's normal_ init goes through
+    # torch._refs, whose first use imports Dynamo: 1.5 s of a warm start. Meta needs no init.
+    if torch.empty(0).device.type == "meta":
+        return Embedding(n, dim, _weight=torch.empty(n, dim))
+    return Embedding(n, dim)
+
+
 class TransformerBlock(nn.Module):
     def __init__(self, args: ModelArgs, layer: int = 0):
         super().__init__()
@@ -229,7 +237,7 @@ class Transformer(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         self.args = args
-        self.tok_embeddings = Embedding(args.vocab_size, args.dim)
+        self.tok_embeddings = _embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(TransformerBlock(args, i) for i in range(args.n_layers))
         self.norm = RMSNorm(args.dim, args.norm_eps)
         # Tied models use the embedding table as the head (tok_embeddings.as_linear);

@@ -40,6 +40,7 @@ from .. import metrics
 from ..compile import Steps
 from ..errors import FastDecodeError
 from ..kv_cache import cache_bytes
+from ..paths import BusyFlag
 from ..sampling import SamplingParams
 from ..tokenizer import Tokenizer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
@@ -76,6 +77,7 @@ class Engine:
         self.scheduler = Scheduler(max_batch_size, prefill_chunk, self.prefix)
         self.runner = Runner(model, steps, max_batch_size, max_seq_len)
         self._lock = threading.RLock()  # held for a whole step
+        self._busy = BusyFlag()
         self._inbox: deque[Request] = deque()  # submitted, not yet seen by a step (append is atomic)
         self._wake = threading.Condition(threading.Lock())
         self._thread: Optional[threading.Thread] = None
@@ -187,6 +189,7 @@ class Engine:
             if not self.scheduler.active:
                 self.runner.steps.refresh()  # no request in flight: safe to change what the steps run
             plan = self.scheduler.schedule()
+            self._busy.set(not plan.empty)  # background exports pause while this is held
             for src, dst, n in plan.copies:
                 for layer in self.model.layers:
                     layer.attention.kv_cache.copy_rows(src, dst, n)
@@ -208,6 +211,7 @@ class Engine:
             now = time.perf_counter()
             for r, ids, lps in results:
                 self._advance(r, ids, lps, now)
+            self._busy.set(self.scheduler.has_work())
 
     def _lockstep(self, new: list[Request]) -> tuple[list[Request], set[int]]:
         """Rank 0: broadcast this step's new and cancelled requests. Other ranks:
