@@ -34,7 +34,7 @@ from typing import Callable, Optional
 import torch
 
 from .compile import Steps
-from .paths import BUSY_LOCK, cache_root
+from .paths import busy_lock
 
 log = logging.getLogger("fastdecode")
 RETRY_FAILED_AFTER_S = 24 * 3600
@@ -110,7 +110,7 @@ def start(job: ExportJob) -> Optional[int]:
     try:
         # At the lowest priority from its first instruction (torch's import included).
         nice = shutil.which("nice")
-        cmd = [sys.executable, "-c", _WAIT_THEN_EXPORT, str(os.getpid()), str(cache_root() / BUSY_LOCK),
+        cmd = [sys.executable, "-c", _WAIT_THEN_EXPORT, str(os.getpid()), str(busy_lock()),
                json.dumps(asdict(job))]
         with open(path.with_suffix(".log"), "w", encoding="utf-8") as out:
             child = subprocess.Popen(
@@ -164,7 +164,7 @@ while True:
     if before is None or after is None or after - before < 0.2:
         break
 try:
-    fd = os.open(busy_path, os.O_CREAT | os.O_RDWR, 0o644)
+    fd = os.open(busy_path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
 except OSError:
     fd = None
 code = "import sys; from fastdecode.background_export import main; sys.exit(main(sys.argv[1:]))"

@@ -25,6 +25,7 @@ from .generate import Completion, GenerationConfig, GenerationRun, run_generatio
 from .kv_cache import KV_DTYPES, Q8_0, Q8_BLOCK, KvDtype, cache_bytes, kv_name
 from .model import Transformer, init_random_weights
 from .parallel import SharedSeeds, same_kernels, shard_model, tp_group
+from .kernels import prebuild as prebuild_kernels
 from .quant import KernelChoice, apply_kernels, build_model, check_weights, quantize_state_dict
 from .sampling import SamplingParams
 from .tokenizer import BYTE_CHAT_TEMPLATE, ByteTokenizer, Tokenizer
@@ -219,6 +220,8 @@ def load(model: Optional[str] = None, *, device: Union[str, torch.device] = "cpu
     each rank keeps its shard of every block (parallel.shard_model) and must
     submit the same requests in the same order; all ranks pick the same tokens."""
     dev = resolve_device(device)
+    if dev.type == "cpu":
+        prebuild_kernels()  # a first run's kernel build overlaps the checkpoint's conversion
     group = tp_group(tp, dev)
     dt = resolve_dtype(dtype, dev)
     check_weights(weights)

@@ -1,16 +1,16 @@
 """Where fastdecode keeps what it builds and converts: one cache root for the kernels,
-converted checkpoints, packages and per-machine choices; and the busy flag there that
-background exports yield to."""
+converted checkpoints, packages and per-machine choices; and the machine's busy flag,
+which background exports yield to."""
 
 from __future__ import annotations
 
 import fcntl
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
-BUSY_LOCK = "busy.lock"
 STALE_TMP_SECONDS = 3600  # a writer's temporary folder older than this was left by a killed process
 
 
@@ -31,8 +31,18 @@ def remove_stale_tmp(root: Path) -> None:
             pass
 
 
+def busy_lock() -> Path:
+    """The busy flag's file: one per machine (not per cache root), as the cores are."""
+    return Path(tempfile.gettempdir()) / "fastdecode-busy.lock"
+
+
+def open_busy_lock() -> int:
+    # Read-only is enough for flock, so another user's file works too; no symlinks in /tmp.
+    return os.open(busy_lock(), os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+
+
 class BusyFlag:
-    """A shared lock on `<cache>/busy.lock`, held while this process generates.
+    """A shared lock on `busy_lock()`, held while this process generates.
 
     A background export (background_export.py) is paused whenever any process holds it:
     on 2 cores a compile beside generation stalls its OpenMP regions, nice or not. The
@@ -42,16 +52,14 @@ class BusyFlag:
     def __init__(self) -> None:
         self._fd: int | None = None
         self._held = False
-        self._broken = False  # an unwritable cache: no export can run there either
+        self._broken = False  # no temp folder to lock in: nothing to signal
 
     def set(self, busy: bool) -> None:
         if busy == self._held or self._broken:
             return
         try:
             if self._fd is None:
-                root = cache_root()
-                root.mkdir(parents=True, exist_ok=True)
-                self._fd = os.open(root / BUSY_LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+                self._fd = open_busy_lock()
             fcntl.flock(self._fd, fcntl.LOCK_SH if busy else fcntl.LOCK_UN)
             self._held = busy
         except OSError:

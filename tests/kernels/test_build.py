@@ -230,3 +230,25 @@ def test_isa_from_the_environment(fresh, monkeypatch, caplog):
     assert kernels.active_isa() == best and kernels.set_isa(None) == best
     with pytest.raises(FastDecodeError, match="unknown instruction set 'sse9'; accepted: avx2, avx512-vnni"):
         kernels.set_isa("sse9")
+
+
+def test_load_builds_on_a_thread_while_it_reads_the_checkpoint(built, tmp_path):
+    """A cold load() starts the kernel build on a thread first (it overlaps the checkpoint's
+    reading and conversion), builds once, and then uses the kernels."""
+    _, so, _ = built
+    code = f"""
+        import shutil, threading
+        import fastdecode
+        from fastdecode import kernels
+        seen = []
+        def compile_(out):
+            seen.append(threading.current_thread().name)
+            shutil.copy({str(so)!r}, out / "fastdecode_kernels.so")
+        kernels._compile = compile_
+        llm = fastdecode.load("tiny", compiled=None)
+        assert seen == ["fastdecode-kernel-build"], seen
+        assert kernels.load_kernels(), kernels.unavailable_reason
+        print(llm.generate([[1, 2, 3]], max_new_tokens=4, temperature=0)[0].token_ids)
+    """
+    p = python(code, tmp_path / "cache", os.environ["PATH"])
+    assert len(building_lines(p.stderr)) == 2, p.stderr

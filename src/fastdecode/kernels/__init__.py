@@ -44,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Optional
@@ -67,6 +68,7 @@ _LIBRARY = f"{_NAME}.so"
 _MANIFEST = "build.json"  # written last: the library's size, so a truncated copy is never loaded
 _loaded: Optional[bool] = None
 _lib: Optional[ctypes.CDLL] = None
+_prebuilding: Optional[threading.Thread] = None
 # Why the kernels are unavailable, for stats and messages; None when they load.
 unavailable_reason: Optional[str] = None
 
@@ -109,21 +111,52 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
 
 
+def _can_build() -> Optional[str]:
+    """Why this process cannot use the kernels, or None."""
+    if _env_flag("FASTDECODE_NO_KERNELS"):
+        return "FASTDECODE_NO_KERNELS is set"
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return "this CPU lacks AVX2/FMA"
+    cxx = _compiler()
+    if not cxx or shutil.which(cxx[0]) is None:
+        return "no C++ compiler found; install one (apt-get install g++)"
+    return None
+
+
+def prebuild() -> None:
+    """Start building the library in a thread, if it is not built yet, so that the build
+    overlaps the checkpoint's reading and conversion; `load_kernels` waits for it. A
+    failure here is ignored: load_kernels builds again and reports it."""
+    global _prebuilding
+    if _lib is not None or _loaded is not None or _prebuilding is not None or _can_build() is not None:
+        return
+    d = build_dir()
+    if _complete(d):
+        return
+
+    def build() -> None:
+        try:
+            _build(d)
+        except BuildError:
+            pass
+
+    _prebuilding = threading.Thread(target=build, name="fastdecode-kernel-build", daemon=True)
+    _prebuilding.start()
+
+
 def load_kernels() -> bool:
     """Build (once per machine) and register the `torch.ops.fastdecode` kernels; True when usable."""
     global _loaded, _lib, _default_isa
     if _loaded is not None:
         return _loaded
     _loaded = False
-    if _env_flag("FASTDECODE_NO_KERNELS"):
-        return _unavailable("FASTDECODE_NO_KERNELS is set")
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-        return _unavailable("this CPU lacks AVX2/FMA")
-    cxx = _compiler()
-    if not cxx or shutil.which(cxx[0]) is None:
-        return _unavailable("no C++ compiler found; install one (apt-get install g++)")
+    reason = _can_build()
+    if reason is not None:
+        return _unavailable(reason)
     if _lib is None:  # else built and registered earlier in this process
         try:
+            if _prebuilding is not None:
+                _prebuilding.join()
             _lib = _open(build_dir())
         except BuildError as e:
             return _unavailable(str(e))
