@@ -3,7 +3,8 @@
     python3 benchmarks/first_run.py [--repo PATH] [--out benchmarks/first_run.json]
 
 In a new temporary folder with an empty HOME (so no kernels, converted
-checkpoints or packages are cached, and pip's cache is empty too):
+checkpoints or packages are cached, and pip's cache is empty too), in this
+machine's environment otherwise (its pip settings, such as PIP_FIND_LINKS):
 1. clone the repository and run the README's first command exactly as written,
    timing the whole command and the moment its first generated text reaches stdout;
 2. run `.venv/bin/fastdecode generate` again in a new process (warm: kernels and the
@@ -92,7 +93,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="fd-first-run-"))
     home = work / "home"
     home.mkdir()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8"}
+    # This machine's environment (its pip settings included: PIP_FIND_LINKS is how a new user here
+    # gets the torch wheel that is on disk), with an empty HOME and nothing of fastdecode's or a venv's.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("FASTDECODE_", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "XDG_"))}
+    env.update(HOME=str(home), LANG=env.get("LANG", "C.UTF-8"))
     report: dict = {"cpu": "", "load_before": os.getloadavg(), "commit": subprocess.run(
         ["git", "-C", a.repo, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()}
     try:

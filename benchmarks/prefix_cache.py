@@ -116,11 +116,18 @@ def fastdecode_server(model: str, tmp: Path, *keys: str) -> Server:
                   tmp / f"fd-{port}.log")
 
 
+def served_model(url: str) -> str:
+    return httpx.get(url + "/v1/models", timeout=30).json()["data"][0]["id"]
+
+
 def chat_stream(url: str, messages, n: int) -> tuple[float, str, float]:
+    model = served_model(url)  # before the clock starts
     t0 = time.perf_counter()
     first, text = None, ""
     with httpx.stream("POST", url + "/v1/chat/completions", timeout=600, json={
-            "model": "m", "messages": messages, "max_tokens": n, "temperature": 0, "stream": True}) as r:
+            "model": model, "messages": messages, "max_tokens": n, "temperature": 0, "stream": True}) as r:
+        if r.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {r.status_code}: {r.read().decode()[:300]}")
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
@@ -154,7 +161,7 @@ def no_hits(model: str) -> dict:
     off = fastdecode.load(model, max_batch_size=8, max_seq_len=1024, prefix_cache=False)
     rng = random.Random(0)
     rates = {"on": [], "off": []}
-    for rnd in range(3):
+    for rnd in range(6):
         for name, llm in (("on", on), ("off", off)) if rnd % 2 == 0 else (("off", off), ("on", on)):
             prompts = [[rng.randrange(100, 40000) for _ in range(64)] for _ in range(8)]
             outs = llm.generate(prompts, max_new_tokens=64, temperature=0, ignore_eos=True)
