@@ -10,6 +10,10 @@ os.environ.setdefault("FASTDECODE_NO_PACKAGE", "1")
 # The tests' kernels, converted checkpoints and packages live in an ignored folder of
 # the checkout (kept between runs), never in the user's ~/.cache/fastdecode.
 os.environ.setdefault("FASTDECODE_CACHE", str(Path(__file__).resolve().parents[1] / ".pytest_cache" / "fastdecode"))
+# Inductor's caches do not key on ATEN_CPU_CAPABILITY: on an AVX-512 machine, code cached
+# by a default run and reused by an `ATEN_CPU_CAPABILITY=avx2` run indexed out of bounds.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(
+    Path(__file__).resolve().parents[1] / ".pytest_cache" / f"inductor-{os.environ.get('ATEN_CPU_CAPABILITY', 'default')}"))
 
 import fastdecode
 from fastdecode.config import get_preset
