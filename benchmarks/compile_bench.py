@@ -19,7 +19,7 @@ import time
 import torch
 
 import fastdecode
-from fastdecode.compile import CompiledSteps, Steps, make_steps
+from fastdecode.compile.strategies import CompiledSteps, Steps, make_steps
 from fastdecode.kernels.linear import use_gemv
 
 

@@ -19,8 +19,8 @@ import torch
 
 def measure(nested: bool) -> dict:
     import fastdecode
-    from fastdecode.compile import CompiledSteps
-    from fastdecode.model import TransformerBlock
+    from fastdecode.compile.strategies import CompiledSteps
+    from fastdecode.model.transformer import TransformerBlock
 
     if not nested:  # the undecorated function: Dynamo inlines all 30 blocks
         TransformerBlock.forward = TransformerBlock.forward.__marked_compile_region_fn__

@@ -45,7 +45,7 @@ def doc_tokens(llm, n: int) -> str:
 def ttft(llm, messages, n=32) -> tuple[float, list[int], int, int]:
     prompt = llm.chat_prompt(messages)
     t0 = time.perf_counter()
-    run = llm.start([prompt], *fastdecode.llm.split_options(dict(max_new_tokens=n, temperature=0)))
+    run = llm.start([prompt], *fastdecode.api.llm.split_options(dict(max_new_tokens=n, temperature=0)))
     it = iter(run)
     next(it)
     first = time.perf_counter() - t0

@@ -27,8 +27,8 @@ MODELS = {"tiny": {}, "smollm2-135m-shaped": {"n_heads": 12, "n_kv_heads": 4, "h
 
 
 def build(name: str):
-    from fastdecode.config import get_preset
-    from fastdecode.model import Transformer, init_random_weights
+    from fastdecode.model.args import get_preset
+    from fastdecode.model.transformer import Transformer, init_random_weights
 
     args = get_preset("tiny" if name == "tiny" else "random-smollm2-135m").replace(**MODELS[name])
     return init_random_weights(Transformer(args), seed=0).eval().requires_grad_(False)
@@ -53,7 +53,7 @@ def median_ms(fn, n: int) -> float:
 def decode_case(name: str, batch: int, steps: int, head: str = "auto") -> dict:
     import torch.distributed as dist
 
-    from fastdecode.compile import eager_steps
+    from fastdecode.compile.strategies import eager_steps
     from fastdecode.parallel import same_kernels, shard_model
     from fastdecode.quant import apply_kernels
 

@@ -35,7 +35,7 @@ TP_LIMIT_S=${TP_LIMIT_S:-240}
 GPUS=$("$PYTHON" -c 'import torch; print(torch.cuda.device_count())')
 if [ "$status" -eq 0 ] && [ "$GPUS" -ge 2 ] && [ "$TP_LIMIT_S" -gt 0 ]; then
     timeout --signal=INT --kill-after=30 "$TP_LIMIT_S" \
-        "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$GPUS" -m fastdecode.cli bench \
+        "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$GPUS" -m fastdecode bench \
         --config configs/bench-gpu.yaml tp="$GPUS" modes=static modes=static+compile peers= \
         out=benchmarks/gpu-tp "$@" || echo "gpu_bench.sh: the tp=$GPUS run stopped early (exit $?)" >&2
 fi

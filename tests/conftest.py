@@ -16,8 +16,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(
     Path(__file__).resolve().parents[1] / ".pytest_cache" / f"inductor-{os.environ.get('ATEN_CPU_CAPABILITY', 'default')}"))
 
 import fastdecode
-from fastdecode.config import get_preset
-from fastdecode.model import Transformer, init_random_weights
+from fastdecode.model.args import get_preset
+from fastdecode.model.transformer import Transformer, init_random_weights
 
 
 @pytest.fixture(scope="session")

@@ -32,7 +32,7 @@ if split:
     class A:  # wrap the op via attribute patch
         pass
     orig = torch.ops.fastdecode.attention
-    import fastdecode.model as fm
+    import fastdecode.model.transformer as fm
     class Ops:
         def __getattr__(self, n):
             o = getattr(torch.ops.fastdecode, n)

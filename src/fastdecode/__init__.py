@@ -1,9 +1,9 @@
 """fastdecode: PyTorch-native LLM text generation."""
 
-from .config import ModelArgs, RopeScaling, PRESETS, get_preset
+from .api.generate import Completion, GenerationConfig
+from .api.llm import LLM, load
 from .errors import FastDecodeError
-from .generate import Completion, GenerationConfig
-from .llm import LLM, load
+from .model.args import ModelArgs, RopeScaling, PRESETS, get_preset
 from .sampling import SamplingParams
 
 __all__ = [

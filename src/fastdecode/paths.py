@@ -44,7 +44,7 @@ def open_busy_lock() -> int:
 class BusyFlag:
     """A shared lock on `busy_lock()`, held while this process generates.
 
-    A background export (background_export.py) is paused whenever any process holds it:
+    A background export (compile/background.py) is paused whenever any process holds it:
     on 2 cores a compile beside generation stalls its OpenMP regions, nice or not. The
     kernel drops the lock with the process, so a killed generator never blocks an export.
     """

@@ -175,7 +175,7 @@ def test_interrupt_saves_the_rows_measured(tmp_path, monkeypatch):
 
 
 def test_fastdecode_cli_dispatches_to_bench(capsys):
-    from fastdecode.cli import run
+    from fastdecode.cli.main import run
 
     assert run(["bench", "--help"]) == 0
     assert "fastdecode bench" in capsys.readouterr().out
@@ -186,7 +186,7 @@ def test_shipped_configs_load(name):
     from pathlib import Path
 
     from fastdecode.bench.options import MODES
-    from fastdecode.settings import load_settings
+    from fastdecode.cli.keys import load_settings
 
     path = Path(__file__).parents[2] / "configs" / name
     s = load_settings(BenchSettings, [], str(path))

@@ -7,7 +7,7 @@ import pytest
 from fastdecode.bench.speculative import SpecBenchSettings, main
 from fastdecode.bench.spec_peers import PeerOptions, run_spec_peers, summary_lines
 from fastdecode.errors import FastDecodeError
-from fastdecode.settings import load_settings
+from fastdecode.cli.keys import load_settings
 
 
 def _options(model, **changes):

@@ -5,7 +5,7 @@ import pytest
 
 from fastdecode.checkpoints.gguf_file import GGUFFile
 from fastdecode.checkpoints.gguf_tokenizer import merges_from_scores, tokenizer_from_gguf
-from fastdecode.tokenizer import StreamDecoder
+from fastdecode.text.tokenizer import StreamDecoder
 from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
 from tiny_checkpoints import MERGES, byte_level_tokens
 

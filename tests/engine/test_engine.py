@@ -31,7 +31,7 @@ def request(i: int):
 
 
 def split(opts):
-    return fastdecode.llm.split_options(opts)
+    return fastdecode.api.llm.split_options(opts)
 
 
 def alone(llm, i):

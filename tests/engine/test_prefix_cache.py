@@ -87,7 +87,7 @@ def test_a_running_requests_rows_are_copied(on, off):
     clear(on)
     engine = on.engine
     shared = tokens(50, 5)
-    split = fastdecode.llm.split_options
+    split = fastdecode.api.llm.split_options
     long = engine.submit(shared + [9, 9], *split(dict(max_new_tokens=40, temperature=0)))
     while long.prefilling or not long.output_ids:
         engine.step()
@@ -138,7 +138,7 @@ def test_cache_salt_isolates(on):
 def test_cancelled_partial_hit_prefill_frees_its_slot_and_keeps_the_prefix(on, off):
     clear(on)
     engine = on.engine
-    split = fastdecode.llm.split_options
+    split = fastdecode.api.llm.split_options
     prefix = tokens(40, 9)
     on.generate([prefix], max_new_tokens=1, temperature=0)
     r = engine.submit(prefix + tokens(100, 10), *split(dict(max_new_tokens=4, temperature=0)))

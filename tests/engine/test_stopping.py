@@ -1,5 +1,5 @@
 from fastdecode.engine.stopping import StopText
-from fastdecode.tokenizer import ByteTokenizer
+from fastdecode.text.tokenizer import ByteTokenizer
 
 
 def feed(text, stop):

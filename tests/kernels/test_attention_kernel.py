@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fastdecode import kernels
-from fastdecode.model import cache_attention
+from fastdecode.model.transformer import cache_attention
 
 pytestmark = pytest.mark.skipif(not kernels.load_kernels(),
                                 reason=f"native kernels unavailable: {kernels.unavailable_reason}")

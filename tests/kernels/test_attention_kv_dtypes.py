@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from fastdecode import kernels
-from fastdecode.kv_cache import KVCache, Q8_0, dequantize_q8_0, quantize_q8_0, to_float
-from fastdecode.model import cache_attention
+from fastdecode.model.kv_cache import KVCache, Q8_0, dequantize_q8_0, quantize_q8_0, to_float
+from fastdecode.model.transformer import cache_attention
 
 pytestmark = pytest.mark.skipif(not kernels.load_kernels(),
                                 reason=f"native kernels unavailable: {kernels.unavailable_reason}")

@@ -16,7 +16,7 @@ def test_bench_tp2_rows(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FASTDECODE_NO_PACKAGE": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m",
-         "fastdecode.cli", "bench", "model=tiny", "tp=2", "modes=static", "modes=package", "peers=llama.cpp",
+         "fastdecode", "bench", "model=tiny", "tp=2", "modes=static", "modes=package", "peers=llama.cpp",
          "new_tokens=8", "runs=1", "plots=false", f"out={tmp_path}"],
         capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

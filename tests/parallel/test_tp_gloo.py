@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fastdecode.config import get_preset
+from fastdecode.model.args import get_preset
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -109,7 +109,7 @@ def test_a_dead_peer_fails_the_next_step_instead_of_hanging(run_dir):
 
 def test_cli_generate_under_torchrun_prints_on_rank_0_only(tiny_llm):
     prompts = ["Once upon a time", "abc"]
-    proc = torchrun("-m", "fastdecode.cli", "generate", "model=tiny", "tp=2", "chat=false", "temperature=0",
+    proc = torchrun("-m", "fastdecode", "generate", "model=tiny", "tp=2", "chat=false", "temperature=0",
                     "max_new_tokens=8", *prompts, "--json")
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines()]

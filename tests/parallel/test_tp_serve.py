@@ -38,7 +38,7 @@ def server(tmp_path_factory):
     log = open(log_path, "wb")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "FASTDECODE_NO_PACKAGE": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                             "-m", "fastdecode.cli", "serve", "model=tiny", "tp=2", f"port={port}",
+                             "-m", "fastdecode", "serve", "model=tiny", "tp=2", f"port={port}",
                              "max_batch_size=3"], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
                             start_new_session=True)  # its own process group: teardown kills the ranks too
     url = f"http://127.0.0.1:{port}"

@@ -7,7 +7,7 @@ import torch
 from conftest import make_model
 
 import fastdecode
-from fastdecode import cli
+from fastdecode.cli import main as cli
 from fastdecode.errors import FastDecodeError
 from fastdecode.parallel import check_divisible, valid_tp
 from fastdecode.parallel.slices import take_columns, take_rows
@@ -32,7 +32,7 @@ def test_cli_tp_without_a_launcher_shows_the_command(capsys, monkeypatch):
     assert cli.main(["generate", "model=tiny", "tp=2", "hi"]) == cli.EXIT_USAGE
     err = capsys.readouterr().err.strip()
     assert err == ("fastdecode: error: tp=2 runs one process per rank; launch it with torchrun: "
-                   "torchrun --nproc-per-node 2 -m fastdecode.cli generate tp=2 ...")
+                   "torchrun --nproc-per-node 2 -m fastdecode generate tp=2 ...")
 
 
 def test_cli_chat_refuses_tp(capsys):

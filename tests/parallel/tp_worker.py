@@ -19,10 +19,10 @@ from torch.profiler import ProfilerActivity, profile
 os.environ.setdefault("FASTDECODE_NO_PACKAGE", "1")
 
 import fastdecode  # noqa: E402
-from fastdecode.config import get_preset  # noqa: E402
+from fastdecode.model.args import get_preset  # noqa: E402
 from fastdecode.errors import FastDecodeError  # noqa: E402
-from fastdecode.llm import split_options  # noqa: E402
-from fastdecode.model import Transformer, init_random_weights  # noqa: E402
+from fastdecode.api.llm import split_options  # noqa: E402
+from fastdecode.model.transformer import Transformer, init_random_weights  # noqa: E402
 from fastdecode.parallel import shard_model  # noqa: E402
 from fastdecode.quant import apply_kernels, build_model, quantize_state_dict  # noqa: E402
 

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoints"))
 import fastdecode  # noqa: E402
 from fastdecode import kernels  # noqa: E402
 from fastdecode.checkpoints import cache  # noqa: E402
-from fastdecode.cli import main  # noqa: E402
+from fastdecode.cli.main import main  # noqa: E402
 from fastdecode.quant.formats import dequantize  # noqa: E402
 from fastdecode.quant.linear import QuantEmbedding, QuantLinear  # noqa: E402
 from fastdecode.quant.transform import set_native  # noqa: E402

@@ -128,7 +128,7 @@ def test_compiled_equals_eager_without_recompiles(quant, cache_dir):
 
 
 def test_exported_package_with_quantized_weights(quant, cache_dir, tmp_path):
-    from fastdecode.aot import export_package
+    from fastdecode.compile.aot import export_package
 
     path = tmp_path / "q.pt2"
     meta = export_package(quant.model, path)

@@ -14,7 +14,7 @@ from serve_process import error_of, serve
 from fastdecode.server.app import create_app
 from fastdecode.server.settings import ServeSettings
 from fastdecode.server.state import ServerState
-from fastdecode.settings import load_settings
+from fastdecode.cli.keys import load_settings
 
 CHAT = "**/v1/chat/completions"
 

@@ -9,12 +9,12 @@ import pytest
 from serve_process import error_of
 
 import fastdecode
-from fastdecode import cli
+from fastdecode.cli import main as cli
 from fastdecode.errors import FastDecodeError
 from fastdecode.server.app import create_app
 from fastdecode.server.settings import ServeSettings
 from fastdecode.server.state import ServerState
-from fastdecode.settings import load_settings
+from fastdecode.cli.keys import load_settings
 
 USER = [{"role": "user", "content": "hi"}]
 

@@ -6,8 +6,8 @@ import shlex
 import sys
 
 from ..errors import FastDecodeError
-from ..llm import resolve_device
-from ..settings import describe_settings, load_settings, parse_config_args
+from ..api.llm import resolve_device
+from ..cli.keys import describe_settings, load_settings, parse_config_args
 from .options import BenchSettings
 from .plots import PlotsUnavailable, write_plots
 from .probe import measure_bandwidth

@@ -14,9 +14,9 @@ from typing import Optional
 
 import torch
 
-from .. import metrics
+from ..engine import timing
 from ..errors import FastDecodeError
-from ..generate import GenerationConfig
+from ..api.generate import GenerationConfig
 from ..sampling import SamplingParams
 from .options import MODES, BenchSettings
 
@@ -63,10 +63,10 @@ class StepClock:
 
     def begin(self) -> None:
         self.marks.clear()
-        self.start = metrics.now(self.device)
+        self.start = timing.now(self.device)
 
     def mark(self) -> None:
-        self.marks.append(metrics.now(self.device))
+        self.marks.append(timing.now(self.device))
 
     def timing(self, peak: Optional[int] = None) -> Timing:
         if not self.marks:
@@ -106,7 +106,7 @@ class EngineContender(Contender):
 
     def _use_package(self, s: BenchSettings) -> Optional[float]:
         """Run the steps from s.package, or from a package exported now (returns its export time)."""
-        from ..aot import export_package
+        from ..compile.aot import export_package
 
         path, export_s = s.package, None
         if path is None:

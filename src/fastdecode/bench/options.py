@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..errors import FastDecodeError
-from ..settings import ModelKeys
+from ..cli.keys import ModelKeys
 
 # fastdecode modes -> keyword arguments of fastdecode.load()
 MODES: dict[str, dict] = {
@@ -48,7 +48,7 @@ class BenchSettings(ModelKeys):
         "help": "CPU threads for torch and llama.cpp; none keeps torch's default"})
     tp: int = field(default=1, metadata={
         "help": "tensor-parallel ranks for fastdecode's modes: launch under torchrun --nproc-per-node N -m "
-                "fastdecode.cli bench tp=N ...; rank 0 writes the results (peers are skipped: one process each)"})
+                "fastdecode bench tp=N ...; rank 0 writes the results (peers are skipped: one process each)"})
     out: str = field(default="bench-results", metadata={"help": "results folder (JSON and PNG plots)"})
     plots: bool = field(default=True, metadata={"help": "write PNG plots (needs matplotlib)"})
 

@@ -47,8 +47,8 @@ class Checkpoint:
 
 def peer_checkpoint(model: Optional[str]) -> Checkpoint:
     """The checkpoint behind `model` (a BenchSettings.model value), for the peers."""
-    from ..config import PRESETS
-    from ..llm import DEFAULT_MODEL
+    from ..model.args import PRESETS
+    from ..api.llm import DEFAULT_MODEL
 
     if model in PRESETS:
         raise PeerSkipped(f"model {model!r} is a random-weight preset; peers need a checkpoint file")
@@ -143,7 +143,7 @@ class HFPeer(Contender):
 
     def __init__(self, name: str, s: BenchSettings, ckpt: Checkpoint, shared: dict[str, Any]):
         require_transformers()
-        from ..llm import resolve_device, resolve_dtype
+        from ..api.llm import resolve_device, resolve_dtype
 
         self.name = name
         self.device = resolve_device(s.device)
@@ -177,17 +177,17 @@ class HFPeer(Contender):
         return {"cache_implementation": "static", "compile_config": cfg}
 
     def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
-        from .. import metrics
+        from ..engine import timing
 
         ids = torch.tensor(prompts, device=self.device)  # [B, T], equal lengths: no padding
-        metrics.reset_peak_memory(self.device)
+        timing.reset_peak_memory(self.device)
         clock = StepClock(self.device)
         clock.begin()
         with torch.inference_mode():
             self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
                                 min_new_tokens=new_tokens, do_sample=False, streamer=_HFClock(clock),
                                 pad_token_id=0, **self.options)
-        return clock.timing(metrics.peak_memory_bytes(self.device))
+        return clock.timing(timing.peak_memory_bytes(self.device))
 
     def close(self) -> None:
         self.model = None

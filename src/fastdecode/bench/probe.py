@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .. import metrics
+from ..engine import timing
 
 
 @dataclass
@@ -32,9 +32,9 @@ def measure_bandwidth(device: torch.device, mib: int = 256, repeats: int = 5) ->
     dst.copy_(src)  # touch every page once so first-touch faults are not timed
     best = float("inf")
     for _ in range(repeats):
-        t0 = metrics.now(device)
+        t0 = timing.now(device)
         dst.copy_(src)
-        best = min(best, metrics.now(device) - t0)
+        best = min(best, timing.now(device) - t0)
     nbytes = 2 * src.numel() * src.element_size()
     return ProbeResult(bytes_per_s=nbytes / best, buffer_bytes=src.numel() * src.element_size(),
                        repeats=repeats)

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..machine import cpu_model
+from ..kernels.select import cpu_model
 
 SCHEMA = "fastdecode-bench/1"
 RESULTS = "results.json"

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ..errors import FastDecodeError
-from ..progress import progress
+from ..cli.progress import progress
 from .contenders import Contender, EngineContender, Timing, compile_counters
 from .options import MODES, BenchSettings
 from .peers import PeerSkipped, make_peer

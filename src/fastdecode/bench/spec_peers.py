@@ -106,7 +106,7 @@ class HFSpecPeer:
     def __init__(self, o: PeerOptions):
         require_transformers()
         ckpt = peer_checkpoint(o.model)
-        from ..llm import resolve_device, resolve_dtype
+        from ..api.llm import resolve_device, resolve_dtype
 
         self.device = resolve_device(o.device)
         torch_dtype = resolve_dtype(o.dtype, self.device)
@@ -123,10 +123,10 @@ class HFSpecPeer:
         self.forwards += 1
 
     def generate(self, mode: str, prompt: list[int], max_new_tokens: int) -> PeerRun:
-        from .. import metrics
+        from ..engine import timing
 
         ids = torch.tensor([prompt], device=self.device)
-        arrivals = _Arrivals(lambda: metrics.now(self.device))
+        arrivals = _Arrivals(lambda: timing.now(self.device))
         self.forwards = 0
         with torch.inference_mode():
             out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,

@@ -21,7 +21,7 @@ from importlib import resources
 from typing import Optional
 
 from ..errors import FastDecodeError
-from ..settings import ModelKeys, describe_settings, load_settings, parse_config_args
+from ..cli.keys import ModelKeys, describe_settings, load_settings, parse_config_args
 from .report import machine_info, write_json
 from .spec_peers import SPEC_PEERS, PeerOptions, check_spec_peers, run_spec_peers, summary_lines
 

@@ -35,7 +35,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..config import ModelArgs
+from ..model.args import ModelArgs
 from ..errors import FastDecodeError
 from ..paths import cache_root, remove_stale_tmp
 from ..quant.formats import LAYOUT_VERSION, SUFFIXES

@@ -9,7 +9,7 @@ from typing import Optional
 
 import torch
 
-from ..config import ModelArgs, RopeScaling
+from ..model.args import ModelArgs, RopeScaling
 from ..errors import FastDecodeError
 from ..quant.formats import GGUF_LAYOUTS, pack_gguf
 from .keys import map_name

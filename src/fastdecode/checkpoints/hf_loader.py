@@ -11,7 +11,7 @@ from typing import Any, Optional
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..config import ModelArgs, RopeScaling
+from ..model.args import ModelArgs, RopeScaling
 from ..errors import FastDecodeError
 from .keys import map_name
 

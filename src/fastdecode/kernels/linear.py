@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from ..model import Embedding
+from ..model.transformer import Embedding
 
 
 def gemv_linear(x: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:

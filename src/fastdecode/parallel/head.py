@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..errors import FastDecodeError
-from ..model import Transformer
+from ..model.transformer import Transformer
 from . import comm
 from .slices import Linear, take_rows
 

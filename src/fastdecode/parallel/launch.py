@@ -1,6 +1,6 @@
 """Joining the process group that torchrun describes, for the command line.
 
-`torchrun --nproc-per-node N -m fastdecode.cli generate tp=N ...` starts N
+`torchrun --nproc-per-node N -m fastdecode generate tp=N ...` starts N
 copies of the command; each joins the group here, loads its shard, and runs
 the same requests in lockstep. Only rank 0 prints: the others keep their
 one-line errors (prefixed with their rank) and drop everything else.
@@ -32,7 +32,7 @@ def join_torchrun(tp: int, device: str, command: str = "generate") -> int:
         return dist.get_rank() if tp > 1 else 0
     if "WORLD_SIZE" not in os.environ or "MASTER_ADDR" not in os.environ:
         raise FastDecodeError(f"tp={tp} runs one process per rank; launch it with torchrun: "
-                              f"torchrun --nproc-per-node {tp} -m fastdecode.cli {command} tp={tp} ...")
+                              f"torchrun --nproc-per-node {tp} -m fastdecode {command} tp={tp} ...")
     world = int(os.environ["WORLD_SIZE"])
     if world != tp:
         raise FastDecodeError(f"tp={tp} but torchrun started {world} processes; use --nproc-per-node {tp} "

@@ -25,9 +25,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from ..config import ModelArgs
+from ..model.args import ModelArgs
 from ..errors import FastDecodeError
-from ..model import Transformer
+from ..model.transformer import Transformer
 from ..quant.formats import BLOCK
 from ..quant.linear import QuantLinear
 from . import comm

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ModelArgs
+from ..model.args import ModelArgs
 from ..errors import FastDecodeError
-from ..model import Attention, Embedding, RMSNorm, Transformer, adjacent_rows
+from ..model.transformer import Attention, Embedding, RMSNorm, Transformer, adjacent_rows
 from .formats import SUFFIXES, BlockSizeError, dequantize, layout_of, packed_k, quantize
 from .linear import LAYOUT_OPS, QuantEmbedding, QuantLinear, SplitLinear, _Packed
 
@@ -170,7 +170,7 @@ _gemv_faster: Optional[bool] = None
 
 def gemv_is_faster() -> bool:
     """Whether the native GEMV beats F.linear at batch 1 on this machine: measured
-    once per machine (`machine.measured_once`), since the choice is part of an
+    once per machine (`kernels.select.measured_once`), since the choice is part of an
     exported package's key and a noisy timing must not flip it between runs.
 
     On some CPUs (an Intel Xeon here) MKL's GEMV already uses every core and
@@ -178,7 +178,7 @@ def gemv_is_faster() -> bool:
     """
     global _gemv_faster
     if _gemv_faster is None:
-        from ..machine import measured_once
+        from ..kernels.select import measured_once
 
         _gemv_faster = measured_once("native GEMV faster than F.linear", _time_gemv)
     return _gemv_faster

@@ -21,7 +21,7 @@ import time
 from typing import Any, Optional
 
 from ..errors import FastDecodeError
-from ..settings import describe_settings, load_settings, parse_config_args
+from ..cli.keys import describe_settings, load_settings, parse_config_args
 from .settings import ServeSettings, is_loopback
 
 log = logging.getLogger("fastdecode.server")
@@ -141,7 +141,7 @@ def _load(state: Any, server: Any, loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _load_model(s: Any) -> Any:
-    from ..llm import load
+    from ..api.llm import load
 
     llm = load(s.model, device=s.device, dtype=s.dtype, compile=s.compile, compiled=s.compiled,
                max_seq_len=s.max_seq_len, max_batch_size=s.max_batch_size, cache=s.cache, weights=s.weights,

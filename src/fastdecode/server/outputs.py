@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..engine import Completion, RequestOutput, TokenLogprob
-from ..tokenizer import StreamDecoder, Tokenizer
+from ..text.tokenizer import StreamDecoder, Tokenizer
 from .protocol import ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, PromptLogprob, TopLogprob
 
 _FLOOR = -9999.0  # JSON has no -inf

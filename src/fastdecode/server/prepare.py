@@ -12,7 +12,7 @@ from typing import Optional, Union
 
 from ..engine import GenerationConfig
 from ..errors import FastDecodeError
-from ..llm import LLM
+from ..api.llm import LLM
 from ..sampling import SamplingParams
 from .errors import APIError, from_fastdecode
 from .protocol import ChatCompletionRequest, CompletionRequest

@@ -8,10 +8,10 @@ import os
 from dataclasses import field
 from typing import Any, Optional
 
-from ..cli import _RunKeys
+from ..cli.main import _RunKeys
 from ..engine import DEFAULT_PREFILL_CHUNK
 from ..errors import FastDecodeError
-from ..settings import copy_fields
+from ..cli.keys import copy_fields
 
 API_KEY_ENV = "FASTDECODE_API_KEY"
 LOG_LEVELS = ("debug", "info", "warning", "error")

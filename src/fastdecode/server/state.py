@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..llm import LLM
+from ..api.llm import LLM
 from .errors import APIError
 from .metrics import Metrics
 

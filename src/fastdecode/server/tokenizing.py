@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from ..errors import FastDecodeError
-from ..tokenizer import ByteTokenizer, Tokenizer
+from ..text.tokenizer import ByteTokenizer, Tokenizer
 from .errors import APIError
 from .protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse, TokenizerInfo)
 from .serving import parse, read_body

@@ -1,0 +1,79 @@
+"""`fastdecode export [--config FILE] [key=value ...]`: write an AOTInductor package.
+
+The package holds the compiled model step for one architecture, dtype, device
+and CPU instruction set; `fastdecode generate compiled=PATH` and
+`load(..., compiled=PATH)` run it without tracing or compiling again.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..errors import FastDecodeError
+from .keys import ModelKeys, describe_settings, load_settings, parse_config_args
+
+USAGE = """usage: fastdecode export [--config FILE] [key=value ...]
+
+Export the model's compiled prefill/decode step (torch.export + AOTInductor) to a
+.pt2 package. Load it with `fastdecode generate compiled=PATH` or
+fastdecode.load(model, compiled=PATH): no tracing or compiling in that process.
+Without out=, it writes this machine's package into the cache, where the default
+compiled=auto finds it (load() otherwise exports it in the background).
+The package holds code, not weights: it serves any checkpoint of the same
+architecture, dtype and device.
+
+keys (defaults shown):
+"""
+
+
+@dataclass
+class ExportSettings(ModelKeys):
+    out: Optional[str] = field(default=None, metadata={
+        "help": "path of the package to write; must end in .pt2; none writes this machine's package for the "
+                "model into the cache, where load(compiled='auto') finds it"})
+    weights: str = field(default="auto", metadata={
+        "help": "auto (keep the checkpoint's quantization), float, int8 or int4; generate must load the "
+                "model the same way to use the package"})
+    kv_dtype: str = field(default="auto", metadata={
+        "help": "KV cache dtype the package takes (auto, float32, float16, bfloat16, q8_0), as load(kv_dtype=...); "
+                "generate must use the same to use the package"})
+
+    def __post_init__(self) -> None:
+        if self.out is None:
+            return
+        if not self.out:
+            raise FastDecodeError("out must be a package path, e.g. out=smollm2.pt2, or left out for the cache")
+        if not self.out.endswith(".pt2"):
+            raise FastDecodeError(f"out={self.out!r} must end in .pt2")
+        folder = os.path.dirname(os.path.abspath(self.out))
+        if not os.path.isdir(folder):
+            raise FastDecodeError(f"out={self.out!r}: folder {folder!r} does not exist")
+
+
+def main(argv: list[str]) -> int:
+    """Run by `fastdecode export`; FastDecodeError reaches the CLI's one-line error."""
+    config, overrides, wants_help = parse_config_args(argv)
+    if wants_help:
+        print(USAGE + describe_settings(ExportSettings))
+        return 0
+    s = load_settings(ExportSettings, overrides, config)
+    from ..api.llm import load
+    from ..compile.aot import ensure_package, export_package, package_path
+
+    llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compiled=None, kv_dtype=s.kv_dtype)
+    out = s.out or str(package_path(llm.model))
+    if s.out is None and os.path.isfile(out):
+        print(f"this machine's package for {llm.source} is already at {out}")
+        return 0
+    print(f"exporting {llm.source} to {out} (a minute or more on a small CPU)", file=sys.stderr)
+    t0 = time.perf_counter()
+    if s.out is None:
+        ensure_package(llm.model)
+    else:
+        export_package(llm.model, out)
+    print(f"wrote {out} in {time.perf_counter() - t0:.0f} s")
+    return 0

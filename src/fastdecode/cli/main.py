@@ -1,0 +1,436 @@
+"""The `fastdecode` command: `generate`, `chat`, and dispatch to `bench` / `export`.
+
+A thin layer over the Python API. Keys, defaults and validation come from the
+dataclasses the API uses (`SamplingParams`, `GenerationConfig`, the keyword
+defaults of `load()`); this file only parses, streams and reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import inspect
+import json
+import os
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from .. import __version__
+from ..api.generate import GenerationConfig
+from ..api.llm import DEFAULT_MODEL, LLM, load
+from ..compile.strategies import STRATEGIES
+from ..engine import timing
+from ..engine.speculative import draft_model_name
+from ..errors import FastDecodeError
+from ..model.args import PRESETS
+from ..sampling import SamplingParams
+from .keys import (copy_fields, decode_utf8, describe_settings, format_value, is_override, load_settings,
+                   read_user_file)
+from .progress import progress
+
+_LOAD_DEFAULTS = {name: p.default for name, p in inspect.signature(load).parameters.items()}
+EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 130, 141
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass
+class _RunKeys:
+    """Keys of the CLI itself and of `load()`; sampling and stopping keys are added below."""
+
+    model: str = field(default=DEFAULT_MODEL, metadata=_help(
+        f"preset name ({', '.join(sorted(PRESETS))}), known checkpoint name, or path to a .gguf "
+        "file or Hugging Face directory."))
+    device: str = field(default=_LOAD_DEFAULTS["device"], metadata=_help("cpu, cuda, cuda:N or mps."))
+    dtype: Optional[str] = field(default=_LOAD_DEFAULTS["dtype"], metadata=_help(
+        "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere."))
+    compile: str = field(default=_LOAD_DEFAULTS["compile"], metadata=_help(
+        f"compile strategy for the model steps: {', '.join(STRATEGIES)} (none runs eagerly)."))
+    compiled: Optional[str] = field(default=_LOAD_DEFAULTS["compiled"], metadata=_help(
+        "a .pt2 package from `fastdecode export` for this model's architecture: runs the steps "
+        "without tracing or compiling (compile must stay none or decode); auto uses this machine's "
+        "cached package for the model, and without one generates at once while a background process "
+        "exports it for later runs."))
+    max_seq_len: Optional[int] = field(default=_LOAD_DEFAULTS["max_seq_len"], metadata=_help(
+        "longest prompt + completion (the KV cache's positions per slot); none takes the model's "
+        "limit, capped so the cache (max_batch_size slots) stays within 1 GiB."))
+    max_batch_size: Optional[int] = field(default=_LOAD_DEFAULTS["max_batch_size"], metadata=_help(
+        "most prompts per batch; none fits the prompts given (generate) or 1 (chat)."))
+    cache: str = field(default=_LOAD_DEFAULTS["cache"], metadata=_help("KV cache kind: static or dynamic."))
+    kv_dtype: str = field(default=_LOAD_DEFAULTS["kv_dtype"], metadata=_help(
+        "KV cache dtype: auto, float32, float16, bfloat16 or q8_0 (8-bit blocks of 32 with a float16 "
+        "scale, as llama.cpp's); auto is float16 on CPU with the native attention kernel, the model's "
+        "dtype elsewhere."))
+    weights: str = field(default=_LOAD_DEFAULTS["weights"], metadata=_help(
+        "auto keeps the checkpoint's quantized weights and runs them on the quantized kernels; float "
+        "dequantizes them; int8 or int4 quantize a float checkpoint at load."))
+    prompt: tuple[str, ...] = field(default=(), metadata=_help(
+        "prompt text; repeat the key (or give several arguments) for a batch. In chat, "
+        "the first user messages."))
+    prompt_file: Optional[str] = field(default=None, metadata=_help(
+        "UTF-8 file with one prompt per line (blank lines skipped); - reads stdin."))
+    chat: Optional[bool] = field(default=None, metadata=_help(
+        "generate: render each prompt with the model's chat template; none does so when the "
+        "model has one (chat always does)."))
+    system: Optional[str] = field(default=None, metadata=_help("system message for chat-template prompts."))
+    prefix_cache: bool = field(default=_LOAD_DEFAULTS["prefix_cache"], metadata=_help(
+        "reuse the KV cache rows of the longest prompt prefix a slot already holds (an earlier turn "
+        "of the chat, a shared system prompt), so only the rest is prefilled; false prefills all."))
+    tp: int = field(default=_LOAD_DEFAULTS["tp"], metadata=_help(
+        "tensor-parallel ranks (generate and serve): launch under torchrun --nproc-per-node N -m "
+        "fastdecode generate|serve tp=N ...; rank 0 prints and serves, the other ranks run the same steps."))
+
+
+# Per-request fields of the Python API and the server, not command-line keys.
+API_ONLY_KEYS = ("logit_bias", "logprobs", "prompt_logprobs")
+
+GenerateSettings = dataclasses.make_dataclass(
+    "GenerateSettings", copy_fields(SamplingParams, exclude=API_ONLY_KEYS) + copy_fields(GenerationConfig),
+    bases=(_RunKeys,), namespace={"__module__": __name__})
+GenerateSettings.__doc__ = "Every key of `fastdecode generate` and `fastdecode chat`."
+
+_SAMPLING_KEYS = [f.name for f in dataclasses.fields(SamplingParams) if f.name not in API_ONLY_KEYS]
+_CONFIG_KEYS = [f.name for f in dataclasses.fields(GenerationConfig)]
+
+
+# -- building API objects from settings ---------------------------------------------
+
+def sampling_and_config(s: Any) -> tuple[SamplingParams, GenerationConfig]:
+    params = SamplingParams(**{k: getattr(s, k) for k in _SAMPLING_KEYS})
+    config = GenerationConfig(**{k: getattr(s, k) for k in _CONFIG_KEYS})
+    return params, config
+
+
+def check_utf8(text: str, what: str) -> str:
+    """Arguments that were not valid UTF-8 arrive as surrogate escapes; refuse them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = text[e.start]
+        byte = f" (byte 0x{ord(bad) - 0xDC00:02x})" if 0xDC80 <= ord(bad) <= 0xDCFF else ""
+        raise FastDecodeError(f"{what} is not valid UTF-8{byte} at character {e.start}") from None
+    return text
+
+
+def read_prompt_file(path: str) -> list[str]:
+    """One prompt per line of a UTF-8 file (or stdin for '-'); blank lines are skipped."""
+    data = sys.stdin.buffer.read() if path == "-" else read_user_file(path, "prompt_file")
+    text = decode_utf8(data, path, "prompt_file")
+    # split on newlines only: str.splitlines would also split on form feeds and U+2028
+    prompts = [line.rstrip("\r") for line in text.split("\n") if line.strip()]
+    if not prompts:
+        raise FastDecodeError(f"prompt_file {path!r} has no prompts (one per line expected)")
+    return prompts
+
+
+def collect_prompts(s: Any) -> list[str]:
+    prompts = [check_utf8(p, f"prompt {i + 1}") for i, p in enumerate(s.prompt)]
+    if s.prompt_file is not None:
+        prompts += read_prompt_file(s.prompt_file)
+    return prompts
+
+
+def load_model(s: Any, batch_size: Optional[int] = None) -> LLM:
+    max_batch_size = batch_size if s.max_batch_size is None else s.max_batch_size
+    if s.tp != 1:
+        from ..parallel.launch import join_torchrun
+
+        join_torchrun(s.tp, s.device)  # ranks other than 0 print only their errors from here on
+    # A draft model is loaded with the target; the other modes are per request.
+    draft = s.speculative if draft_model_name(s.speculative) else "none"
+    with progress(f"loading {s.model}"):
+        return load(s.model, device=s.device, dtype=s.dtype, compile=s.compile,
+                    max_seq_len=s.max_seq_len, max_batch_size=max_batch_size, cache=s.cache,
+                    compiled=s.compiled, weights=s.weights, tp=s.tp, speculative=draft,
+                    prefix_cache=s.prefix_cache, kv_dtype=s.kv_dtype)
+
+
+def chat_messages(prompt: str, system: Optional[str]) -> list[dict]:
+    head = [{"role": "system", "content": system}] if system else []
+    return head + [{"role": "user", "content": prompt}]
+
+
+# -- stats -------------------------------------------------------------------------
+
+def completion_stats(c: Any, llm: LLM) -> dict[str, Any]:
+    return {
+        "prompt_tokens": c.prompt_tokens,
+        "completion_tokens": c.completion_tokens,
+        "time_to_first_token_s": c.time_to_first_token_s,
+        "decode_tokens_per_s": c.decode_tokens_per_s,
+        # every decode step reads the weights once, whatever the batch size
+        "bandwidth_gb_s": llm.weight_bytes_per_token * c.decode_tokens_per_s / 1e9,
+        "peak_memory_bytes": c.peak_memory_bytes,
+    }
+
+
+def describe_kernels(llm: LLM) -> str:
+    k = llm.kernels
+    parts = []
+    if k.quant != "none":
+        parts.append(f"quantized: {k.quant}")
+    parts.append("float: native GEMV" if k.gemv else "float: torch")
+    if k.reason:
+        parts.append(f"({k.reason})")
+    return ", ".join(parts)
+
+
+def describe_steps(llm: LLM) -> str:
+    if llm.compiled:
+        return f"compiled package {llm.compiled}"
+    ran = "eager" if llm.compile == "none" else f"compiled in this process (compile={llm.compile})"
+    pid = llm.exporting_package
+    return ran if pid is None else f"{ran}; this machine's package is being exported in the background (pid {pid})"
+
+
+def format_stats(completions: Sequence[Any], llm: LLM) -> str:
+    """The stats block printed on stderr after a run."""
+    first = completion_stats(completions[0], llm)
+    n = len(completions)
+    prompt_tokens = sum(c.prompt_tokens for c in completions)
+    cached = sum(c.cached_tokens for c in completions)
+    generated = sum(c.completion_tokens for c in completions)
+    rate = first["decode_tokens_per_s"]
+    batch = f" per sequence, {rate * n:.1f} total ({n} sequences)" if n > 1 else ""
+    memory = timing.memory_source(llm.device)
+    loaded = f"model load:           {llm.load_seconds:.2f} s"
+    if llm.cache_path:
+        loaded += f" ({'from' if llm.from_cache else 'converted, cached at'} {llm.cache_path})"
+    return "\n".join([
+        loaded,
+        f"model steps:          {describe_steps(llm)}",
+        f"weights:              {llm.weights_summary}",
+        f"matmul kernels:       {describe_kernels(llm)}",
+        f"kv cache:             {llm.max_batch_size} slot{'s' if llm.max_batch_size != 1 else ''} x "
+        f"{llm.max_seq_len} positions, "
+        f"{llm.engine.kv_dtype}, {llm.engine.cache_bytes:,} bytes ({llm.engine.cache_bytes / 1e6:.0f} MB), "
+        "allocated once",
+        f"prompt tokens:        {prompt_tokens:,}" + (f", {cached:,} from cache" if cached else ""),
+        f"generated tokens:     {generated}",
+        f"time to first token:  {first['time_to_first_token_s'] * 1e3:.1f} ms",
+        f"decode:               {rate:.1f} tokens/s{batch}",
+        f"bandwidth achieved:   {first['bandwidth_gb_s']:.2f} GB/s "
+        f"({llm.weight_bytes_per_token / 1e6:.1f} MB of weights per token)",
+        f"peak memory:          {first['peak_memory_bytes'] / 2**20:.1f} MiB ({memory})",
+        *_speculation_stats(completions),
+    ])
+
+
+def _speculation_stats(completions: Sequence[Any]) -> list[str]:
+    drafted = sum(c.draft_tokens for c in completions)
+    if not drafted:
+        return []
+    accepted = sum(c.accepted_tokens for c in completions)
+    per_forward = sum(c.completion_tokens for c in completions) / max(1, sum(c.target_forwards for c in completions))
+    return [f"speculative:          {accepted}/{drafted} drafts accepted ({accepted / drafted:.0%}), "
+            f"{per_forward:.2f} tokens per forward"]
+
+
+# -- generate ----------------------------------------------------------------------
+
+def cmd_generate(s: Any, as_json: bool) -> int:
+    prompts = collect_prompts(s)
+    if not prompts:
+        raise FastDecodeError('no prompt given; pass one as an argument ("Tell me a joke"), '
+                              'prompt=TEXT or prompt_file=PATH')
+    if s.system is not None:
+        check_utf8(s.system, "system")
+    params, config = sampling_and_config(s)
+    llm = load_model(s, batch_size=len(prompts))
+    use_chat = s.chat if s.chat is not None else llm.tokenizer.chat_template is not None
+    inputs = [llm.chat_prompt(chat_messages(p, s.system)) for p in prompts] if use_chat else prompts
+    run = llm.start(inputs, params, config)
+
+    # One prompt streams piece by piece; a batch prints each completion, in
+    # prompt order, as soon as it and all before it have finished.
+    stream_one = len(prompts) == 1 and not as_json
+    texts = [""] * len(prompts)
+    printed = 0
+    steps = iter(run)
+    # A compiled model compiles on its first step; show that wait, not a frozen terminal.
+    compiling = llm.compile != "none"
+    with progress(f"compiling ({llm.compile}) and prefilling", enabled=None if compiling else False):
+        step = next(steps, None)
+    while step is not None:
+        if stream_one:
+            _write(step.pieces[0])
+        else:
+            for b, piece in enumerate(step.pieces):
+                texts[b] += piece
+            while not as_json and printed < len(prompts) and step.finished[printed]:
+                _write(f"--- [{printed + 1}/{len(prompts)}] ---\n{texts[printed]}\n")
+                printed += 1
+        step = next(steps, None)
+    if stream_one:
+        _write("\n")
+    completions = run.completions
+    if as_json:
+        for p, c in zip(prompts, completions):
+            obj = {"prompt": p, "text": c.text, "tokens": c.token_ids, "finish_reason": c.finish_reason,
+                   "stats": completion_stats(c, llm)}
+            _write(json.dumps(obj, ensure_ascii=False) + "\n")
+    print(format_stats(completions, llm), file=sys.stderr)
+    return 0
+
+
+def _write(text: str) -> None:
+    if text:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+# -- chat ----------------------------------------------------------------------------
+
+def cmd_chat(s: Any) -> int:
+    from .repl import ChatSession, run_repl
+
+    opening = collect_prompts(s)
+    if s.system is not None:
+        check_utf8(s.system, "system")
+    if s.tp != 1:
+        raise FastDecodeError(f"tp={s.tp}: chat runs in one process; tensor parallelism is for generate")
+    params, config = sampling_and_config(s)
+    llm = load_model(s, batch_size=1)
+    if llm.tokenizer.chat_template is None:  # e.g. a base (pretrained) checkpoint
+        raise FastDecodeError(f"{llm.source}: this checkpoint has no chat template, so chat cannot format turns; "
+                              "prompt it as plain text with `fastdecode generate`")
+    session = ChatSession(llm, params, config, system=s.system)
+    return run_repl(session, opening=opening)
+
+
+# -- entry point -------------------------------------------------------------------------
+
+_DISPATCH = {"bench": "fastdecode.bench.cli", "bench-engine": "fastdecode.bench.engine_load",
+             "bench-spec": "fastdecode.bench.speculative",
+             "export": "fastdecode.cli.export",
+             "perplexity": "fastdecode.cli.perplexity", "serve": "fastdecode.server.cli"}
+_USAGE = """usage: fastdecode [--version] {generate,chat,bench,bench-engine,bench-spec,export,perplexity,serve} ...
+
+  generate   generate text for one or more prompts (fastdecode generate --help)
+  chat       interactive multi-turn chat with the model's chat template
+  bench      benchmarks
+  bench-engine  concurrent requests through the engine (fastdecode bench-engine --help)
+  bench-spec    speculative decoding on grounded and open-ended tasks (fastdecode bench-spec --help)
+  export     export the compiled model step to a .pt2 package (fastdecode export --help)
+  perplexity the model's perplexity on a text, as llama-perplexity (fastdecode perplexity --help)
+  serve      an OpenAI-compatible HTTP server (fastdecode serve --help)"""
+
+
+def _command_parser(name: str) -> argparse.ArgumentParser:
+    what = {"generate": "Generate text for one or more prompts.",
+            "chat": "Chat with the model, one message per line on stdin; /reset clears the "
+                    "history, /exit or end of input quits, Ctrl-C stops an answer."}[name]
+    parser = argparse.ArgumentParser(
+        prog=f"fastdecode {name}", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=what + "\n\nSettings come from --config FILE, then key=value arguments, "
+                           "which win. A plain argument is a prompt.",
+        epilog="keys (key=value, default shown):\n" + describe_settings(GenerateSettings))
+    parser.add_argument("--config", metavar="FILE", help="YAML file of key: value settings")
+    if name == "generate":
+        parser.add_argument("--json", action="store_true",
+                            help="print one JSON object per prompt (text, tokens, finish reason, stats)")
+        parser.add_argument("--print-config", action="store_true",
+                            help="print a YAML config documenting every key with its default, and exit")
+    parser.add_argument("args", nargs="*", metavar="key=value | PROMPT")
+    return parser
+
+
+def parse_command(name: str, argv: list[str]) -> tuple[Any, argparse.Namespace]:
+    ns = _command_parser(name).parse_intermixed_args(argv)
+    overrides = [a if is_override(a) else f"prompt={a}" for a in ns.args]
+    return load_settings(GenerateSettings, overrides, ns.config), ns
+
+
+def config_template() -> str:
+    """configs/generate.yaml: every key commented out at its default, with its meaning."""
+    out = ["# fastdecode generate / chat settings: fastdecode generate --config configs/generate.yaml",
+           "# Every key is shown at its default (the defaults live in the Python dataclasses);",
+           "# uncomment a line to change it. key=value arguments on the command line win over this file.",
+           "# Regenerate with: fastdecode generate --print-config > configs/generate.yaml"]
+    for f in dataclasses.fields(GenerateSettings):
+        out.append("")
+        for line in _wrap(f.metadata.get("help", ""), 86):
+            out.append(f"# {line}")
+        value = f.default
+        out.append(f"# {f.name}: {json.dumps(list(value)) if isinstance(value, tuple) else _yaml(value)}")
+    return "\n".join(out) + "\n"
+
+
+def _yaml(value: Any) -> str:
+    return "null" if value is None else format_value(value)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width) or [""]
+
+
+def _dispatch(name: str, argv: list[str]) -> int:
+    module_name = _DISPATCH[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name and module_name.startswith(e.name):
+            raise FastDecodeError(f"'fastdecode {name}' is not available in this installation") from None
+        raise
+    return module.main(argv)
+
+
+def run(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_USAGE, file=sys.stdout if argv else sys.stderr)
+        return 0 if argv else EXIT_USAGE
+    if argv[0] == "--version":
+        print(f"fastdecode {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name in _DISPATCH:
+        return _dispatch(name, rest)
+    if name not in ("generate", "chat"):
+        raise FastDecodeError(f"unknown command {name!r}; accepted: generate, chat, {', '.join(_DISPATCH)}")
+    settings, ns = parse_command(name, rest)
+    if name == "chat":
+        return cmd_chat(settings)
+    if ns.print_config:
+        _write(config_template())
+        return 0
+    return cmd_generate(settings, ns.json)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return run(argv)
+    except FastDecodeError as e:
+        _error(str(e))
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        _error("interrupted")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head -1`). Point stdout at devnull so the
+        # interpreter's final flush does not fail again, then leave quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except Exception as e:  # noqa: BLE001 - one line for users; FASTDECODE_DEBUG=1 shows the traceback
+        if os.environ.get("FASTDECODE_DEBUG") == "1":
+            raise
+        _error(f"{type(e).__name__}: {_first_line(str(e))} (set FASTDECODE_DEBUG=1 for the traceback)")
+        return 1
+
+
+def _error(message: str) -> None:
+    print(f"fastdecode: error: {_first_line(message)}", file=sys.stderr)
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "(no message)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

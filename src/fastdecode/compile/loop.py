@@ -1,0 +1,102 @@
+"""The `generate` compile strategy: K decode steps per compiled call.
+
+One graph holds K model steps and everything between them: per-row sampling
+from a `SamplingBatch` built with every stage on (so requests with any
+settings share the graph), randomness passed in as Exponential noise drawn
+from each request's generator in the order the single-step path draws it,
+the penalties' statistics, and the EOS ban before min_new_tokens. The engine
+checks EOS, stop strings and lengths on the host after the call, and drops a
+row's tokens after it finished; new requests join between calls.
+
+A row's positions are clamped to the cache's last slot: after a row has
+finished inside a chunk, the steps left write only into its own slot, which
+no one reads until a new request has overwritten it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..sampling import SamplingBatch, sample
+from .strategies import CompiledSteps, Steps, own_code, require_cache
+
+DEFAULT_CHUNK = 8
+
+
+class ChunkDecoder:
+    """chunk(runner, requests) -> [(request, K new token ids, None)], one call
+    for all rows. The engine uses it while some row has >= K tokens to go."""
+
+    def __init__(self, steps: CompiledSteps, k: int = DEFAULT_CHUNK):
+        self.steps, self.k = steps, k
+        model = steps.model
+
+        # The K model steps are inlined, but each of their blocks is a nested
+        # compile region (model.TransformerBlock): the graph compiles one block
+        # and calls it K * n_layers times, so compile time barely grows with K.
+        def chunk_fn(token: Tensor, pos: Tensor, rows: Tensor, noise: Tensor, greedy: Tensor, temperature: Tensor,
+                     top_k: Tensor, top_p: Tensor, min_p: Tensor, repetition: Tensor, frequency: Tensor,
+                     presence: Tensor, counts: Tensor, seen: Tensor, bias: Tensor, eos: Tensor, n_gen: Tensor,
+                     min_new: Tensor):
+            # token, pos, rows, n_gen, min_new: [B]; noise: [K, B, V]; counts, seen: [slots, V]
+            # (updated in place); bias, eos: [B, V].
+            batch = SamplingBatch(greedy, temperature, top_k, top_p, min_p, repetition, frequency, presence)
+            last = model.kv_cache.seq_len - 1  # static: the engine's cache
+            out = []
+            for i in range(k):
+                p = (pos + i).clamp(max=last)[:, None]
+                logits = model(token[:, None], p, rows=rows, last_only=True)[:, -1]  # [B, V]
+                banned = eos & (n_gen + i < min_new)[:, None]
+                token = sample(logits, batch, noise[i], counts[rows], seen[rows], bias, banned)
+                counts.index_put_((rows, token), torch.ones_like(token, dtype=counts.dtype), accumulate=True)
+                seen.index_put_((rows, token), torch.ones_like(token, dtype=torch.bool))
+                out.append(token)
+            return torch.stack(out)  # [K, B]
+
+        self._chunk = torch.compile(own_code(chunk_fn), **steps.compile_kwargs)
+
+    def __call__(self, runner, reqs) -> list:
+        dev, k = runner.device, self.k
+        slots = [r.slot for r in reqs]
+        s = runner.sampling
+        with torch.inference_mode():
+            t = runner._tensor
+            b = s.batch(slots, full=True)
+            rows = t(slots)
+            args = (t([r.last_token for r in reqs]), t([r.pos for r in reqs]), rows, runner.noise(reqs, k),
+                    b.greedy, b.temperature, b.top_k, b.top_p, b.min_p, b.repetition, b.frequency, b.presence,
+                    s.counts, s.seen, s.bias[rows], s.eos[rows], t([r.n_generated for r in reqs]),
+                    t([r.config.min_new_tokens for r in reqs]))
+            # Dims marked dynamic: B everywhere, and K's neighbours never change.
+            dyn = {i: (0,) for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15, 16, 17)}
+            dyn[3] = (1,)
+            toks = self.steps.call(self._chunk, *args, dynamic=dyn)
+        for r in reqs:
+            r.pos += k
+        ids = toks.t().tolist()  # [B, K]
+        return [(r, ids[i], None) for i, r in enumerate(reqs)]
+
+    def warmup(self) -> None:
+        """Compile the chunk graph (it serves every batch size and setting) on slot 0."""
+        from types import SimpleNamespace
+
+        from ..engine.request import GenerationConfig
+        from ..engine.runner import Runner
+        from ..sampling import SamplingParams
+
+        model = self.steps.model
+        cache = require_cache(model)
+        runner = Runner(model, Steps(step=self.steps.step), cache.batch_size, cache.seq_len)
+        params = SamplingParams(temperature=0)
+        row = SimpleNamespace(slot=0, last_token=0, pos=1, n_generated=1, generator=None, params=params,
+                              config=GenerationConfig(max_new_tokens=self.k + 1))
+        runner.sampling.assign(0, params, [0], frozenset())
+        self(runner, [row])
+
+
+def make_generate_steps(model: torch.nn.Module, k: int = DEFAULT_CHUNK, **kwargs) -> Steps:
+    steps = CompiledSteps(model, **kwargs)
+    chunk = ChunkDecoder(steps, k)
+    steps.extra_warmups.append(chunk.warmup)
+    return Steps(step=steps.step, warmup=steps.warmup, chunk=chunk)

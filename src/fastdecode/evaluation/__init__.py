@@ -1,0 +1,1 @@
+"""Evaluating a loaded model: perplexity over windows of a text (perplexity.py)."""

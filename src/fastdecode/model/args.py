@@ -1,0 +1,192 @@
+"""Model configuration: the typed `ModelArgs` dataclass and its named presets."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..errors import FastDecodeError
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """RoPE scaling: Llama-3-style frequency-dependent ("rope_type": "llama3"), or
+    "linear" (every frequency divided by `factor`, as Gemma 3's global layers)."""
+
+    factor: float = 8.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int = 8192
+    kind: str = "llama3"  # "llama3" or "linear" (which ignores the other fields)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("llama3", "linear"):
+            raise FastDecodeError(f"rope_scaling.kind must be 'llama3' or 'linear', got {self.kind!r}")
+        if self.factor <= 0:
+            raise FastDecodeError(f"rope_scaling.factor must be > 0, got {self.factor}")
+        if not 0 < self.low_freq_factor < self.high_freq_factor:
+            raise FastDecodeError(
+                "rope_scaling needs 0 < low_freq_factor < high_freq_factor, got "
+                f"{self.low_freq_factor} and {self.high_freq_factor}"
+            )
+        if self.original_max_position_embeddings < 1:
+            raise FastDecodeError(
+                "rope_scaling.original_max_position_embeddings must be >= 1, got "
+                f"{self.original_max_position_embeddings}"
+            )
+
+
+LAYER_TYPES = ("global", "sliding")
+ACTIVATIONS = ("silu", "gelu_tanh")
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """Shape and numerics of one decoder for every family we load.
+
+    Llama, SmolLM and Mistral use the defaults (Mistral may set a sliding
+    window); Qwen2 adds q/k/v biases, Qwen3 QK-norm; Gemma 3 sets all of the
+    Gemma fields below. Each field is one named difference, not a family name.
+    """
+
+    dim: int
+    n_layers: int
+    n_heads: int
+    vocab_size: int
+    hidden_dim: int  # SwiGLU inner size
+    n_kv_heads: Optional[int] = None  # None: same as n_heads (no grouping)
+    head_dim: Optional[int] = None  # None: dim // n_heads
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: Optional[RopeScaling] = None
+    max_seq_len: int = 2048
+    tie_embeddings: bool = False
+    qkv_bias: bool = False  # Qwen2 has biases on q, k and v
+    qk_norm: bool = False  # RMSNorm over head_dim on q and k before RoPE (Qwen3, Gemma 3)
+    # Sliding-window attention: a query at position p attends to keys p - window < j <= p
+    # on "sliding" layers, to all keys j <= p on "global" ones. layer_types=None means
+    # every layer is sliding when a window is set (Mistral), global otherwise.
+    sliding_window: Optional[int] = None
+    layer_types: Optional[tuple[str, ...]] = None  # per layer: "global" or "sliding"
+    rope_local_theta: Optional[float] = None  # RoPE base of the sliding layers (Gemma 3); None: rope_theta
+    attn_scale: Optional[float] = None  # softmax scale; None: head_dim ** -0.5 (Gemma 3: query_pre_attn_scalar ** -0.5)
+    activation: str = "silu"  # gated MLP: SwiGLU ("silu") or GeGLU with tanh-approximate GELU ("gelu_tanh", Gemma)
+    embed_scale: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(dim))
+    post_norms: bool = False  # RMSNorm on the attention and MLP outputs before the residual add (Gemma 3)
+
+    def __post_init__(self) -> None:
+        # Derived fields are filled in here so every consumer sees concrete ints.
+        if self.n_kv_heads is None:
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        if self.head_dim is None and self.n_heads > 0:
+            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
+        for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim",
+                     "vocab_size", "hidden_dim", "max_seq_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise FastDecodeError(f"ModelArgs.{name} must be an integer >= 1, got {value!r}")
+        if self.n_heads % self.n_kv_heads:
+            raise FastDecodeError(
+                f"ModelArgs.n_heads ({self.n_heads}) must be a multiple of "
+                f"n_kv_heads ({self.n_kv_heads})"
+            )
+        if self.head_dim % 2:
+            raise FastDecodeError(f"ModelArgs.head_dim must be even for RoPE, got {self.head_dim}")
+        if not self.norm_eps > 0:
+            raise FastDecodeError(f"ModelArgs.norm_eps must be > 0, got {self.norm_eps}")
+        if not self.rope_theta > 0:
+            raise FastDecodeError(f"ModelArgs.rope_theta must be > 0, got {self.rope_theta}")
+        if isinstance(self.rope_scaling, dict):
+            object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+        self._check_attention_variants()
+
+    def _check_attention_variants(self) -> None:
+        if self.activation not in ACTIVATIONS:
+            raise FastDecodeError(f"ModelArgs.activation must be one of {', '.join(ACTIVATIONS)}, "
+                                  f"got {self.activation!r}")
+        if self.attn_scale is not None and not self.attn_scale > 0:
+            raise FastDecodeError(f"ModelArgs.attn_scale must be > 0, got {self.attn_scale}")
+        if self.rope_local_theta is not None and not self.rope_local_theta > 0:
+            raise FastDecodeError(f"ModelArgs.rope_local_theta must be > 0, got {self.rope_local_theta}")
+        if not self.embed_scale > 0:
+            raise FastDecodeError(f"ModelArgs.embed_scale must be > 0, got {self.embed_scale}")
+        w = self.sliding_window
+        if w is not None:
+            if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+                raise FastDecodeError(f"ModelArgs.sliding_window must be an integer >= 1, got {w!r}")
+            if w > self.max_seq_len:
+                raise FastDecodeError(f"sliding window of {w} positions is larger than the context of "
+                                      f"{self.max_seq_len} (max_seq_len)")
+        if self.layer_types is None:
+            return
+        # A tuple (JSON gives lists), so that args compare and hash by value.
+        types = tuple(self.layer_types)
+        object.__setattr__(self, "layer_types", types)
+        if len(types) != self.n_layers or any(t not in LAYER_TYPES for t in types):
+            raise FastDecodeError(f"ModelArgs.layer_types must name {self.n_layers} layers, each one of "
+                                  f"{', '.join(LAYER_TYPES)}; got {list(types)}")
+        if "sliding" in types and w is None:
+            raise FastDecodeError("ModelArgs.layer_types has sliding layers but sliding_window is not set")
+
+    def window(self, layer: int) -> int:
+        """The sliding window of layer `layer` in positions, 0 for a global layer."""
+        if self.sliding_window is None:
+            return 0
+        if self.layer_types is not None and self.layer_types[layer] == "global":
+            return 0
+        return self.sliding_window
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelArgs":
+        """Build from a dict, ignoring keys that are not fields."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def replace(self, **changes: Any) -> "ModelArgs":
+        return dataclasses.replace(self, **changes)
+
+
+# Presets are found by exact name and every one gets random, seeded weights
+# (api/llm.py); "tiny" is the fixture model for tests. The others copy a real
+# model's shapes for benchmarks, and their names start with "random-" so that
+# none is mistaken for the checkpoint it imitates.
+PRESETS: dict[str, ModelArgs] = {
+    "tiny": ModelArgs(
+        dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=260,
+        hidden_dim=160, max_seq_len=512, rope_theta=10000.0, tie_embeddings=False,
+    ),
+    # The fixture for the Gemma 3 differences: a sliding layer (window 16) then a
+    # global one, QK-norm, two RoPE bases, GeGLU, scaled embedding, post-norms.
+    "tiny-gemma3": ModelArgs(
+        dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=260, hidden_dim=160, max_seq_len=512,
+        rope_theta=10000.0, tie_embeddings=True, qk_norm=True, sliding_window=16,
+        layer_types=("sliding", "global"), rope_local_theta=100.0, attn_scale=24 ** -0.5,
+        activation="gelu_tanh", embed_scale=8.0, post_norms=True,
+    ),
+    "random-smollm2-135m": ModelArgs(  # the shapes of checkpoint smollm2-135m-instruct
+        dim=576, n_layers=30, n_heads=9, n_kv_heads=3, vocab_size=49152,
+        hidden_dim=1536, norm_eps=1e-5, rope_theta=100000.0, max_seq_len=8192,
+        tie_embeddings=True,
+    ),
+    "random-gemma3-270m": ModelArgs(  # the shapes of checkpoint gemma3-270m
+        dim=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256, vocab_size=262144, hidden_dim=2048,
+        norm_eps=1e-6, rope_theta=1_000_000.0, max_seq_len=32768, tie_embeddings=True, qk_norm=True,
+        sliding_window=512, layer_types=tuple("global" if (i + 1) % 6 == 0 else "sliding" for i in range(18)),
+        rope_local_theta=10000.0, attn_scale=256 ** -0.5, activation="gelu_tanh", embed_scale=640 ** 0.5,
+        post_norms=True,
+    ),
+}
+
+
+def get_preset(name: str) -> ModelArgs:
+    """Return the preset called exactly `name`, or fail listing the valid names."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise FastDecodeError(
+            f"unknown model preset {name!r}; valid presets: {', '.join(sorted(PRESETS))}"
+        ) from None
+
+
+__all__ = ["ModelArgs", "RopeScaling", "PRESETS", "get_preset"]

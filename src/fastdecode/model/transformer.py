@@ -1,0 +1,414 @@
+"""One decoder for every family we load: RMSNorm, RoPE, grouped-query attention,
+a gated MLP, with each family's differences as `ModelArgs` fields (QK-norm,
+sliding-window layers, a second RoPE base, GeGLU, a scaled embedding, Gemma's
+post-norms) and a small named branch where each applies.
+
+`Transformer.forward(tokens, input_pos, rows=...)` has two paths:
+- `input_pos=None`: full causal attention over `tokens`, no cache. This is the
+  reference the cached path is tested against.
+- `input_pos` given (after `setup_caches`): batch row b works on cache slot
+  `rows[b]`; its K/V are written at positions `input_pos[b]` ([B, T], one
+  position per token and row) and its queries attend to that slot's keys at
+  positions <= their own. Rows at different lengths share one step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .args import ModelArgs
+from .kv_cache import DynamicKVCache, KVCache, KvDtype, kv_name, to_float
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.native = False  # the fused kernel (fp32 CPU); set at load by quant.transform.apply_kernels
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.native:
+            return torch.ops.fastdecode.rms_norm(x, self.weight, self.eps)
+        # Normalize in fp32 as the reference implementations do; matters in bf16.
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_frequencies(args: ModelArgs, device: torch.device | str | None = None, *, local: bool = False) -> Tensor:
+    """Inverse frequencies [head_dim // 2], with the configured scaling.
+
+    local=True: the sliding layers' frequencies (base `rope_local_theta`, never scaled).
+    """
+    D = args.head_dim
+    theta = args.rope_local_theta if local else args.rope_theta
+    # In float32, as transformers computes them: at theta 1e6, float64 frequencies
+    # move the angles enough to show in the logits (Gemma 3, 784 tokens: 8e-4 from
+    # transformers' logits with float64, 1e-4 with float32).
+    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, device=device).float() / D))
+    s = None if local else args.rope_scaling
+    if s is None:
+        return inv_freq
+    if s.kind == "linear":
+        return inv_freq / s.factor
+    inv_freq = inv_freq.double()
+    # Long wavelengths are slowed by `factor`, short ones kept, and the band in
+    # between is interpolated smoothly.
+    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
+    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (
+        s.high_freq_factor - s.low_freq_factor)
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
+    mid = (wavelen <= low_wavelen) & (wavelen >= high_wavelen)
+    scaled = torch.where(mid, (1 - smooth) * inv_freq / s.factor + smooth * inv_freq, scaled)
+    return scaled.float()
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate pairs (i, i + D/2), the Hugging Face layout.
+
+    x: [B, T, H, D]; cos, sin: [B or 1, T, 1, D/2].
+    """
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs, window: int = 0):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
+        # Keys p - window < j <= p for a query at p; 0: all keys j <= p. A Python int,
+        # so compiled graphs hold it as a constant (one variant per window size).
+        self.window = window
+        self.scale = args.attn_scale  # None: SDPA's default, head_dim ** -0.5
+        self.kernel_scale = args.attn_scale if args.attn_scale is not None else 1.0 / math.sqrt(args.head_dim)
+        # QK-norm (Qwen3, Gemma 3): RMSNorm over each head's head_dim, before RoPE.
+        self.q_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
+        qkv_out = (args.n_heads + 2 * args.n_kv_heads) * args.head_dim
+        # q, k and v share one matmul; checkpoints keep them apart (see _fuse_qkv).
+        self.wqkv = nn.Linear(args.dim, qkv_out, bias=args.qkv_bias)
+        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+        self.kv_cache: Optional[KVCache | DynamicKVCache] = None
+        self.native = False  # the cache attention kernel (fp32 CPU); set at load by quant.transform.apply_kernels
+        self.register_load_state_dict_pre_hook(_fuse_qkv)
+
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, input_pos: Optional[Tensor],
+                rows: Optional[Tensor]) -> Tensor:
+        B, T, _ = x.shape
+        H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
+        # View before splitting: a view of the contiguous matmul output needs no
+        # stride reasoning, so compiled graphs do not specialize on B or T == 1.
+        qkv = self.wqkv(x).view(B, T, H + 2 * Hkv, D)
+        q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, cos, sin)  # [B, T, H, D]
+        k = apply_rope(k, cos, sin)  # [B, T, Hkv, D]
+
+        if input_pos is None and self.native:
+            # Cache-free causal attention on the native kernel, reading k/v [B, Hkv, T, D]
+            # views of this step's tokens: the same arithmetic as the cached path, and
+            # unlike SDPA's CPU kernels, the same on every instruction set and length.
+            pos = torch.arange(T, device=x.device).expand(B, T)
+            rows = torch.arange(B, device=x.device)
+            y = torch.ops.fastdecode.attention(q, k.transpose(1, 2), v.contiguous().transpose(1, 2), pos, rows,
+                                               self.window, self.kernel_scale)
+            return self.wo(y.view(B, T, H * D))
+        if input_pos is None:
+            # Reference path: plain expanded causal GQA over the current tokens only.
+            q = q.transpose(1, 2)  # [B, H, T, D]
+            k = k.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+            v = v.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
+            if self.window:
+                i = torch.arange(T, device=x.device)
+                mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - self.window)  # [T, T]
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+            else:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+            y = y.transpose(1, 2)  # [B, T, H, D]
+        else:
+            k_all, v_all = self.kv_cache.update(rows, input_pos, k, v)  # [slots, Hkv, S, D] views
+            if self.native:
+                # Reads each row's own slot up to its own position (from the window's
+                # first key on sliding layers), groups heads itself, and takes q /
+                # returns y as [B, T, H, D].
+                y = torch.ops.fastdecode.attention(q, k_all, v_all, input_pos, rows, self.window, self.kernel_scale)
+                return self.wo(y.view(B, T, H * D))
+            y = cache_attention(q, k_all, v_all, input_pos, rows, window=self.window, scale=self.scale)
+        y = y.clone(memory_format=torch.contiguous_format)  # [B, T, H, D]
+        return self.wo(y.view(B, T, H * D))
+
+
+def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, rows: Tensor, *,
+                    window: int = 0, scale: Optional[float] = None) -> Tensor:
+    """Attention over cache slots with scaled_dot_product_attention (the
+    portable path; the native kernel computes the same on fp32 CPUs).
+
+    q: [B, T, H, D]; k_all, v_all: [B_cache, Hkv, S, D]; input_pos: [B, T];
+    rows: [B]. Returns y: [B, T, H, D]. Spans the whole buffer under a mask
+    (keys j <= input_pos, and j > input_pos - window when window > 0).
+    """
+    B, T, H, D = q.shape
+    Hkv, S = k_all.shape[1], k_all.shape[2]
+    n_rep = H // Hkv
+    k, v = k_all.index_select(0, rows), v_all.index_select(0, rows)  # [B, Hkv, S, D]
+    k, v = to_float(k, q.dtype), to_float(v, q.dtype)  # a cache in another kv dtype: convert what is read
+    # Group the n_rep query heads of each kv head along the query axis instead
+    # of copying the cache n_rep times. An explicit copy: reshape would copy or
+    # not depending on whether B or T is 1, and compiled graphs would specialize.
+    q = q.transpose(1, 2).clone(memory_format=torch.contiguous_format).view(B, Hkv, n_rep * T, D)
+    keys = torch.arange(S, device=q.device)
+    mask = keys[None, None, None, :] <= input_pos[:, None, :, None]  # [B, 1, T, S]
+    if window:
+        mask = mask & (keys[None, None, None, :] > input_pos[:, None, :, None] - window)
+    if n_rep > 1:
+        mask = mask.repeat(1, 1, n_rep, 1)  # [B, 1, n_rep*T, S]; row r*T + t is head (kv, r), token t
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return y.view(B, H, T, D).transpose(1, 2)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.w13 = nn.Linear(args.dim, 2 * args.hidden_dim, bias=False)  # gate and up, fused
+        self.w2 = nn.Linear(args.hidden_dim, args.dim, bias=False)
+        self.gelu = args.activation == "gelu_tanh"  # GeGLU (Gemma) instead of SwiGLU
+        self.register_load_state_dict_pre_hook(_fuse_w13)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate, up = self.w13(x).chunk(2, dim=-1)
+        gate = F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)
+        return self.w2(gate * up)
+
+
+class Embedding(nn.Embedding):
+    """The token table; `as_linear` is the tied output head (logits = x E^T)."""
+
+    def as_linear(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight)
+
+
+def _embedding(n: int, dim: int) -> Embedding:
+    # load() builds on the meta device, where nn.Embedding's normal_ init goes through
+    # torch._refs, whose first use imports Dynamo: 1.5 s of a warm start. Meta needs no init.
+    if torch.empty(0).device.type == "meta":
+        return Embedding(n, dim, _weight=torch.empty(n, dim))
+    return Embedding(n, dim)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, args: ModelArgs, layer: int = 0):
+        super().__init__()
+        self.attention_norm = RMSNorm(args.dim, args.norm_eps)
+        self.attention = Attention(args, window=args.window(layer))
+        self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.feed_forward = FeedForward(args)
+        # Gemma 3's sandwich: the attention and MLP outputs are normalized again
+        # before they join the residual stream.
+        self.post_attention_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
+        self.post_ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
+
+    # A plain call in eager mode. Under torch.compile, Dynamo traces one block
+    # and Inductor compiles it once for all n_layers (which share code and
+    # shapes): ~3x less compile time than inlining 30 copies.
+    @torch.compiler.nested_compile_region
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, input_pos: Optional[Tensor],
+                rows: Optional[Tensor]) -> Tensor:
+        h = self.attention(self.attention_norm(x), cos, sin, input_pos, rows)
+        if self.post_attention_norm is not None:
+            h = self.post_attention_norm(h)
+        x = x + h
+        h = self.feed_forward(self.ffn_norm(x))
+        if self.post_ffn_norm is not None:
+            h = self.post_ffn_norm(h)
+        return x + h
+
+
+class Transformer(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.tok_embeddings = _embedding(args.vocab_size, args.dim)
+        self.layers = nn.ModuleList(TransformerBlock(args, i) for i in range(args.n_layers))
+        self.norm = RMSNorm(args.dim, args.norm_eps)
+        # Tied models use the embedding table as the head (tok_embeddings.as_linear);
+        # a shared Parameter would not survive load_state_dict(assign=True).
+        self.output = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)
+        self.register_buffer("rope_cos", torch.empty(0), persistent=False)
+        self.register_buffer("rope_sin", torch.empty(0), persistent=False)
+        # The sliding layers' tables when they have a RoPE base of their own (Gemma 3).
+        self.register_buffer("rope_local_cos", torch.empty(0), persistent=False)
+        self.register_buffer("rope_local_sin", torch.empty(0), persistent=False)
+        # The KV caches' dtype (see kv_cache.py): None is the model's own; load() sets its kv_dtype.
+        self.kv_dtype: Optional[KvDtype] = None
+        if self.norm.weight.device.type != "meta":
+            self.init_rope()
+
+    @property
+    def device(self) -> torch.device:
+        return self.norm.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The activations' dtype (weights may be stored quantized)."""
+        return self.norm.weight.dtype
+
+    # -- buffers and caches -------------------------------------------------
+
+    def init_rope(self, device: torch.device | str | None = None) -> None:
+        """(Re)build the cos/sin tables [max_seq_len, head_dim/2]; call after loading onto `device`."""
+        device = device or self.device
+        positions = torch.arange(self.args.max_seq_len, device=device, dtype=torch.float32)
+        angles = torch.outer(positions, rope_frequencies(self.args, device))
+        self.rope_cos, self.rope_sin = angles.cos(), angles.sin()
+        if self.args.rope_local_theta is not None:
+            angles = torch.outer(positions, rope_frequencies(self.args, device, local=True))
+            self.rope_local_cos, self.rope_local_sin = angles.cos(), angles.sin()
+
+    @property
+    def kv_dtype_name(self) -> str:
+        """The KV caches' dtype: "float32", "float16", "bfloat16" or "q8_0"."""
+        return kv_name(self.kv_dtype or self.dtype)
+
+    def setup_caches(self, max_batch_size: int, max_seq_len: int, dtype: Optional[KvDtype] = None,
+                     device: torch.device | str | None = None, kind: str = "static") -> None:
+        """Give every layer a KV cache of shape [max_batch_size, n_kv_heads, max_seq_len, head_dim]
+        (the engine does, once; see engine.Engine).
+
+        kind="static" preallocates (compile-friendly); kind="dynamic" grows
+        along the sequence by concatenation. dtype: the caches' kv dtype (a float
+        dtype or "q8_0"); default `self.kv_dtype`, else the model's dtype.
+        """
+        if max_seq_len > self.args.max_seq_len:
+            raise ValueError(f"cache length {max_seq_len} exceeds the model's max_seq_len {self.args.max_seq_len}")
+        dtype = dtype or self.kv_dtype or self.dtype
+        device = device or self.device
+        a = self.args
+        for layer in self.layers:
+            if kind == "static":
+                cache = KVCache(max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, dtype, device,
+                                zero=not layer.attention.native)
+            elif kind == "dynamic":
+                cache = DynamicKVCache(max_batch_size, a.n_kv_heads, a.head_dim, dtype, device)
+            else:
+                raise ValueError(f"unknown cache kind {kind!r}; valid: 'static', 'dynamic'")
+            layer.attention.kv_cache = cache
+
+    def reset_caches(self) -> None:
+        for layer in self.layers:
+            if layer.attention.kv_cache is not None:
+                layer.attention.kv_cache.reset()
+
+    def free_caches(self) -> None:
+        for layer in self.layers:
+            layer.attention.kv_cache = None
+
+    @property
+    def kv_cache(self) -> Optional[KVCache | DynamicKVCache]:
+        """The first layer's cache (all layers share kind and shape), or None."""
+        return self.layers[0].attention.kv_cache if len(self.layers) else None
+
+    # -- forward ------------------------------------------------------------
+
+    def forward(self, tokens: Tensor, input_pos: Optional[Tensor] = None, *,
+                rows: Optional[Tensor] = None, last_only: bool = False,
+                logits_at: Optional[Tensor] = None) -> Tensor:
+        """tokens: [B, T] -> logits [B, T, V] ([B, 1, V] with last_only).
+
+        logits_at: [B, n] indices into T: only those positions get logits,
+            [B, n, V] (a prefill chunk needs its last, a verify step all).
+
+        input_pos: [B, T] cache positions of the tokens, or None for the
+            cache-free reference path (positions 0..T-1, causal).
+        rows: [B] the cache slot of each batch row; None means slots 0..B-1.
+        """
+        B, T = tokens.shape
+        if input_pos is None:
+            pos = torch.arange(T, device=tokens.device)[None, :]  # [1, T]
+        elif self.kv_cache is None:
+            raise RuntimeError("input_pos given but no caches: call setup_caches() first")
+        else:
+            pos = input_pos  # [B, T]
+            if rows is None:
+                rows = torch.arange(B, device=tokens.device)
+        cos = self.rope_cos[pos].unsqueeze(2)  # [B or 1, T, 1, D/2]
+        sin = self.rope_sin[pos].unsqueeze(2)
+        local = (cos, sin)  # the sliding layers' tables
+        if self.args.rope_local_theta is not None:
+            local = (self.rope_local_cos[pos].unsqueeze(2), self.rope_local_sin[pos].unsqueeze(2))
+
+        x = self.tok_embeddings(tokens)
+        if self.args.embed_scale != 1.0:
+            x = x * self.args.embed_scale  # Gemma: sqrt(dim)
+        for layer in self.layers:
+            c, s = local if layer.attention.window else (cos, sin)
+            x = layer(x, c, s, input_pos, rows)
+        if last_only:
+            x = x[:, -1:]
+        elif logits_at is not None:
+            x = x.gather(1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))  # [B, n, dim]
+        x = self.norm(x)
+        return self.tok_embeddings.as_linear(x) if self.output is None else self.output(x)
+
+
+# The packed tensors' suffixes (quant.formats.SUFFIXES; not imported: quant imports this module).
+PACKED_SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin")
+
+
+def _fuse(state_dict: dict, prefix: str, parts: tuple[str, ...], fused: str) -> None:
+    # Float weights and biases, or the packed tensors of quantized weights
+    # (rows of a block-quantized matrix are independent, so they concatenate too).
+    for suffix in ("weight", "bias", *PACKED_SUFFIXES):
+        keys = [f"{prefix}{p}.{suffix}" for p in parts]
+        if all(k in state_dict for k in keys):
+            tensors = [state_dict.pop(k) for k in keys]
+            view = adjacent_rows(tensors)
+            state_dict[f"{prefix}{fused}.{suffix}"] = torch.cat(tensors) if view is None else view
+
+
+def adjacent_rows(tensors: list[Tensor]) -> Optional[Tensor]:
+    """The concatenation of `tensors` along dim 0 as a view, when they already lie
+    back to back in one storage (row views of a matrix stored fused, e.g. a
+    memory-mapped cache entry); None otherwise, and the caller copies."""
+    first = tensors[0]
+    offset = first.storage_offset()
+    for t in tensors:
+        if (not t.is_contiguous() or t.dtype != first.dtype or t.shape[1:] != first.shape[1:]
+                or t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+                or t.storage_offset() != offset):
+            return None
+        offset += t.numel()
+    rows = sum(t.shape[0] for t in tensors)
+    return first.as_strided((rows, *first.shape[1:]), first.stride())
+
+
+def _fuse_qkv(module, state_dict, prefix, *args) -> None:
+    _fuse(state_dict, prefix, ("wq", "wk", "wv"), "wqkv")
+
+
+def _fuse_w13(module, state_dict, prefix, *args) -> None:
+    _fuse(state_dict, prefix, ("w1", "w3"), "w13")
+
+
+def init_random_weights(model: Transformer, seed: int = 0) -> Transformer:
+    """Seeded random weights, scaled so logits are peaked (greedy ties are rare in tests)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            elif p.dim() == 1:  # biases
+                p.copy_(0.1 * torch.randn(p.shape, generator=g))
+            else:
+                std = 1.0 if "tok_embeddings" in name else p.shape[1] ** -0.5
+                p.copy_(std * torch.randn(p.shape, generator=g))
+    return model

@@ -1,0 +1,90 @@
+"""Render a checkpoint's Jinja chat template the way transformers' `apply_chat_template` does.
+
+Templates come from downloaded files, so they run in jinja2's immutable
+sandbox: no attribute access to Python internals and no mutation of the
+messages passed in. The environment options and helpers (`raise_exception`,
+`strftime_now`, a `tojson` that does not HTML-escape) match transformers, so a
+template renders to the same text in both.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Optional
+
+import jinja2
+from jinja2.ext import loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from ..errors import FastDecodeError
+
+if TYPE_CHECKING:
+    from .tokenizer import Tokenizer
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
+            separators: Optional[tuple[str, str]] = None, sort_keys: bool = False) -> str:
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+@functools.lru_cache(maxsize=16)
+def compile_template(source: str) -> jinja2.Template:
+    """Compile once per template text; a syntax error is reported as bad input."""
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    try:
+        return env.from_string(source)
+    except jinja2.TemplateSyntaxError as e:
+        raise FastDecodeError(f"chat template has a syntax error on line {e.lineno}: {e.message}") from None
+
+
+def _check_messages(messages: Any) -> None:
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise FastDecodeError("messages must be a non-empty list of {'role': ..., 'content': ...} dicts")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or "content" not in m:
+            raise FastDecodeError(
+                f"messages[{i}] must be a dict with a str 'role' and a 'content', got {m!r:.80}")
+
+
+def special_token_strings(tokenizer: "Tokenizer") -> dict[str, str]:
+    """bos_token, eos_token, ... as templates expect them; empty names are left out."""
+    mapping = getattr(tokenizer, "special_tokens_map", None)
+    if mapping is None:  # tokenizers without named specials: spell the ids out
+        mapping = {}
+        if tokenizer.bos_id is not None:
+            mapping["bos_token"] = tokenizer.decode([tokenizer.bos_id], skip_special_tokens=False)
+        if tokenizer.eos_ids:
+            mapping["eos_token"] = tokenizer.decode([min(tokenizer.eos_ids)], skip_special_tokens=False)
+    return {k: v for k, v in mapping.items() if v is not None}
+
+
+def render_chat_template(tokenizer: "Tokenizer", messages: list[dict], *, add_generation_prompt: bool = True,
+                         template: Optional[str] = None, **extra: Any) -> str:
+    """The prompt text for `messages`, ending with the assistant header when `add_generation_prompt`.
+
+    `template` overrides the tokenizer's; `extra` reaches the template as variables
+    (e.g. `tools=[...]`), as in transformers.
+    """
+    source = template if template is not None else tokenizer.chat_template
+    if source is None:
+        raise FastDecodeError("this model has no chat template; use plain prompts instead")
+    _check_messages(messages)
+    variables = {"tools": None, "documents": None, **special_token_strings(tokenizer), **extra}
+    try:
+        return compile_template(source).render(
+            messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+    except jinja2.TemplateError as e:
+        raise FastDecodeError(f"chat template failed: {e.message or type(e).__name__}") from None

@@ -1,0 +1,115 @@
+"""Tokenizer interface, the byte tokenizer of the tiny test model, and streaming detokenization.
+
+Real checkpoints bring their own tokenizer (see `fastdecode.checkpoints`); every
+tokenizer implements the `Tokenizer` interface below so the generation loop
+never needs to know where it came from.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+from ..errors import FastDecodeError
+
+
+class Tokenizer:
+    """What the engine needs from a tokenizer.
+
+    Attributes:
+        vocab_size: number of ids the tokenizer can produce.
+        bos_id: id prepended by `encode` when `add_bos` applies, or None.
+        eos_ids: ids that end a generation.
+        pad_id: id used for left padding in batches (never attended to).
+        chat_template: Jinja source of the checkpoint's chat template, or None.
+    """
+
+    vocab_size: int
+    bos_id: Optional[int] = None
+    eos_ids: frozenset[int] = frozenset()
+    pad_id: int = 0
+    chat_template: Optional[str] = None
+    add_bos: bool = False
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        raise NotImplementedError
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        raise NotImplementedError
+
+    def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
+        """Render `messages` as the model's prompt text."""
+        if self.chat_template is None:
+            raise FastDecodeError("this model has no chat template; use plain prompts instead")
+        from .chat_template import render_chat_template
+
+        return render_chat_template(self, messages, add_generation_prompt=add_generation_prompt)
+
+
+# A minimal ChatML-like template for the byte-level presets, so chat paths can be
+# tested on the tiny model (real checkpoints bring their own template).
+BYTE_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+class ByteTokenizer(Tokenizer):
+    """UTF-8 bytes as ids 0-255, then <bos>=256, <eos>=257, <pad>=258.
+
+    Used by the tiny random model. Random weights produce arbitrary bytes, which
+    exercises the rule that streamed pieces are never broken UTF-8.
+    """
+
+    BOS, EOS, PAD = 256, 257, 258
+
+    def __init__(self, vocab_size: int = 260, chat_template: Optional[str] = None):
+        if vocab_size < 259:
+            raise FastDecodeError(f"ByteTokenizer needs vocab_size >= 259, got {vocab_size}")
+        self.vocab_size = vocab_size
+        self.bos_id = self.BOS
+        self.eos_ids = frozenset({self.EOS})
+        self.pad_id = self.PAD
+        self.add_bos = True
+        self.chat_template = chat_template
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
+        ids = list(text.encode("utf-8"))
+        return [self.BOS, *ids] if (add_special_tokens and self.add_bos) else ids
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
+        data = bytes(int(i) for i in ids if 0 <= int(i) < 256)
+        return data.decode("utf-8", errors="replace")
+
+
+class StreamDecoder:
+    """Turns a stream of token ids into text pieces that are never cut mid-character.
+
+    Decoding one token at a time is wrong for byte-level BPE (a character can span
+    tokens) and for SentencePiece (leading spaces depend on context). We decode a
+    short window of recent ids twice, with and without the newest ones, and emit
+    the difference once it no longer ends in an incomplete character.
+    """
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self._prefix = 0  # window start: context for the next piece
+        self._read = 0  # ids before this index have been emitted
+
+    def push(self, ids: Iterable[int]) -> str:
+        self.ids.extend(int(i) for i in ids)
+        decode = self.tokenizer.decode
+        prev = decode(self.ids[self._prefix:self._read])
+        cur = decode(self.ids[self._prefix:])
+        if len(cur) > len(prev) and not cur.endswith("\ufffd") and cur.startswith(prev):
+            self._prefix, self._read = self._read, len(self.ids)
+            return cur[len(prev):]
+        return ""
+
+    def flush(self) -> str:
+        """Whatever is still held back (an incomplete character at the very end)."""
+        decode = self.tokenizer.decode
+        prev = decode(self.ids[self._prefix:self._read])
+        cur = decode(self.ids[self._prefix:])
+        self._prefix = self._read = len(self.ids)
+        return cur[len(prev):] if cur.startswith(prev) else ""

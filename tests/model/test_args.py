@@ -1,0 +1,41 @@
+import pytest
+
+from fastdecode import FastDecodeError, ModelArgs, get_preset
+from fastdecode.model.args import PRESETS, RopeScaling
+
+
+def test_preset_lookup_is_exact():
+    assert get_preset("tiny").dim == 64
+    with pytest.raises(FastDecodeError) as e:
+        get_preset("Tiny")
+    for name in PRESETS:
+        assert name in str(e.value)
+
+
+def test_derived_fields():
+    a = ModelArgs(dim=128, n_layers=1, n_heads=8, vocab_size=10, hidden_dim=32)
+    assert a.n_kv_heads == 8 and a.head_dim == 16
+
+
+@pytest.mark.parametrize("changes, word", [
+    (dict(n_kv_heads=3), "multiple"),
+    (dict(dim=0), "dim"),
+    (dict(head_dim=7), "even"),
+    (dict(norm_eps=0.0), "norm_eps"),
+    (dict(rope_theta=-1.0), "rope_theta"),
+])
+def test_invalid_args(changes, word):
+    with pytest.raises(FastDecodeError, match=word):
+        get_preset("tiny").replace(**changes)
+
+
+def test_rope_scaling_from_dict_and_validation():
+    a = get_preset("tiny").replace(rope_scaling=dict(factor=8.0))
+    assert isinstance(a.rope_scaling, RopeScaling)
+    with pytest.raises(FastDecodeError, match="low_freq_factor"):
+        RopeScaling(low_freq_factor=4.0, high_freq_factor=1.0)
+
+
+def test_from_dict_ignores_unknown_keys():
+    a = ModelArgs.from_dict(dict(dim=64, n_layers=1, n_heads=4, vocab_size=300, hidden_dim=8, foo=1))
+    assert a.dim == 64
