@@ -19,7 +19,9 @@ import time
 import torch
 
 import fastdecode
-from fastdecode.compile.strategies import CompiledSteps, Steps, make_steps
+from fastdecode.compile.compiled import CompiledSteps
+from fastdecode.compile.steps import Steps
+from fastdecode.compile.strategies import make_steps
 from fastdecode.kernels.linear import use_gemv
 
 

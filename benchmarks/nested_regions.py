@@ -19,7 +19,7 @@ import torch
 
 def measure(nested: bool) -> dict:
     import fastdecode
-    from fastdecode.compile.strategies import CompiledSteps
+    from fastdecode.compile.compiled import CompiledSteps
     from fastdecode.model.transformer import TransformerBlock
 
     if not nested:  # the undecorated function: Dynamo inlines all 30 blocks

@@ -5,9 +5,9 @@ from .api.llm import LLM, load
 from .errors import FastDecodeError
 from .model.args import ModelArgs, RopeScaling, PRESETS, get_preset
 from .sampling import SamplingParams
+from .version import __version__
 
 __all__ = [
     "LLM", "load", "Completion", "GenerationConfig", "SamplingParams", "ModelArgs", "RopeScaling",
     "PRESETS", "get_preset", "FastDecodeError",
 ]
-__version__ = "0.1.0"

@@ -15,7 +15,8 @@ import torch
 
 from ..compile import background as background_export
 from ..compile.background import ExportJob, PackageWhenReady
-from ..compile.strategies import Steps, make_steps
+from ..compile.steps import Steps
+from ..compile.strategies import make_steps
 from ..engine import DEFAULT_PREFILL_CHUNK, Engine
 from ..engine.draft import DraftModel
 from ..engine.speculative import check_speculative, draft_model_name

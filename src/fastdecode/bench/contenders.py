@@ -81,7 +81,7 @@ class EngineContender(Contender):
     engine = "fastdecode"
 
     def __init__(self, mode: str, s: BenchSettings):
-        import fastdecode
+        from ..api.llm import load
 
         self.name = mode
         self.compiles = MODES[mode].get("compile", "none") != "none"
@@ -90,8 +90,8 @@ class EngineContender(Contender):
         kwargs = {"weights": s.weights, **MODES[mode]}
         # Every run repeats its row's prompt: with prefix caching on, runs after the first would
         # time a prefill of one token, not the prompt's (llama.cpp's peer gets no cache either).
-        self.llm = fastdecode.load(s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size,
-                                   max_seq_len=s.max_seq_len, tp=s.tp, prefix_cache=False, **kwargs)
+        self.llm = load(s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size,
+                        max_seq_len=s.max_seq_len, tp=s.tp, prefix_cache=False, **kwargs)
         if mode == "package":
             self.load_compile_s = self._use_package(s)
         self.load_s = time.perf_counter() - t0

@@ -129,18 +129,18 @@ async def measure_interference(llm, s: EngineBenchSettings) -> dict:
 def run(s: EngineBenchSettings) -> dict:
     import torch
 
-    import fastdecode
+    from ..api.llm import load
     from ..engine import EngineThread
 
-    def load():
+    def load_llm():
         if s.threads:
             torch.set_num_threads(s.threads)
-        return fastdecode.load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compile=s.compile,
-                               compiled=s.compiled, max_batch_size=max(max(s.concurrency), s.streams + 1),
-                               max_seq_len=s.max_seq_len, prefill_chunk=s.prefill_chunk)
+        return load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compile=s.compile,
+                    compiled=s.compiled, max_batch_size=max(max(s.concurrency), s.streams + 1),
+                    max_seq_len=s.max_seq_len, prefill_chunk=s.prefill_chunk)
 
     # The engine's thread loads the model too (engine.engine explains why).
-    thread = EngineThread(load)
+    thread = EngineThread(load_llm)
     thread.start()
     llm = thread.wait()
     report = {"settings": asdict(s), "source": llm.source, "weights": llm.weights_summary,

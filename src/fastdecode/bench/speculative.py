@@ -83,12 +83,12 @@ class SpecBenchSettings(ModelKeys):
 
 
 def run(s: SpecBenchSettings) -> dict:
-    import fastdecode
+    from ..api.llm import load
     from ..engine import EngineThread
 
-    thread = EngineThread(lambda: fastdecode.load(s.model, device=s.device, dtype=s.dtype, weights=s.weights,
-                                                  compiled=s.compiled, max_batch_size=1,
-                                                  speculative=(s.draft_modes or ["none"])[0]))
+    thread = EngineThread(lambda: load(s.model, device=s.device, dtype=s.dtype, weights=s.weights,
+                                       compiled=s.compiled, max_batch_size=1,
+                                       speculative=(s.draft_modes or ["none"])[0]))
     thread.start()
     llm = thread.wait()
     tasks = {"grounded": grounded_tasks(llm.tokenizer), "open-ended": OPEN_ENDED}

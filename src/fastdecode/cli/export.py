@@ -11,8 +11,10 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
+from ..compile.background import ExportJob, run_child
 from ..errors import FastDecodeError
 from .keys import ModelKeys, describe_settings, load_settings, parse_config_args
 
@@ -77,3 +79,25 @@ def main(argv: list[str]) -> int:
         export_package(llm.model, out)
     print(f"wrote {out} in {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+def export_job(argv: list[str]) -> int:
+    """The background export's child, which compile/background.py starts."""
+    return run_child(argv, _export_as_the_parent_loaded)
+
+
+def _export_as_the_parent_loaded(job: ExportJob) -> None:
+    from ..api.llm import load
+    from ..compile.aot import export_package, package_path
+    from ..quant.transform import set_gemv
+
+    path = Path(job.path)
+    llm = load(job.model, dtype=job.dtype, weights=job.weights, compiled=None, max_batch_size=1,
+               max_seq_len=16, kv_dtype=job.kv_dtype)
+    if llm.kernels.gemv != job.gemv:
+        set_gemv(llm.model, job.gemv)
+    if package_path(llm.model) != path:
+        raise RuntimeError("the model loaded here does not match the parent's package key")
+    t0 = time.perf_counter()
+    export_package(llm.model, path)
+    print(f"exported {path} in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -18,7 +18,6 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from .. import __version__
 from ..api.generate import GenerationConfig
 from ..api.llm import DEFAULT_MODEL, LLM, load
 from ..compile.strategies import STRATEGIES
@@ -27,6 +26,7 @@ from ..engine.speculative import draft_model_name
 from ..errors import FastDecodeError
 from ..model.args import PRESETS
 from ..sampling import SamplingParams
+from ..version import __version__
 from .keys import (copy_fields, decode_utf8, describe_settings, format_value, is_override, load_settings,
                    read_user_file)
 from .progress import progress

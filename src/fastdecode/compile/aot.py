@@ -37,7 +37,6 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from .. import __version__
 from ..errors import FastDecodeError
 from ..kernels import load_kernels
 from ..kernels.select import cpu_model
@@ -46,7 +45,8 @@ from ..model.kv_cache import KVCache, kv_storage
 from ..model.transformer import Transformer
 from ..quant.linear import _Packed
 from ..quant.transform import native_ops, set_gemv
-from .strategies import Steps
+from ..version import __version__
+from .steps import Steps
 
 # 5: the caches' dtype (kv_dtype: float32, float16, bfloat16, q8_0) is in the metadata and checked;
 # 4: the attention kernel takes a sliding window and a softmax scale (its C entry point changed);

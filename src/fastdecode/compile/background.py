@@ -34,7 +34,7 @@ from typing import Callable, Optional
 import torch
 
 from ..paths import busy_lock
-from .strategies import Steps
+from .steps import Steps
 
 log = logging.getLogger("fastdecode")
 RETRY_FAILED_AFTER_S = 24 * 3600
@@ -167,7 +167,7 @@ try:
     fd = os.open(busy_path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
 except OSError:
     fd = None
-code = "import sys; from fastdecode.compile.background import main; sys.exit(main(sys.argv[1:]))"
+code = "import sys; from fastdecode.cli.export import export_job; sys.exit(export_job(sys.argv[1:]))"
 worker = subprocess.Popen([sys.executable, "-c", code, job], start_new_session=True,
                           preexec_fn=die_with_supervisor)
 paused = False
@@ -232,8 +232,13 @@ class PackageWhenReady:
             log.info("switched to this machine's compiled package %s", self.path)
 
 
-def main(argv: list[str]) -> int:
-    """The child: load the model as the parent did, export its package, remove the lock."""
+def run_child(argv: list[str], export: Callable[[ExportJob], None]) -> int:
+    """The child's side: at the lowest priority, on one thread, run `export(job)` (load the
+    model as the parent did and export its package); record a failure, remove the lock.
+
+    `export` is passed in (cli/export.py's `export_job`) because it loads the model
+    through the API, which imports this module.
+    """
     job = ExportJob(**json.loads(argv[0]))
     path = Path(job.path)
     try:
@@ -242,20 +247,7 @@ def main(argv: list[str]) -> int:
         pass
     torch.set_num_threads(1)
     try:
-        from .aot import export_package, package_path
-        from ..api.llm import load
-
-        from ..quant.transform import set_gemv
-
-        llm = load(job.model, dtype=job.dtype, weights=job.weights, compiled=None, max_batch_size=1,
-                   max_seq_len=16, kv_dtype=job.kv_dtype)
-        if llm.kernels.gemv != job.gemv:
-            set_gemv(llm.model, job.gemv)
-        if package_path(llm.model) != path:
-            raise RuntimeError("the model loaded here does not match the parent's package key")
-        t0 = time.perf_counter()
-        export_package(llm.model, path)
-        print(f"exported {path} in {time.perf_counter() - t0:.0f} s", flush=True)
+        export(job)
         path.with_suffix(".failed").unlink(missing_ok=True)
         return 0
     except BaseException as e:  # noqa: BLE001 - record why, for the parent's next load

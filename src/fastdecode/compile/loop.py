@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 from ..sampling import SamplingBatch, sample
-from .strategies import CompiledSteps, Steps, own_code, require_cache
+from .compiled import CompiledSteps, own_code, require_cache
+from .steps import Steps
 
 DEFAULT_CHUNK = 8
 

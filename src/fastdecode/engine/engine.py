@@ -37,7 +37,7 @@ from typing import AsyncIterator, Callable, Optional, Sequence
 import torch
 
 from . import timing as metrics
-from ..compile.strategies import Steps
+from ..compile.steps import Steps
 from ..errors import FastDecodeError
 from ..model.kv_cache import cache_bytes
 from ..paths import BusyFlag

@@ -8,7 +8,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from ..compile.strategies import Steps
+from ..compile.steps import Steps
 from ..sampling import SamplingBatch, adjust, logits_to_probs, sample, token_logprobs
 from ..sampling.acceptance import accept_or_resample
 from ..sampling.slots import SlotSampling
