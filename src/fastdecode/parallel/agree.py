@@ -25,7 +25,7 @@ def rank0_value(value: Any, group: dist.ProcessGroup) -> Any:
 
 def same_kernels(model: nn.Module, choice: KernelChoice, group: dist.ProcessGroup) -> KernelChoice:
     """Make every rank run rank 0's float kernels. The GEMV is chosen by timing
-    it (quant.transform.gemv_is_faster), which can come out differently on two
+    it (kernels.select.gemv_is_faster), which can come out differently on two
     ranks, and it rounds differently from F.linear."""
     gemv = rank0_value(choice.gemv, group)
     if gemv != choice.gemv:

@@ -3,19 +3,18 @@
 `build_model` turns a state dict (float tensors, or the packed tensors of
 `formats.py`) into a Transformer whose linears and embedding are
 `QuantLinear`/`QuantEmbedding` where the weights are packed. `apply_kernels`
-then picks, once, the native kernels or the PyTorch reference path, and for
-float32 CPU models the native GEMV where it measures faster than `F.linear`.
+then sets, once, the native kernels or the PyTorch reference path on each
+module, and for float32 CPU models the native GEMV where it measures faster
+than `F.linear`, as `kernels.select` chooses.
 Compile strategies and exported packages take the model as this leaves it.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..model.args import ModelArgs
@@ -165,42 +164,6 @@ class KernelChoice:
     reason: Optional[str] = None  # why the native kernels are not used, if they are not
 
 
-_gemv_faster: Optional[bool] = None
-
-
-def gemv_is_faster() -> bool:
-    """Whether the native GEMV beats F.linear at batch 1 on this machine: measured
-    once per machine (`kernels.select.measured_once`), since the choice is part of an
-    exported package's key and a noisy timing must not flip it between runs.
-
-    On some CPUs (an Intel Xeon here) MKL's GEMV already uses every core and
-    wins; on others (AMD EPYC) it runs on one core and the kernel wins.
-    """
-    global _gemv_faster
-    if _gemv_faster is None:
-        from ..kernels.select import measured_once
-
-        _gemv_faster = measured_once("native GEMV faster than F.linear", _time_gemv)
-    return _gemv_faster
-
-
-def _time_gemv() -> bool:
-    w, x = torch.randn(1536, 576), torch.randn(1, 576)
-
-    def best(f) -> float:
-        f()
-        times = []
-        for _ in range(5):
-            t = time.perf_counter()
-            for _ in range(10):
-                f()
-            times.append(time.perf_counter() - t)
-        return min(times)
-
-    with torch.inference_mode():
-        return best(lambda: torch.ops.fastdecode.gemv(x, w)) < best(lambda: F.linear(x, w))
-
-
 def native_ops(model: nn.Module) -> list[str]:
     """The torch.ops.fastdecode kernels `model`'s forward calls, sorted."""
     from ..kernels.linear import GemvEmbedding, GemvLinear
@@ -221,27 +184,28 @@ def native_ops(model: nn.Module) -> list[str]:
 def apply_kernels(model: Transformer, *, gemv: Optional[bool] = None) -> KernelChoice:
     """Pick the kernels for `model` in place. gemv=None measures (float32 CPU models only)."""
     from .. import kernels
+    from ..kernels import select
 
     choice = KernelChoice()
     packed = [m for m in model.modules() if isinstance(m, _Packed)]
     on_cpu = model.device.type == "cpu"
-    native = on_cpu and (bool(packed) or model.dtype == torch.float32) and kernels.load_kernels()
+    native = select.use_native(model.device, model.dtype, quantized=bool(packed))
     if packed:
         for m in packed:
             m.native = native
         choice.quant = f"native ({kernels.active_isa()})" if native else "reference"
         if not native and on_cpu:
             choice.reason = kernels.unavailable_reason
-    if native and model.dtype == torch.float32:
+    if native and select.native_float_layers(model.dtype):
         for m in model.modules():
             if isinstance(m, RMSNorm):
                 m.native = True
             elif isinstance(m, Attention):
-                m.native = m.head_dim % 8 == 0 and m.head_dim <= 256
+                m.native = select.attention_kernel_fits(m.head_dim)
         # Time the GEMV only when the model has float matrices for it (not a fully packed one).
         has_float = (any(type(m) is nn.Linear for m in model.modules())
                      or (model.output is None and type(model.tok_embeddings) is Embedding))
-        if has_float and (gemv_is_faster() if gemv is None else gemv):
+        if has_float and (select.gemv_is_faster() if gemv is None else gemv):
             set_gemv(model, True)
     choice.ops = native_ops(model)
     choice.gemv = "gemv" in choice.ops
