@@ -1,7 +1,7 @@
 """fastdecode: PyTorch-native LLM text generation."""
 
-from .api.generate import Completion, GenerationConfig
 from .api.llm import LLM, load
+from .engine.request import Completion, GenerationConfig
 from .errors import FastDecodeError
 from .model.args import ModelArgs, RopeScaling, PRESETS, get_preset
 from .sampling import SamplingParams

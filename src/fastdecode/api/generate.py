@@ -17,8 +17,6 @@ from typing import Iterator
 from ..engine import Completion, Engine, GenerationConfig, RequestOutput
 from ..sampling import SamplingParams
 
-__all__ = ["GenerationConfig", "Completion", "StepOutput", "GenerationRun", "run_generation"]
-
 
 @dataclass
 class StepOutput:

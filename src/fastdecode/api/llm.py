@@ -17,7 +17,7 @@ from ..compile import background as background_export
 from ..compile.background import ExportJob, PackageWhenReady
 from ..compile.steps import Steps
 from ..compile.strategies import make_steps
-from ..engine import DEFAULT_PREFILL_CHUNK, Engine
+from ..engine import DEFAULT_PREFILL_CHUNK, Completion, Engine, GenerationConfig
 from ..engine.draft import DraftModel
 from ..engine.speculative import check_speculative, draft_model_name
 from ..errors import FastDecodeError
@@ -29,7 +29,7 @@ from ..parallel import SharedSeeds, same_kernels, shard_model, tp_group
 from ..quant import KernelChoice, apply_kernels, build_model, check_weights, quantize_state_dict
 from ..sampling import SamplingParams
 from ..text.tokenizer import BYTE_CHAT_TEMPLATE, ByteTokenizer, Tokenizer
-from .generate import Completion, GenerationConfig, GenerationRun, run_generation
+from .generate import GenerationRun, run_generation
 
 log = logging.getLogger("fastdecode")
 

@@ -15,8 +15,8 @@ from typing import Optional
 import torch
 
 from ..engine import timing
+from ..engine.request import GenerationConfig
 from ..errors import FastDecodeError
-from ..api.generate import GenerationConfig
 from ..sampling import SamplingParams
 from .options import MODES, BenchSettings
 

@@ -18,10 +18,10 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from ..api.generate import GenerationConfig
 from ..api.llm import DEFAULT_MODEL, LLM, load
 from ..compile.strategies import STRATEGIES
 from ..engine import timing
+from ..engine.request import GenerationConfig
 from ..engine.speculative import draft_model_name
 from ..errors import FastDecodeError
 from ..model.args import PRESETS

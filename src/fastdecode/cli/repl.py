@@ -11,8 +11,8 @@ from __future__ import annotations
 import sys
 from typing import IO, Callable, Optional, Sequence
 
-from ..api.generate import GenerationConfig
 from ..api.llm import LLM
+from ..engine.request import GenerationConfig
 from ..errors import FastDecodeError
 from ..sampling import SamplingParams
 

@@ -223,7 +223,7 @@ class CompletionChoice(BaseModel):
     prompt_logprobs: Optional[PromptLogprobs] = None
 
 
-class Completion(BaseModel):
+class TextCompletion(BaseModel):
     """A /v1/completions response; streamed chunks have the same shape (usage: null)."""
 
     id: str

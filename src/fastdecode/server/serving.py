@@ -23,8 +23,8 @@ from .metrics import ChoiceTimer
 from .outputs import ChoiceState, chat_logprobs, completion_logprobs, prompt_pieces, vllm_prompt_logprobs
 from .prepare import Job, prepare_chat, prepare_completion
 from .protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
-                       ChatCompletionRequest, Completion, CompletionChoice, CompletionRequest, Delta,
-                       PromptTokensDetails, Usage)
+                       ChatCompletionRequest, CompletionChoice, CompletionRequest, Delta,
+                       PromptTokensDetails, TextCompletion, Usage)
 from .state import ServerState
 
 log = logging.getLogger("fastdecode.server")
@@ -161,7 +161,7 @@ class Run:
                                                       finish_reason=s.finish_reason,
                                                       prompt_logprobs=self._prompt_logprobs(s))
                                            for i, s in enumerate(self.states)])
-        return Completion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
+        return TextCompletion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
                           choices=[self._completion_choice(i, s) for i, s in enumerate(self.states)])
 
     def _completion_choice(self, i: int, s: ChoiceState) -> CompletionChoice:
@@ -200,8 +200,8 @@ class Run:
         return ChatCompletionChunk(id=self.id, created=self.created, model=self.state.model_name,
                                    choices=choices, usage=usage)
 
-    def _completion_chunk(self, choices: list[CompletionChoice], usage: Optional[Usage] = None) -> Completion:
-        return Completion(id=self.id, created=self.created, model=self.state.model_name, choices=choices,
+    def _completion_chunk(self, choices: list[CompletionChoice], usage: Optional[Usage] = None) -> TextCompletion:
+        return TextCompletion(id=self.id, created=self.created, model=self.state.model_name, choices=choices,
                           usage=usage)
 
     async def chat_events(self, include_usage: bool) -> AsyncIterator[BaseModel]:
