@@ -43,9 +43,12 @@ ALLOWED = {
     ("fastdecode.compile.loop", "fastdecode.engine"),
     # GemvEmbedding is the model's Embedding with its head on the native GEMV.
     ("fastdecode.kernels.linear", "fastdecode.model.transformer"),
-    # The other commands read their keys the CLI's way and show its progress bars.
+    # The other commands run through the CLI's command helper, read their keys its way
+    # and show its progress bars.
+    ("fastdecode.server", "fastdecode.cli.command"),
     ("fastdecode.server", "fastdecode.cli.keys"),
     ("fastdecode.server.settings", "fastdecode.cli.main"),
+    ("fastdecode.bench", "fastdecode.cli.command"),
     ("fastdecode.bench", "fastdecode.cli.keys"),
     ("fastdecode.bench", "fastdecode.cli.progress"),
 }

@@ -28,7 +28,7 @@ def test_bad_peers_are_one_line_errors(overrides, match):
 def test_bad_peers_exit_2_before_loading(capsys):
     assert main(["peers=hf", "model=tiny"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("error: unknown peer 'hf'") and "\n" not in err
+    assert err.startswith("fastdecode: error: unknown peer 'hf'") and "\n" not in err
 
 
 def test_peers_default_to_both_and_empty_means_none():

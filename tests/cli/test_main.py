@@ -16,8 +16,9 @@ import pytest
 import fastdecode
 from fastdecode import GenerationConfig, SamplingParams
 from fastdecode.cli import main as cli
-from fastdecode.cli.repl import ChatSession, run_repl
+from fastdecode.cli.command import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED
 from fastdecode.cli.keys import format_value
+from fastdecode.cli.repl import ChatSession, run_repl
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["model=tiny", "temperature=0"]
@@ -191,7 +192,7 @@ def test_closed_stdout_ends_quietly():
     assert p.stdout.read(1)
     p.stdout.close()  # like `| head -c 1`
     err = p.stderr.read().decode()
-    assert p.wait(timeout=120) == cli.EXIT_BROKEN_PIPE
+    assert p.wait(timeout=120) == EXIT_BROKEN_PIPE
     assert "Traceback" not in err and "BrokenPipe" not in err
 
 
@@ -287,7 +288,7 @@ def test_ctrl_c_outside_an_answer_exits_130(monkeypatch, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "cmd_generate", interrupted)
-    assert cli.main(["generate", "hi"]) == cli.EXIT_INTERRUPTED
+    assert cli.main(["generate", "hi"]) == EXIT_INTERRUPTED
 
 
 def _session(llm, **config):

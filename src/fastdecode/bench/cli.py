@@ -5,9 +5,8 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ..errors import FastDecodeError
 from ..api.llm import resolve_device
-from ..cli.keys import describe_settings, load_settings, parse_config_args
+from ..cli.command import run_command
 from .options import BenchSettings
 from .plots import PlotsUnavailable, write_plots
 from .probe import measure_bandwidth
@@ -25,22 +24,17 @@ keys (defaults shown; lists take repeated keys, e.g. batch_sizes=1 batch_sizes=4
 
 
 def main(argv: list[str]) -> int:
-    try:
-        config, overrides, wants_help = parse_config_args(argv)
-        if wants_help:
-            print(USAGE + describe_settings(BenchSettings))
-            return 0
-        settings = load_settings(BenchSettings, overrides, config)
-        device = resolve_device(settings.device)  # a bad device fails the run, not every row
-        if settings.tp != 1:
-            from ..parallel.launch import join_torchrun
+    return run_command(argv, BenchSettings, USAGE, lambda settings: _bench(settings, argv))
 
-            if join_torchrun(settings.tp, settings.device, "bench") != 0:
-                run_bench(settings, lambda row: None)  # the same rows in lockstep; rank 0 reports
-                return 0
-    except FastDecodeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+
+def _bench(settings: BenchSettings, argv: list[str]) -> int:
+    device = resolve_device(settings.device)  # a bad device fails the run, not every row
+    if settings.tp != 1:
+        from ..parallel.launch import join_torchrun
+
+        if join_torchrun(settings.tp, settings.device, "bench") != 0:
+            run_bench(settings, lambda row: None)  # the same rows in lockstep; rank 0 reports
+            return 0
     report = BenchReport(settings.out, settings, machine_info(settings.device),
                          command=shlex.join(["fastdecode", "bench", *argv]))
     print(f"writing {report.path}", file=sys.stderr)

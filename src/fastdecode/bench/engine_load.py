@@ -21,7 +21,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 from ..errors import FastDecodeError
-from ..cli.keys import ModelKeys, describe_settings, load_settings, parse_config_args
+from ..cli.command import run_command
+from ..cli.keys import ModelKeys
 from .report import machine_info, write_json
 
 
@@ -51,6 +52,9 @@ class EngineBenchSettings(ModelKeys):
             raise FastDecodeError(f"concurrency={self.concurrency} is out of range; accepted: integers >= 1")
         if self.prompt_min > self.prompt_max or self.new_min > self.new_max:
             raise FastDecodeError("prompt_min/new_min must not exceed prompt_max/new_max")
+        if self.prompt_max + self.new_max > self.max_seq_len or self.long_prompt + 1 > self.max_seq_len:
+            raise FastDecodeError(f"max_seq_len={self.max_seq_len} is too small for prompt_max + new_max "
+                                  f"({self.prompt_max + self.new_max}) or long_prompt ({self.long_prompt})")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -166,20 +170,12 @@ def run(s: EngineBenchSettings) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        config, overrides, wants_help = parse_config_args(argv)
-        if wants_help:
-            print("usage: fastdecode bench-engine [--config FILE] [key=value ...]\n\n"
-                  + (__doc__ or "") + "\nkeys:\n" + describe_settings(EngineBenchSettings))
-            return 0
-        s = load_settings(EngineBenchSettings, overrides, config)
-        if s.prompt_max + s.new_max > s.max_seq_len or s.long_prompt + 1 > s.max_seq_len:
-            raise FastDecodeError(f"max_seq_len={s.max_seq_len} is too small for prompt_max + new_max "
-                                  f"({s.prompt_max + s.new_max}) or long_prompt ({s.long_prompt})")
-        report = run(s)
-    except FastDecodeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    usage = "usage: fastdecode bench-engine [--config FILE] [key=value ...]\n\n" + (__doc__ or "") + "\nkeys:\n"
+    return run_command(argv, EngineBenchSettings, usage, lambda s: _bench(s, argv))
+
+
+def _bench(s: EngineBenchSettings, argv: list[str]) -> int:
+    report = run(s)
     report["command"] = shlex.join(["fastdecode", "bench-engine", *argv])
     report["machine"] = machine_info(s.device)
     write_json(s.out, report)

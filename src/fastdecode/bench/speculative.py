@@ -21,7 +21,8 @@ from importlib import resources
 from typing import Optional
 
 from ..errors import FastDecodeError
-from ..cli.keys import ModelKeys, describe_settings, load_settings, parse_config_args
+from ..cli.command import run_command
+from ..cli.keys import ModelKeys
 from .report import machine_info, write_json
 from .spec_peers import SPEC_PEERS, PeerOptions, check_spec_peers, run_spec_peers, summary_lines
 
@@ -132,17 +133,12 @@ def run(s: SpecBenchSettings) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        config, overrides, wants_help = parse_config_args(argv)
-        if wants_help:
-            print("usage: fastdecode bench-spec [--config FILE] [key=value ...]\n\n" + (__doc__ or "")
-                  + "\nkeys:\n" + describe_settings(SpecBenchSettings))
-            return 0
-        s = load_settings(SpecBenchSettings, overrides, config)
-        report = run(s)
-    except FastDecodeError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    usage = "usage: fastdecode bench-spec [--config FILE] [key=value ...]\n\n" + (__doc__ or "") + "\nkeys:\n"
+    return run_command(argv, SpecBenchSettings, usage, lambda s: _bench(s, argv))
+
+
+def _bench(s: SpecBenchSettings, argv: list[str]) -> int:
+    report = run(s)
     report["command"] = shlex.join(["fastdecode", "bench-spec", *argv])
     report["machine"] = machine_info(s.device)
     write_json(s.out, report)

@@ -16,7 +16,8 @@ from typing import Optional
 
 from ..compile.background import ExportJob, run_child
 from ..errors import FastDecodeError
-from .keys import ModelKeys, describe_settings, load_settings, parse_config_args
+from .command import run_command
+from .keys import ModelKeys
 
 USAGE = """usage: fastdecode export [--config FILE] [key=value ...]
 
@@ -57,12 +58,11 @@ class ExportSettings(ModelKeys):
 
 
 def main(argv: list[str]) -> int:
-    """Run by `fastdecode export`; FastDecodeError reaches the CLI's one-line error."""
-    config, overrides, wants_help = parse_config_args(argv)
-    if wants_help:
-        print(USAGE + describe_settings(ExportSettings))
-        return 0
-    s = load_settings(ExportSettings, overrides, config)
+    """Run by `fastdecode export`."""
+    return run_command(argv, ExportSettings, USAGE, _export)
+
+
+def _export(s: ExportSettings) -> int:
     from ..api.llm import load
     from ..compile.aot import ensure_package, export_package, package_path
 

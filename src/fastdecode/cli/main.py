@@ -12,7 +12,6 @@ import dataclasses
 import importlib
 import inspect
 import json
-import os
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -27,12 +26,12 @@ from ..errors import FastDecodeError
 from ..model.args import PRESETS
 from ..sampling import SamplingParams
 from ..version import __version__
+from .command import EXIT_USAGE, exit_code
 from .keys import (copy_fields, decode_utf8, describe_settings, format_value, is_override, load_settings,
                    read_user_file)
 from .progress import progress
 
 _LOAD_DEFAULTS = {name: p.default for name, p in inspect.signature(load).parameters.items()}
-EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 130, 141
 
 
 def _help(text: str) -> dict[str, str]:
@@ -403,33 +402,7 @@ def run(argv: list[str]) -> int:
 
 def main(argv: Optional[list[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        return run(argv)
-    except FastDecodeError as e:
-        _error(str(e))
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        _error("interrupted")
-        return EXIT_INTERRUPTED
-    except BrokenPipeError:
-        # The reader went away (e.g. `| head -1`). Point stdout at devnull so the
-        # interpreter's final flush does not fail again, then leave quietly.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_BROKEN_PIPE
-    except Exception as e:  # noqa: BLE001 - one line for users; FASTDECODE_DEBUG=1 shows the traceback
-        if os.environ.get("FASTDECODE_DEBUG") == "1":
-            raise
-        _error(f"{type(e).__name__}: {_first_line(str(e))} (set FASTDECODE_DEBUG=1 for the traceback)")
-        return 1
-
-
-def _error(message: str) -> None:
-    print(f"fastdecode: error: {_first_line(message)}", file=sys.stderr)
-
-
-def _first_line(text: str) -> str:
-    return text.strip().splitlines()[0] if text.strip() else "(no message)"
+    return exit_code(lambda: run(argv))
 
 
 if __name__ == "__main__":

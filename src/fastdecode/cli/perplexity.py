@@ -16,7 +16,8 @@ from ..errors import FastDecodeError
 from ..evaluation.perplexity import (DEFAULT_CTX, MIN_CTX, PerplexityResult, check_ctx, check_max_windows,
                                      encode_text, llama_cpp_available, llama_cpp_perplexity, perplexity,
                                      plan_windows)
-from .keys import ModelKeys, decode_utf8, describe_settings, load_settings, parse_config_args, read_user_file
+from .command import run_command
+from .keys import ModelKeys, decode_utf8, read_user_file
 from .progress import progress
 
 DEFAULT_TEXT_NAME = "Alice's Adventures in Wonderland, chapters I-II"
@@ -121,11 +122,5 @@ def run(s: PerplexitySettings) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Run by `fastdecode perplexity`; FastDecodeError reaches the CLI's one-line error."""
-    # --json as the other commands spell it, same as json=true
-    argv = ["json=true" if a == "--json" else a for a in argv]
-    config, overrides, wants_help = parse_config_args(argv)
-    if wants_help:
-        print(USAGE + describe_settings(PerplexitySettings))
-        return 0
-    return run(load_settings(PerplexitySettings, overrides, config))
+    """Run by `fastdecode perplexity`; --json as the other commands spell it, same as json=true."""
+    return run_command(argv, PerplexitySettings, USAGE, run, flags={"--json": "json=true"})

@@ -21,7 +21,7 @@ import time
 from typing import Any, Optional
 
 from ..errors import FastDecodeError
-from ..cli.keys import describe_settings, load_settings, parse_config_args
+from ..cli.command import run_command
 from .settings import ServeSettings, is_loopback
 
 log = logging.getLogger("fastdecode.server")
@@ -38,12 +38,11 @@ keys (defaults shown):
 
 
 def main(argv: list[str]) -> int:
-    """Run by `fastdecode serve`; a FastDecodeError reaches the CLI's one-line error (exit 2)."""
-    config, overrides, wants_help = parse_config_args(argv)
-    if wants_help:
-        print(USAGE + describe_settings(ServeSettings))
-        return 0
-    s = load_settings(ServeSettings, overrides, config)
+    """Run by `fastdecode serve`."""
+    return run_command(argv, ServeSettings, USAGE, _serve)
+
+
+def _serve(s: ServeSettings) -> int:
     if s.tp != 1:
         from ..parallel.launch import join_torchrun
 
