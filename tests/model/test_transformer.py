@@ -88,13 +88,8 @@ def test_last_only_returns_final_position():
     torch.testing.assert_close(model(tokens, None, last_only=True), model(tokens, None)[:, -1:])
 
 
-def test_free_and_reset_caches():
+def test_the_cached_path_needs_setup_caches():
     model = make_model()
-    model.setup_caches(1, 16)
-    model(torch.tensor([[1, 2]]), positions(1, 0, 2))
-    model.reset_caches()
-    assert all(layer.attention.kv_cache.k_cache.abs().sum() == 0 for layer in model.layers)
-    model.free_caches()
     assert model.kv_cache is None
     with pytest.raises(RuntimeError, match="setup_caches"):
         model(torch.tensor([[1]]), torch.tensor([[0]]))

@@ -4,8 +4,13 @@ import pytest
 import torch
 
 from fastdecode import FastDecodeError, SamplingParams
-from fastdecode.sampling import (SamplingBatch, apply_penalties, draw_noise, logits_to_probs, make_generator,
-                                 min_p_mask, sample, token_logprobs, top_k_mask, top_p_mask)
+from fastdecode.sampling import (SamplingBatch, apply_penalties, logits_to_probs, make_generator, min_p_mask, sample,
+                                 token_logprobs, top_k_mask, top_p_mask)
+
+
+def draw_noise(generator, shape, device):
+    """Exponential(1) noise, as the engine's runner draws it: argmax(probs / noise) samples probs."""
+    return torch.empty(shape, device=device, dtype=torch.float32).exponential_(1.0, generator=generator)
 
 # -- references written from the definitions, one row at a time in plain Python --
 

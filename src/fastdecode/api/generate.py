@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import queue
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Generator, Iterator
 
 from ..engine import Completion, Engine, GenerationConfig, RequestOutput
 from ..sampling import SamplingParams
@@ -30,7 +30,7 @@ class StepOutput:
 class GenerationRun:
     """Iterate to drive the generation (one StepOutput per step); then read `completions`."""
 
-    steps: Iterator[StepOutput]
+    steps: Generator[StepOutput, None, None]
     completions: list[Completion] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[StepOutput]:
@@ -38,9 +38,7 @@ class GenerationRun:
 
     def close(self) -> None:
         """Cancel what has not finished (also done when the iteration is abandoned)."""
-        close = getattr(self.steps, "close", None)
-        if close is not None:
-            close()
+        self.steps.close()
 
 
 def run_generation(engine: Engine, prompts: list[list[int]], params: SamplingParams,
@@ -55,14 +53,13 @@ def run_generation(engine: Engine, prompts: list[list[int]], params: SamplingPar
         for r in requests:
             engine.cancel(r)
         raise
-    run = GenerationRun(iter(()))
-    # The generator fills run.completions but holds no reference to `run`: with
-    # none, dropping an abandoned run closes the generator (and cancels) at once.
-    run.steps = _drive(run.completions, engine, requests, outputs)
-    return run
+    # The generator fills the run's completions but holds no reference to the run:
+    # with none, dropping an abandoned run closes the generator (and cancels) at once.
+    completions: list[Completion] = []
+    return GenerationRun(_drive(completions, engine, requests, outputs), completions)
 
 
-def _drive(results: list, engine: Engine, requests, outputs: queue.SimpleQueue) -> Iterator[StepOutput]:
+def _drive(results: list, engine: Engine, requests, outputs: queue.SimpleQueue) -> Generator[StepOutput, None, None]:
     B = len(requests)
     finished = [False] * B
     completions: list = [None] * B

@@ -72,7 +72,7 @@ class ChatSession:
         Returns (reply text, whether Ctrl-C cut it short). A reply cut short
         stays in the history as far as it was shown.
         """
-        steps = iter(self.llm.start([ids], self.params, self.config))
+        steps = iter(self.llm.start([ids], self.params, self.config))  # a generator: close() cancels
         text, stopped = "", False
         try:
             for step in steps:
@@ -82,9 +82,7 @@ class ChatSession:
         except KeyboardInterrupt:
             stopped = True
         finally:
-            close = getattr(steps, "close", None)
-            if close is not None:
-                close()
+            steps.close()
         self.turns.append({"role": "assistant", "content": text})
         return text, stopped
 

@@ -2,7 +2,7 @@
 
 Both caches store keys and values **unexpanded**, with the model's
 n_kv_heads, not n_heads: attention groups the query heads instead of copying
-the cache (see `model.Attention`), so grouped-query models keep their memory
+the cache (see `transformer.Attention`), so grouped-query models keep their memory
 saving. Storage is `[slots, S, H_kv, D]`, so that one (slot, position) is one
 contiguous row and a step's writes are a single `index_copy_` along a flat
 axis; `update` returns `[slots, H_kv, S, D]` views (D stays contiguous).
@@ -141,10 +141,6 @@ class KVCache(nn.Module):
         self.k_cache[dst, :n].copy_(self.k_cache[src, :n])
         self.v_cache[dst, :n].copy_(self.v_cache[src, :n])
 
-    def reset(self) -> None:
-        self.k_cache.zero_()
-        self.v_cache.zero_()
-
 
 def _write(cache: Tensor, rows: Tensor, input_pos: Tensor, x: Tensor) -> None:
     # One index_copy_ into the whole buffer along its flat (slot, position)
@@ -196,7 +192,3 @@ class DynamicKVCache(nn.Module):
         _write(self.k, rows, input_pos, k)
         _write(self.v, rows, input_pos, v)
         return self.k.transpose(1, 2), self.v.transpose(1, 2)
-
-    def reset(self) -> None:
-        self.k = self.k[:, :0]
-        self.v = self.v[:, :0]

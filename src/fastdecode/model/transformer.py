@@ -281,8 +281,8 @@ class Transformer(nn.Module):
 
     def setup_caches(self, max_batch_size: int, max_seq_len: int, dtype: Optional[KvDtype] = None,
                      device: torch.device | str | None = None, kind: str = "static") -> None:
-        """Give every layer a KV cache of shape [max_batch_size, n_kv_heads, max_seq_len, head_dim]
-        (the engine does, once; see engine.Engine).
+        """Give every layer a KV cache of max_batch_size slots x max_seq_len positions, stored
+        as [slots, S, n_kv_heads, head_dim] (see kv_cache.py); the engine does, once.
 
         kind="static" preallocates (compile-friendly); kind="dynamic" grows
         along the sequence by concatenation. dtype: the caches' kv dtype (a float
@@ -302,15 +302,6 @@ class Transformer(nn.Module):
             else:
                 raise ValueError(f"unknown cache kind {kind!r}; valid: 'static', 'dynamic'")
             layer.attention.kv_cache = cache
-
-    def reset_caches(self) -> None:
-        for layer in self.layers:
-            if layer.attention.kv_cache is not None:
-                layer.attention.kv_cache.reset()
-
-    def free_caches(self) -> None:
-        for layer in self.layers:
-            layer.attention.kv_cache = None
 
     @property
     def kv_cache(self) -> Optional[KVCache | DynamicKVCache]:

@@ -4,7 +4,7 @@ acceptance rule (acceptance.py)."""
 
 from .ops import (SamplingBatch, adjust, apply_penalties, logits_to_probs, min_p_mask, sample, token_logprobs,
                   top_k_mask, top_p_mask)
-from .params import MAX_LOGPROBS, SamplingParams, draw_noise, make_generator
+from .params import MAX_LOGPROBS, SamplingParams, make_generator
 
-__all__ = ["SamplingParams", "SamplingBatch", "MAX_LOGPROBS", "make_generator", "draw_noise", "sample",
+__all__ = ["SamplingParams", "SamplingBatch", "MAX_LOGPROBS", "make_generator", "sample",
            "logits_to_probs", "adjust", "apply_penalties", "top_k_mask", "top_p_mask", "min_p_mask", "token_logprobs"]

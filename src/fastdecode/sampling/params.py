@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
-from torch import Tensor
 
 from ..errors import FastDecodeError
 
@@ -119,8 +118,3 @@ def make_generator(params: SamplingParams, device: torch.device | str) -> torch.
     else:
         g.manual_seed(params.seed)
     return g
-
-
-def draw_noise(generator: torch.Generator, shape: Sequence[int], device: torch.device | str) -> Tensor:
-    """Exponential(1) noise; argmax(probs / noise) is a draw from probs."""
-    return torch.empty(shape, device=device, dtype=torch.float32).exponential_(1.0, generator=generator)
