@@ -30,8 +30,14 @@ def test_invalid_args(changes, word):
 
 
 def test_rope_scaling_from_dict_and_validation():
-    a = get_preset("tiny").replace(rope_scaling=dict(factor=8.0))
-    assert isinstance(a.rope_scaling, RopeScaling)
+    given = dict(factor=32.0, low_freq_factor=2.0, high_freq_factor=8.0, original_max_position_embeddings=4096)
+    a = get_preset("tiny").replace(rope_scaling=given)
+    s = a.rope_scaling
+    assert isinstance(s, RopeScaling)
+    # every given value kept, the one not given at its default
+    assert (s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_position_embeddings, s.kind) == \
+        (32.0, 2.0, 8.0, 4096, "llama3")
+    assert get_preset("tiny").replace(rope_scaling=dict(factor=8.0, kind="linear")).rope_scaling.kind == "linear"
     with pytest.raises(FastDecodeError, match="low_freq_factor"):
         RopeScaling(low_freq_factor=4.0, high_freq_factor=1.0)
 

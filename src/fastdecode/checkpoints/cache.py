@@ -153,8 +153,8 @@ def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)  # a no-op once renamed
 
 
-# The matrices the model runs as one (model._fuse): stored concatenated, so that a
-# load assigns row views of the memory-mapped file (model.adjacent_rows) instead of
+# The matrices the model runs as one (transformer._fuse): stored concatenated, so that a
+# load assigns row views of the memory-mapped file (transformer.adjacent_rows) instead of
 # concatenating copies, and resident memory stays that of the file.
 _GROUPS = (("attention.", ("wq", "wk", "wv")), ("feed_forward.", ("w1", "w3")))
 

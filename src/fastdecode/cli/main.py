@@ -1,4 +1,5 @@
-"""The `fastdecode` command: `generate`, `chat`, and dispatch to `bench` / `export`.
+"""The `fastdecode` command: `generate` and `chat` here, and dispatch to the others
+(bench, bench-engine, bench-spec, export, perplexity, serve).
 
 A thin layer over the Python API. Keys, defaults and validation come from the
 dataclasses the API uses (`SamplingParams`, `GenerationConfig`, the keyword

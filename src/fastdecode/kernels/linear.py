@@ -1,4 +1,4 @@
-"""Float32 linears run by the native GEMV kernel (`gemv.cpp`).
+"""Float32 linears run by the native GEMV kernel (`torch.ops.fastdecode.gemv`, math.cpp).
 
 `GemvLinear` and `GemvEmbedding` keep the same Parameters as the modules they
 replace (state dict unchanged); `quant.transform.apply_kernels` swaps them in

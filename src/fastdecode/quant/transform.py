@@ -24,7 +24,7 @@ from .formats import SUFFIXES, BlockSizeError, dequantize, layout_of, packed_k, 
 from .linear import LAYOUT_OPS, QuantEmbedding, QuantLinear, SplitLinear, _Packed
 
 WEIGHTS = ("auto", "float", "int8", "int4")
-# Fused modules and the checkpoint matrices they concatenate (see model._fuse).
+# Fused modules and the checkpoint matrices they concatenate (see model.transformer._fuse).
 _GROUPS = {"attention.wqkv": ("attention.wq", "attention.wk", "attention.wv"),
            "feed_forward.w13": ("feed_forward.w1", "feed_forward.w3")}
 

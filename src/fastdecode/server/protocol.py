@@ -3,7 +3,7 @@
 Requests are parsed strictly (a string is not a number, a number is not a
 string) and unknown fields are ignored, as OpenAI does. Ranges that name an
 OpenAI field are checked here so errors name it; the engine's dataclasses
-check again when the request is translated (serving/prepare.py).
+check again when the request is translated (prepare.py).
 """
 
 from __future__ import annotations

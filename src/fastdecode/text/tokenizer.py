@@ -19,7 +19,7 @@ class Tokenizer:
         vocab_size: number of ids the tokenizer can produce.
         bos_id: id prepended by `encode` when `add_bos` applies, or None.
         eos_ids: ids that end a generation.
-        pad_id: id used for left padding in batches (never attended to).
+        pad_id: the padding id reported to clients (GET /tokenizer_info); nothing here pads.
         chat_template: Jinja source of the checkpoint's chat template, or None.
     """
 
