@@ -22,7 +22,7 @@ import fastdecode
 from fastdecode.compile.compiled import CompiledSteps
 from fastdecode.compile.steps import Steps
 from fastdecode.compile.strategies import make_steps
-from fastdecode.kernels.linear import use_gemv
+from fastdecode.quant.transform import set_gemv
 
 
 def main() -> None:
@@ -43,14 +43,13 @@ def main() -> None:
     llm = fastdecode.load(a.model, max_batch_size=max(a.batch), compiled=a.compiled)
     if a.compiled:
         a.strategy = "package"
-    elif a.strategy == "decode" and a.options is not None or (a.strategy == "decode" and not a.gemv):
-        c = CompiledSteps(llm.model, options=json.loads(a.options or "null"), gemv=bool(a.gemv))
-        llm.steps = Steps(c.prefill, c.decode, c.warmup)
-    elif a.strategy == "none":
-        if a.gemv:
-            use_gemv(llm.model)
     else:
-        llm.steps = make_steps(llm.model, a.strategy)
+        set_gemv(llm.model, bool(a.gemv))
+        if a.strategy == "decode" and a.options is not None:
+            c = CompiledSteps(llm.model, options=json.loads(a.options))
+            llm.engine.runner.steps = Steps(step=c.step, warmup=c.warmup)
+        else:
+            llm.engine.runner.steps = make_steps(llm.model, a.strategy)
     llm.compile = a.strategy
     llm.steps.warmup()
     prompt = [[7 + (i % 50) for i in range(a.prompt)]]

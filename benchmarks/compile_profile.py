@@ -9,11 +9,11 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import fastdecode
-from fastdecode.kernels.linear import use_gemv
+from fastdecode.quant.transform import set_gemv
 
 llm = fastdecode.load("random-smollm2-135m", max_batch_size=1)
 if "--gemv" in sys.argv:
-    use_gemv(llm.model)
+    set_gemv(llm.model, True)
 prompt = [[7 + i for i in range(16)]]
 llm.generate(prompt, max_new_tokens=4, temperature=0, ignore_eos=True)  # warm-up
 with profile(activities=[ProfilerActivity.CPU]) as prof:
