@@ -71,7 +71,7 @@ def load_settings(cls: type[T], overrides: list[str], config_path: Optional[str]
 @dataclasses.dataclass
 class ModelKeys:
     """The keys that pick and load a model, shared by the commands built on `load()`
-    (`bench`, `export`, `perplexity`); a command may redefine one to say more."""
+    (bench, bench-engine, bench-spec, export, perplexity); a command may redefine one to say more."""
 
     model: Optional[str] = dataclasses.field(default=None, metadata={
         "help": "preset name, known checkpoint or path; none is the default model (SmolLM2-135M-Instruct GGUF)"})
@@ -293,7 +293,7 @@ def _accepted(tp: Any, optional: bool = False) -> str:
 
 
 def parse_config_args(argv: list[str]) -> tuple[Optional[str], list[str], bool]:
-    """Arguments of the key=value tools (bench, export): (config path, overrides, help asked)."""
+    """Arguments of the key=value commands (all but generate and chat): (config path, overrides, help asked)."""
     config, overrides = None, []
     i = 0
     while i < len(argv):

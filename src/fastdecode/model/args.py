@@ -54,7 +54,7 @@ class ModelArgs:
     n_layers: int
     n_heads: int
     vocab_size: int
-    hidden_dim: int  # SwiGLU inner size
+    hidden_dim: int  # the gated MLP's inner size
     n_kv_heads: Optional[int] = None  # None: same as n_heads (no grouping)
     head_dim: Optional[int] = None  # None: dim // n_heads
     norm_eps: float = 1e-5
