@@ -236,8 +236,8 @@ def run_child(argv: list[str], export: Callable[[ExportJob], None]) -> int:
     """The child's side: at the lowest priority, on one thread, run `export(job)` (load the
     model as the parent did and export its package); record a failure, remove the lock.
 
-    `export` is passed in (cli/export.py's `export_job`) because it loads the model
-    through the API, which imports this module.
+    cli/export.py's `export_job` passes `export` in: it loads the model through the
+    API, which imports this module.
     """
     job = ExportJob(**json.loads(argv[0]))
     path = Path(job.path)
