@@ -7,6 +7,7 @@ AOTInductor compile: seconds) and checks everything else against it.
 import json
 import os
 import random
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -182,6 +183,9 @@ def test_default_load_generates_at_once_and_exports_the_package_in_the_backgroun
     engine switches to the package between requests, later loads open it, and every run
     generates what eager does."""
     monkeypatch.delenv("FASTDECODE_NO_PACKAGE", raising=False)
+    # A busy flag of this test's own: the machine-wide one pauses the export while any other
+    # process on the machine generates (a busy machine would stall this test).
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     (tmp_path / "kernels").symlink_to(Path(os.environ["FASTDECODE_CACHE"]) / "kernels")  # no second build
     monkeypatch.setenv("FASTDECODE_CACHE", str(tmp_path))
     first = fastdecode.load("tiny", max_batch_size=4)
