@@ -26,6 +26,7 @@ LAYERS = [
     ("cli", "server", "bench"),  # the commands
     ("evaluation",),
     ("api",),
+    ("config",),  # LoadOptions: what api/ builds from, and the commands' load keys
     ("engine",),
     ("compile",),
     ("parallel", "checkpoints"),
@@ -47,7 +48,6 @@ ALLOWED = {
     # and show its progress bars.
     ("fastdecode.server", "fastdecode.cli.command"),
     ("fastdecode.server", "fastdecode.cli.keys"),
-    ("fastdecode.server.settings", "fastdecode.cli.main"),
     ("fastdecode.bench", "fastdecode.cli.command"),
     ("fastdecode.bench", "fastdecode.cli.keys"),
     ("fastdecode.bench", "fastdecode.cli.progress"),

@@ -1,6 +1,7 @@
 """fastdecode: PyTorch-native LLM text generation."""
 
-from .api.llm import LLM, load
+from .api.build import load
+from .api.llm import LLM
 from .engine.request import Completion, GenerationConfig
 from .errors import FastDecodeError
 from .model.args import ModelArgs, RopeScaling, PRESETS, get_preset

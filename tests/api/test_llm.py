@@ -3,7 +3,7 @@ import torch
 
 import fastdecode
 from fastdecode import FastDecodeError
-from fastdecode.api.llm import DEFAULT_CACHE_BUDGET, default_max_seq_len
+from fastdecode.api.build import DEFAULT_CACHE_BUDGET, default_max_seq_len
 
 
 def test_load_validation():

@@ -171,7 +171,7 @@ def test_bad_input_is_refused_before_loading(args, needle, capsys):
 def test_chat_without_a_template_says_so_in_one_line(monkeypatch, capsys):
     """A base checkpoint (Gemma 3 270M) has no chat template: chat refuses in one line,
     generate prompts it as plain text."""
-    monkeypatch.setattr("fastdecode.api.llm.BYTE_CHAT_TEMPLATE", None)  # the tiny preset, without its template
+    monkeypatch.setattr("fastdecode.api.build.BYTE_CHAT_TEMPLATE", None)  # the tiny preset, without its template
     assert cli.main(["chat", "model=tiny", "max_new_tokens=2"]) == 2
     captured = capsys.readouterr()
     assert captured.err.count("\n") == 1 and "has no chat template" in captured.err and captured.out == ""
@@ -206,7 +206,7 @@ def test_help_lists_every_key_with_its_default():
 
 
 def test_kv_dtype_key_in_generate_and_serve_help_from_one_default():
-    from fastdecode.api.llm import load
+    from fastdecode.api.build import load
     import inspect
 
     default = inspect.signature(load).parameters["kv_dtype"].default

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 
-from ..api.llm import resolve_device
+from ..config import resolve_device
 from ..cli.command import run_command
 from .options import BenchSettings
 from .plots import PlotsUnavailable, write_plots

@@ -81,7 +81,7 @@ class EngineContender(Contender):
     engine = "fastdecode"
 
     def __init__(self, mode: str, s: BenchSettings):
-        from ..api.llm import load
+        from ..api.build import load
 
         self.name = mode
         self.compiles = MODES[mode].get("compile", "none") != "none"

@@ -20,6 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
+from ..config import LoadOptions
 from ..errors import FastDecodeError
 from ..cli.command import run_command
 from ..cli.keys import ModelKeys
@@ -28,8 +29,8 @@ from .report import machine_info, write_json
 
 @dataclass
 class EngineBenchSettings(ModelKeys):
-    compile: str = field(default="none", metadata={"help": "compile strategy, as load(compile=...)"})
-    compiled: Optional[str] = field(default="auto", metadata={"help": "package, as load(compiled=...)"})
+    compile: str = field(default=LoadOptions.compile, metadata={"help": "compile strategy, as load(compile=...)"})
+    compiled: Optional[str] = field(default=LoadOptions.compiled, metadata={"help": "package, as load(compiled=...)"})
     concurrency: list[int] = field(default_factory=lambda: [1, 4, 8, 16], metadata={
         "help": "concurrent requests per measurement"})
     prompt_min: int = field(default=16, metadata={"help": "shortest prompt, tokens"})
@@ -38,7 +39,7 @@ class EngineBenchSettings(ModelKeys):
     new_max: int = field(default=128, metadata={"help": "most new tokens per request"})
     rounds: int = field(default=2, metadata={"help": "measurements per N (the best aggregate is kept)"})
     max_seq_len: int = field(default=2048, metadata={"help": "positions per slot"})
-    prefill_chunk: int = field(default=256, metadata={"help": "load(prefill_chunk=...)"})
+    prefill_chunk: int = field(default=LoadOptions.prefill_chunk, metadata={"help": "load(prefill_chunk=...)"})
     streams: int = field(default=3, metadata={"help": "interference: streams decoding when the long prompt arrives"})
     long_prompt: int = field(default=1000, metadata={"help": "interference: the long prompt's tokens; 0 skips"})
     threads: Optional[int] = field(default=None, metadata={"help": "torch threads; none keeps the default"})
@@ -133,7 +134,7 @@ async def measure_interference(llm, s: EngineBenchSettings) -> dict:
 def run(s: EngineBenchSettings) -> dict:
     import torch
 
-    from ..api.llm import load
+    from ..api.build import load
     from ..engine import EngineThread
 
     def load_llm():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..config import LoadOptions
 from ..errors import FastDecodeError
 from ..cli.keys import ModelKeys
 
@@ -24,7 +25,7 @@ PEERS = ("hf-dynamic", "hf-static", "hf-static+compile", "llama.cpp")
 
 @dataclass
 class BenchSettings(ModelKeys):
-    weights: str = field(default="auto", metadata={
+    weights: str = field(default=LoadOptions.weights, metadata={
         "help": "load()'s weights= for every mode but static-float: auto (keep the file's quantization), "
                 "float, int8 or int4"})
     modes: list[str] = field(default_factory=lambda: list(MODES), metadata={

@@ -48,7 +48,7 @@ class Checkpoint:
 def peer_checkpoint(model: Optional[str]) -> Checkpoint:
     """The checkpoint behind `model` (a BenchSettings.model value), for the peers."""
     from ..model.args import PRESETS
-    from ..api.llm import DEFAULT_MODEL
+    from ..config import DEFAULT_MODEL
 
     if model in PRESETS:
         raise PeerSkipped(f"model {model!r} is a random-weight preset; peers need a checkpoint file")
@@ -143,7 +143,7 @@ class HFPeer(Contender):
 
     def __init__(self, name: str, s: BenchSettings, ckpt: Checkpoint, shared: dict[str, Any]):
         require_transformers()
-        from ..api.llm import resolve_device, resolve_dtype
+        from ..config import resolve_device, resolve_dtype
 
         self.name = name
         self.device = resolve_device(s.device)

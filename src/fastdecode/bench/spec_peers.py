@@ -106,7 +106,7 @@ class HFSpecPeer:
     def __init__(self, o: PeerOptions):
         require_transformers()
         ckpt = peer_checkpoint(o.model)
-        from ..api.llm import resolve_device, resolve_dtype
+        from ..config import resolve_device, resolve_dtype
 
         self.device = resolve_device(o.device)
         torch_dtype = resolve_dtype(o.dtype, self.device)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from typing import Optional
 
+from ..config import LoadOptions
 from ..errors import FastDecodeError
 from ..cli.command import run_command
 from ..cli.keys import ModelKeys
@@ -58,7 +59,7 @@ class SpecBenchSettings(ModelKeys):
     max_new_tokens: int = field(default=192, metadata={"help": "tokens per answer (greedy; EOS ends it)"})
     num_draft_tokens: int = field(default=4, metadata={"help": "as generate's num_draft_tokens"})
     ngram_size: int = field(default=3, metadata={"help": "as generate's ngram_size"})
-    compiled: Optional[str] = field(default="auto", metadata={"help": "as load(compiled=...)"})
+    compiled: Optional[str] = field(default=LoadOptions.compiled, metadata={"help": "as load(compiled=...)"})
     peers: list[str] = field(default_factory=lambda: list(SPEC_PEERS), metadata={
         "help": "peers run on the same prompts when installed, each with and without prompt lookup: "
                 + ", ".join(SPEC_PEERS) + "; peers= for none"})
@@ -84,7 +85,7 @@ class SpecBenchSettings(ModelKeys):
 
 
 def run(s: SpecBenchSettings) -> dict:
-    from ..api.llm import load
+    from ..api.build import load
     from ..engine import EngineThread
 
     thread = EngineThread(lambda: load(s.model, device=s.device, dtype=s.dtype, weights=s.weights,

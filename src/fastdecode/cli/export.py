@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..compile.background import ExportJob, run_child
+from ..config import LoadOptions
 from ..errors import FastDecodeError
 from .command import run_command
 from .keys import ModelKeys
@@ -38,10 +39,10 @@ class ExportSettings(ModelKeys):
     out: Optional[str] = field(default=None, metadata={
         "help": "path of the package to write; must end in .pt2; none writes this machine's package for the "
                 "model into the cache, where load(compiled='auto') finds it"})
-    weights: str = field(default="auto", metadata={
+    weights: str = field(default=LoadOptions.weights, metadata={
         "help": "auto (keep the checkpoint's quantization), float, int8 or int4; generate must load the "
                 "model the same way to use the package"})
-    kv_dtype: str = field(default="auto", metadata={
+    kv_dtype: str = field(default=LoadOptions.kv_dtype, metadata={
         "help": "KV cache dtype the package takes (auto, float32, float16, bfloat16, q8_0), as load(kv_dtype=...); "
                 "generate must use the same to use the package"})
 
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> int:
 
 
 def _export(s: ExportSettings) -> int:
-    from ..api.llm import load
+    from ..api.build import load
     from ..compile.aot import ensure_package, export_package, package_path
 
     llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compiled=None, kv_dtype=s.kv_dtype)
@@ -87,7 +88,7 @@ def export_job(argv: list[str]) -> int:
 
 
 def _export_as_the_parent_loaded(job: ExportJob) -> None:
-    from ..api.llm import load
+    from ..api.build import load
     from ..compile.aot import export_package, package_path
     from ..quant.transform import set_gemv
 

@@ -25,6 +25,7 @@ from typing import Any, Optional, TypeVar
 
 import yaml
 
+from ..config import LoadOptions
 from ..errors import FastDecodeError
 
 T = TypeVar("T")
@@ -66,20 +67,6 @@ def load_settings(cls: type[T], overrides: list[str], config_path: Optional[str]
         return cls(**values)
     except TypeError as e:  # a programming error in cls, not user input
         raise TypeError(f"cannot build {cls.__name__}: {e}") from None
-
-
-@dataclasses.dataclass
-class ModelKeys:
-    """The keys that pick and load a model, shared by the commands built on `load()`
-    (bench, bench-engine, bench-spec, export, perplexity); a command may redefine one to say more."""
-
-    model: Optional[str] = dataclasses.field(default=None, metadata={
-        "help": "preset name, known checkpoint or path; none is the default model (SmolLM2-135M-Instruct GGUF)"})
-    device: str = dataclasses.field(default="cpu", metadata={"help": "cpu, cuda, cuda:N or mps"})
-    dtype: Optional[str] = dataclasses.field(default=None, metadata={
-        "help": "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere"})
-    weights: str = dataclasses.field(default="auto", metadata={
-        "help": "auto (keep the checkpoint's quantization), float, int8 or int4, as load(weights=...)"})
 
 
 def read_user_file(path: str, what: str) -> bytes:
@@ -133,20 +120,25 @@ def describe_settings(cls: type) -> str:
     return "\n".join(lines)
 
 
-def copy_fields(cls: type, exclude: tuple[str, ...] = ()) -> list[tuple[str, Any, Any]]:
+def copy_fields(cls: type, exclude: tuple[str, ...] = (), include: Optional[tuple[str, ...]] = None,
+                help: Optional[dict[str, str]] = None) -> list[tuple[str, Any, Any]]:
     """The fields of dataclass `cls` as `make_dataclass` entries: same names, types
-    and defaults, with help taken from the `name: meaning` lines of its docstring.
+    and defaults, with help taken from the field's metadata or the `name: meaning`
+    lines of its docstring (`help` replaces a field's text for one command).
+    include: only these fields, in this order.
 
     This lets a settings class expose another dataclass's fields without
     re-typing their defaults or documentation.
     """
     hints = typing.get_type_hints(cls)
     docs = docstring_help(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     out = []
-    for f in dataclasses.fields(cls):
+    for name in include if include is not None else list(fields):
+        f = fields[name]
         if f.name in exclude:
             continue
-        meta = {"help": f.metadata.get("help") or docs.get(f.name, "")}
+        meta = {"help": (help or {}).get(f.name) or f.metadata.get("help") or docs.get(f.name, "")}
         if f.default_factory is not dataclasses.MISSING:
             spec = dataclasses.field(default_factory=f.default_factory, metadata=meta)
         else:
@@ -169,6 +161,14 @@ def docstring_help(cls: type) -> dict[str, str]:
         else:
             current = None
     return entries
+
+
+# The keys that pick and load a model (LoadOptions' fields), shared by the commands built
+# on `load()` (bench, bench-engine, bench-spec, export, perplexity); a command may redefine
+# one to say more.
+ModelKeys = dataclasses.make_dataclass(
+    "ModelKeys", copy_fields(LoadOptions, include=("model", "device", "dtype", "weights")),
+    namespace={"__module__": __name__, "__doc__": "The keys that pick and load a model (LoadOptions' fields)."})
 
 
 def format_value(value: Any) -> str:

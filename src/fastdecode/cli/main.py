@@ -2,8 +2,8 @@
 (bench, bench-engine, bench-spec, export, perplexity, serve).
 
 A thin layer over the Python API. Keys, defaults and validation come from the
-dataclasses the API uses (`SamplingParams`, `GenerationConfig`, the keyword
-defaults of `load()`); this file only parses, streams and reports.
+dataclasses the API uses (`LoadOptions`, `SamplingParams`, `GenerationConfig`);
+this file only parses, streams and reports.
 """
 
 from __future__ import annotations
@@ -11,20 +11,19 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
-import inspect
 import json
 import sys
 import textwrap
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from ..api.llm import DEFAULT_MODEL, LLM, load
-from ..compile.strategies import STRATEGIES
+from ..api.build import build
+from ..api.llm import LLM
+from ..config import LoadOptions
 from ..engine import timing
 from ..engine.request import GenerationConfig
 from ..engine.speculative import draft_model_name
 from ..errors import FastDecodeError
-from ..model.args import PRESETS
 from ..sampling import SamplingParams
 from ..version import __version__
 from .command import EXIT_USAGE, exit_code
@@ -32,43 +31,20 @@ from .keys import (copy_fields, decode_utf8, describe_settings, format_value, is
                    read_user_file)
 from .progress import progress
 
-_LOAD_DEFAULTS = {name: p.default for name, p in inspect.signature(load).parameters.items()}
 
 
 def _help(text: str) -> dict[str, str]:
     return {"help": text}
 
 
-@dataclass
-class _RunKeys:
-    """Keys of the CLI itself and of `load()`; sampling and stopping keys are added below."""
+# load()'s keys (LoadOptions holds their defaults and help), then the CLI's own.
+_LOAD_KEYS = ("model", "device", "dtype", "compile", "compiled", "max_seq_len", "max_batch_size", "cache",
+              "kv_dtype", "weights")
+_LOAD_HELP = {"max_batch_size": "most prompts per batch; none fits the prompts given (generate) or 1 (chat)."}
 
-    model: str = field(default=DEFAULT_MODEL, metadata=_help(
-        f"preset name ({', '.join(sorted(PRESETS))}), known checkpoint name, or path to a .gguf "
-        "file or Hugging Face directory."))
-    device: str = field(default=_LOAD_DEFAULTS["device"], metadata=_help("cpu, cuda, cuda:N or mps."))
-    dtype: Optional[str] = field(default=_LOAD_DEFAULTS["dtype"], metadata=_help(
-        "float32, bfloat16 or float16; none picks float32 on CPU and bfloat16 elsewhere."))
-    compile: str = field(default=_LOAD_DEFAULTS["compile"], metadata=_help(
-        f"compile strategy for the model steps: {', '.join(STRATEGIES)} (none runs eagerly)."))
-    compiled: Optional[str] = field(default=_LOAD_DEFAULTS["compiled"], metadata=_help(
-        "a .pt2 package from `fastdecode export` for this model's architecture: runs the steps "
-        "without tracing or compiling (compile must stay none or decode); auto uses this machine's "
-        "cached package for the model, and without one generates at once while a background process "
-        "exports it for later runs."))
-    max_seq_len: Optional[int] = field(default=_LOAD_DEFAULTS["max_seq_len"], metadata=_help(
-        "longest prompt + completion (the KV cache's positions per slot); none takes the model's "
-        "limit, capped so the cache (max_batch_size slots) stays within 1 GiB."))
-    max_batch_size: Optional[int] = field(default=_LOAD_DEFAULTS["max_batch_size"], metadata=_help(
-        "most prompts per batch; none fits the prompts given (generate) or 1 (chat)."))
-    cache: str = field(default=_LOAD_DEFAULTS["cache"], metadata=_help("KV cache kind: static or dynamic."))
-    kv_dtype: str = field(default=_LOAD_DEFAULTS["kv_dtype"], metadata=_help(
-        "KV cache dtype: auto, float32, float16, bfloat16 or q8_0 (8-bit blocks of 32 with a float16 "
-        "scale, as llama.cpp's); auto is float16 on CPU with the native attention kernel, the model's "
-        "dtype elsewhere."))
-    weights: str = field(default=_LOAD_DEFAULTS["weights"], metadata=_help(
-        "auto keeps the checkpoint's quantized weights and runs them on the quantized kernels; float "
-        "dequantizes them; int8 or int4 quantize a float checkpoint at load."))
+
+@dataclass
+class _PromptKeys:
     prompt: tuple[str, ...] = field(default=(), metadata=_help(
         "prompt text; repeat the key (or give several arguments) for a batch. In chat, "
         "the first user messages."))
@@ -78,20 +54,17 @@ class _RunKeys:
         "generate: render each prompt with the model's chat template; none does so when the "
         "model has one (chat always does)."))
     system: Optional[str] = field(default=None, metadata=_help("system message for chat-template prompts."))
-    prefix_cache: bool = field(default=_LOAD_DEFAULTS["prefix_cache"], metadata=_help(
-        "reuse the KV cache rows of the longest prompt prefix a slot already holds (an earlier turn "
-        "of the chat, a shared system prompt), so only the rest is prefilled; false prefills all."))
-    tp: int = field(default=_LOAD_DEFAULTS["tp"], metadata=_help(
-        "tensor-parallel ranks (generate and serve): launch under torchrun --nproc-per-node N -m "
-        "fastdecode generate|serve tp=N ...; rank 0 prints and serves, the other ranks run the same steps."))
 
 
 # Per-request fields of the Python API and the server, not command-line keys.
 API_ONLY_KEYS = ("logit_bias", "logprobs", "prompt_logprobs")
 
 GenerateSettings = dataclasses.make_dataclass(
-    "GenerateSettings", copy_fields(SamplingParams, exclude=API_ONLY_KEYS) + copy_fields(GenerationConfig),
-    bases=(_RunKeys,), namespace={"__module__": __name__})
+    "GenerateSettings",
+    copy_fields(LoadOptions, include=_LOAD_KEYS, help=_LOAD_HELP) + copy_fields(_PromptKeys)
+    + copy_fields(LoadOptions, include=("prefix_cache", "tp"))
+    + copy_fields(SamplingParams, exclude=API_ONLY_KEYS) + copy_fields(GenerationConfig),
+    namespace={"__module__": __name__})
 GenerateSettings.__doc__ = "Every key of `fastdecode generate` and `fastdecode chat`."
 
 _SAMPLING_KEYS = [f.name for f in dataclasses.fields(SamplingParams) if f.name not in API_ONLY_KEYS]
@@ -143,11 +116,9 @@ def load_model(s: Any, batch_size: Optional[int] = None) -> LLM:
         join_torchrun(s.tp, s.device)  # ranks other than 0 print only their errors from here on
     # A draft model is loaded with the target; the other modes are per request.
     draft = s.speculative if draft_model_name(s.speculative) else "none"
-    with progress(f"loading {s.model}"):
-        return load(s.model, device=s.device, dtype=s.dtype, compile=s.compile,
-                    max_seq_len=s.max_seq_len, max_batch_size=max_batch_size, cache=s.cache,
-                    compiled=s.compiled, weights=s.weights, tp=s.tp, speculative=draft,
-                    prefix_cache=s.prefix_cache, kv_dtype=s.kv_dtype)
+    options = LoadOptions.from_settings(s, max_batch_size=max_batch_size, speculative=draft)
+    with progress(f"loading {options.model}"):
+        return build(options)
 
 
 def chat_messages(prompt: str, system: Optional[str]) -> list[dict]:

@@ -90,7 +90,7 @@ def _wants_llama_cpp(s: PerplexitySettings, source: str) -> bool:
 
 
 def run(s: PerplexitySettings) -> int:
-    from ..api.llm import load
+    from ..api.build import load
 
     text = read_text(s.text)  # bad files fail before the model loads
     with progress(f"loading {s.model or 'the default model'}"):

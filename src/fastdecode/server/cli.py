@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any, Optional
 
+from ..config import DEFAULT_MODEL
 from ..errors import FastDecodeError
 from ..cli.command import run_command
 from .settings import ServeSettings, is_loopback
@@ -79,7 +80,7 @@ def _serve(s: ServeSettings) -> int:
     host, port = sock.getsockname()[:2]
     base = f"http://{_url_host(host)}:{port}"
     page = f"; chat page: {base}/" if s.ui else ""
-    print(f"fastdecode: listening on {base}/v1 (loading {s.model}){page}", file=sys.stderr)
+    print(f"fastdecode: listening on {base}/v1 (loading {s.model or DEFAULT_MODEL}){page}", file=sys.stderr)
     server.run(sockets=[sock])
     if state.load_error is not None:
         raise state.load_error
@@ -140,7 +141,7 @@ def _load(state: Any, server: Any, loop: asyncio.AbstractEventLoop) -> None:
 
 
 def _load_model(s: Any) -> Any:
-    from ..api.llm import load
+    from ..api.build import load
 
     llm = load(s.model, device=s.device, dtype=s.dtype, compile=s.compile, compiled=s.compiled,
                max_seq_len=s.max_seq_len, max_batch_size=s.max_batch_size, cache=s.cache, weights=s.weights,

@@ -8,17 +8,16 @@ import os
 from dataclasses import field
 from typing import Any, Optional
 
-from ..cli.main import _RunKeys
-from ..engine import DEFAULT_PREFILL_CHUNK
-from ..errors import FastDecodeError
 from ..cli.keys import copy_fields
+from ..config import DEFAULT_MODEL, LoadOptions
+from ..errors import FastDecodeError
 
 API_KEY_ENV = "FASTDECODE_API_KEY"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
-# generate's keys that pick and load the model; prompts and sampling are per request here.
-_LOAD_KEYS = ("model", "device", "dtype", "compile", "compiled", "max_seq_len", "cache", "kv_dtype", "weights",
-              "tp", "prefix_cache")
+# load()'s keys (LoadOptions holds their defaults and help); prompts and sampling are per request here.
+LOAD_KEYS = ("model", "device", "dtype", "compile", "compiled", "max_seq_len", "cache", "kv_dtype", "weights",
+             "prefix_cache", "tp", "max_batch_size", "prefill_chunk", "speculative")
 
 
 def _help(text: str) -> dict[str, str]:
@@ -27,15 +26,6 @@ def _help(text: str) -> dict[str, str]:
 
 @dataclasses.dataclass
 class _ServerKeys:
-    max_batch_size: Optional[int] = field(default=None, metadata=_help(
-        "engine slots: requests decoding at once (more wait in a queue); none is load()'s default, 8."))
-    prefill_chunk: int = field(default=DEFAULT_PREFILL_CHUNK, metadata=_help(
-        "most prompt tokens prefilled per engine step, so a long prompt stalls running streams by one "
-        "chunk per step, not by its whole length."))
-    speculative: str = field(default="none", metadata=_help(
-        "none, prompt-lookup (drafts from n-grams of each request's prompt and output) or draft:MODEL "
-        "(drafts from a smaller model with the same vocabulary); drafts are verified by the model, so "
-        "the output is its own, with fewer forwards when drafts are good."))
     host: str = field(default="127.0.0.1", metadata=_help(
         "address to listen on; 0.0.0.0 opens the server to the network (set api_key then)."))
     port: int = field(default=8000, metadata=_help("TCP port to listen on (0 picks a free one)."))
@@ -77,7 +67,7 @@ def _check(self: Any) -> None:
     elif not self.api_key.strip():
         raise FastDecodeError("api_key is empty; give a key, or leave it unset to serve without one")
     if self.served_model_name is None:
-        name = self.model
+        name = self.model or DEFAULT_MODEL
         self.served_model_name = os.path.basename(os.path.normpath(name)) if os.path.exists(name) else name
     if not self.served_model_name:
         raise FastDecodeError("served_model_name is empty")
@@ -85,8 +75,7 @@ def _check(self: Any) -> None:
 
 ServeSettings = dataclasses.make_dataclass(
     "ServeSettings",
-    copy_fields(_RunKeys, exclude=tuple(f.name for f in dataclasses.fields(_RunKeys) if f.name not in _LOAD_KEYS))
-    + copy_fields(_ServerKeys),
+    copy_fields(LoadOptions, include=LOAD_KEYS) + copy_fields(_ServerKeys),
     namespace={"__module__": __name__, "__post_init__": _check})
 ServeSettings.__doc__ = "Every key of `fastdecode serve`."
 
