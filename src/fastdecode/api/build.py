@@ -1,4 +1,8 @@
-"""`load()`: LoadOptions -> weights -> kernels -> steps -> engine -> LLM."""
+"""`load()`: LoadOptions -> weights -> kernels -> steps -> draft -> engine -> LLM.
+
+Each part is built once from the options and the parts before it, and the
+engine takes them all at construction: nothing is swapped in afterwards.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from ..compile.background import ExportJob, PackageWhenReady
 from ..compile.steps import Steps
 from ..compile.strategies import make_steps
 from ..config import DEFAULT_MAX_BATCH_SIZE, LoadOptions
+from ..engine import Engine
 from ..engine.draft import DraftModel
 from ..errors import FastDecodeError
 from ..kernels import prebuild as prebuild_kernels
@@ -27,7 +32,7 @@ from ..model.transformer import Transformer, init_random_weights
 from ..parallel import SharedSeeds, same_kernels, shard_model, tp_group
 from ..quant import KernelChoice, apply_kernels, build_model, quantize_state_dict
 from ..text.tokenizer import BYTE_CHAT_TEMPLATE, ByteTokenizer, Tokenizer
-from .llm import LLM
+from .llm import LLM, LoadReport
 
 log = logging.getLogger("fastdecode")
 
@@ -74,8 +79,9 @@ load.__signature__ = inspect.Signature(  # help() and IDEs show LoadOptions' fie
      for f in dataclasses.fields(LoadOptions)], return_annotation="LLM")
 
 
-def build(opts: LoadOptions) -> LLM:
-    """The LLM `opts` describe."""
+def build(opts: LoadOptions, *, sync: Optional[Any] = None) -> LLM:
+    """The LLM `opts` describe. sync: a parallel.lockstep.StepSync for tensor-parallel
+    ranks serving in lockstep (the server's), handed to the engine."""
     t0 = time.perf_counter()
     dev = opts.torch_device
     if dev.type == "cpu":
@@ -88,26 +94,21 @@ def build(opts: LoadOptions) -> LLM:
     _check_memory(opts, part, need, max_batch_size, max_seq_len)
     compile = _runnable_compile(opts.compile, dev)
     steps = _steps(opts, part, compile, opts.package)
-    m = part.model
-    llm = LLM(m, part.tokenizer, steps=steps, compile="none" if steps.compiled else compile,
-              max_seq_len=max_seq_len, max_batch_size=max_batch_size, cache=opts.cache, source=part.source,
-              prefill_chunk=opts.prefill_chunk, speculative=opts.speculative, prefix_cache=opts.prefix_cache)
+    draft = None
+    if opts.draft_model is not None:
+        draft = _draft(opts, compile, max_batch_size, max_seq_len, need)
+    engine = Engine(part.model, part.tokenizer, steps, max_batch_size=max_batch_size, max_seq_len=max_seq_len,
+                    cache=opts.cache, prefill_chunk=opts.prefill_chunk, speculative=opts.speculative,
+                    prefix_cache=opts.prefix_cache, draft=draft,
+                    seed_policy=SharedSeeds.broadcast(group) if group is not None else None, sync=sync)
+    summary = part.weights_summary
     if group is not None:
-        llm.engine.seed_unseeded = SharedSeeds.broadcast(group)
-    draft_name = opts.draft_model
-    if draft_name is not None:
-        try:
-            llm.draft = build(dataclasses.replace(opts, model=draft_name, speculative="none", compile=compile,
-                                                  max_batch_size=max_batch_size, max_seq_len=max_seq_len))
-            llm.engine.runner.draft = DraftModel(draft_name, llm.draft.engine.runner, m.args.vocab_size)
-        except FastDecodeError as e:
-            raise FastDecodeError(f"draft model {draft_name!r}: {e}") from None
-    llm.load_seconds = time.perf_counter() - t0
-    llm.cache_path, llm.from_cache = part.cache_path, part.from_cache
-    llm.weights, llm.weights_summary, llm.kernels = part.weights, part.weights_summary, part.kernels
-    if group is not None:
-        llm.weights_summary += f"; tensor parallel: rank {m.tp.rank}'s shard of {opts.tp} (sizes below are per rank)"
-    return llm
+        summary += f"; tensor parallel: rank {part.model.tp.rank}'s shard of {opts.tp} (sizes below are per rank)"
+    report = LoadReport(source=part.source, compile="none" if steps.compiled else compile, cache=opts.cache,
+                        weights=part.weights, weights_summary=summary, kernels=part.kernels,
+                        cache_path=part.cache_path, from_cache=part.from_cache,
+                        load_seconds=time.perf_counter() - t0)
+    return LLM(engine, report)
 
 
 # -- the model -----------------------------------------------------------------------------
@@ -228,13 +229,15 @@ def _cache_need(part: _Part, max_batch_size: int, max_seq_len: int) -> int:
     return cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, part.kv)
 
 
-def _check_memory(opts: LoadOptions, part: _Part, need: int, max_batch_size: int, max_seq_len: int) -> None:
+def _check_memory(opts: LoadOptions, part: _Part, need: int, max_batch_size: int, max_seq_len: int,
+                  also: int = 0) -> None:
+    """The KV cache fits the free memory (with `also` bytes of caches not yet allocated)."""
     free = available_memory(opts.torch_device)
-    if opts.cache == "static" and free is not None and need > free:
+    if opts.cache == "static" and free is not None and need + also > free:
         raise FastDecodeError(
             f"a {kv_name(part.kv)} KV cache of max_batch_size={max_batch_size} x max_seq_len={max_seq_len} needs "
             f"{need:,} bytes, "
-            f"but {free:,} are available; lower max_batch_size or max_seq_len")
+            f"but {free - also:,} are available; lower max_batch_size or max_seq_len")
 
 
 # -- the steps and the draft ----------------------------------------------------------------
@@ -287,3 +290,17 @@ def _steps(opts: LoadOptions, part: _Part, compile: str, compiled: Optional[str]
                 "a background process (pid %d) exports it; later runs load %s",
                 "eager" if compile == "none" else f"compile={compile}", pid, path)
     return PackageWhenReady(fallback, path, lambda p: ExportedSteps(model, p).steps(), pid)
+
+
+def _draft(opts: LoadOptions, compile: str, max_batch_size: int, max_seq_len: int, target_need: int) -> DraftModel:
+    """The draft model of speculative="draft:<name>", loaded with the target's settings."""
+    name = opts.draft_model
+    try:
+        draft_opts = dataclasses.replace(opts, model=name, speculative="none", compile=compile,
+                                         max_batch_size=max_batch_size, max_seq_len=max_seq_len)
+        part = _model(draft_opts, None)
+        _check_memory(draft_opts, part, _cache_need(part, max_batch_size, max_seq_len), max_batch_size,
+                      max_seq_len, also=target_need)
+        return DraftModel(name, part.model, _steps(draft_opts, part, compile, draft_opts.package))
+    except FastDecodeError as e:
+        raise FastDecodeError(f"draft model {name!r}: {e}") from None

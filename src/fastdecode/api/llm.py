@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional, Sequence, Union
 
 import torch
 
 from ..compile.background import PackageWhenReady
-from ..compile.steps import Steps
-from ..compile.strategies import make_steps
-from ..engine import DEFAULT_PREFILL_CHUNK, Completion, Engine, GenerationConfig
+from ..engine import Completion, Engine, GenerationConfig
+from ..engine.draft import DraftProposer
 from ..errors import FastDecodeError
 from ..model.args import ModelArgs
 from ..model.transformer import Transformer
@@ -23,39 +23,48 @@ from .generate import GenerationRun, run_generation
 Prompts = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]]]
 
 
+@dataclass(frozen=True)
+class LoadReport:
+    """What load() made of its options, for the stats and the CLI."""
+
+    source: str  # "preset:<name>" or the checkpoint's path
+    compile: str  # the strategy whose steps run ("none" where a package runs them)
+    cache: str = "static"
+    weights: str = "float"  # the weights= it was loaded with ("auto" is "float" off CPU)
+    weights_summary: str = "float"  # what became of the checkpoint's tensor types
+    kernels: KernelChoice = field(default_factory=KernelChoice)  # which kernels run the matmuls
+    # Where a converted GGUF copy lives (fastdecode.checkpoints.clear_cache() removes it).
+    cache_path: Optional[str] = None
+    from_cache: bool = False
+    load_seconds: float = 0.0
+
+
 class LLM:
-    """A loaded model with its tokenizer, ready to generate."""
+    """A loaded model with its tokenizer, ready to generate. The engine owns the
+    model, its KV cache and every request; the report says how it was loaded."""
 
-    def __init__(self, model: Transformer, tokenizer: Tokenizer, *, compile: str = "none",
-                 max_seq_len: int, max_batch_size: int, cache: str = "static", source: str = "",
-                 prefill_chunk: int = DEFAULT_PREFILL_CHUNK, speculative: str = "none",
-                 steps: Optional[Steps] = None, prefix_cache: bool = True):
-        self.model, self.tokenizer = model, tokenizer
-        self.args: ModelArgs = model.args
-        self.max_seq_len, self.max_batch_size = max_seq_len, max_batch_size
-        self.cache, self.source, self.compile = cache, source, compile
-        # The engine owns the model's KV cache and runs every request.
-        self.engine = Engine(model, tokenizer, steps or make_steps(model, compile), max_batch_size=max_batch_size,
-                             max_seq_len=max_seq_len, cache=cache, prefill_chunk=prefill_chunk,
-                             speculative=speculative, prefix_cache=prefix_cache)
-        self.draft: Optional[LLM] = None  # the draft model of speculative="draft:<model>"
-        self.load_seconds = 0.0
-        # Where a converted GGUF copy lives (fastdecode.checkpoints.clear_cache() removes it).
-        self.cache_path: Optional[str] = None
-        self.from_cache = False
-        self.weights = "float"  # the `weights=` load() was given
-        self.weights_summary = "float"  # what became of the checkpoint's tensor types
-        self.kernels = KernelChoice()  # which kernels run the matmuls
-        if tokenizer.vocab_size > self.args.vocab_size:
-            raise FastDecodeError(
-                f"{source}: tokenizer has {tokenizer.vocab_size} ids but the model's vocabulary is "
-                f"{self.args.vocab_size}")
+    def __init__(self, engine: Engine, report: LoadReport):
+        self.engine, self.report = engine, report
+        self.model: Transformer = engine.model
+        self.tokenizer: Tokenizer = engine.tokenizer
+        self.args: ModelArgs = engine.model.args
 
-    def use_package(self, path: str) -> None:
-        """Run the steps from a `fastdecode export` package (checked against this model)."""
-        from ..compile.aot import ExportedSteps
+    max_seq_len = property(lambda self: self.engine.max_seq_len)
+    max_batch_size = property(lambda self: self.engine.max_batch_size)
+    source = property(lambda self: self.report.source)
+    compile = property(lambda self: self.report.compile)
+    cache = property(lambda self: self.report.cache)
+    weights = property(lambda self: self.report.weights)
+    weights_summary = property(lambda self: self.report.weights_summary)
+    kernels = property(lambda self: self.report.kernels)
+    cache_path = property(lambda self: self.report.cache_path)
+    from_cache = property(lambda self: self.report.from_cache)
+    load_seconds = property(lambda self: self.report.load_seconds)
 
-        self.engine.runner.steps = ExportedSteps(self.model, path).steps()
+    @property
+    def draft(self) -> Optional[DraftProposer]:
+        """The draft model of speculative="draft:<model>" (its `model`, `steps`), if loaded."""
+        return self.engine.draft
 
     @property
     def compiled(self) -> Optional[str]:

@@ -88,12 +88,12 @@ class EngineContender(Contender):
         before = compile_counters()
         t0 = time.perf_counter()
         kwargs = {"weights": s.weights, **MODES[mode]}
+        if mode == "package":  # the engine is built on the package's steps
+            kwargs["compiled"], self.load_compile_s = self._package(s, kwargs)
         # Every run repeats its row's prompt: with prefix caching on, runs after the first would
         # time a prefill of one token, not the prompt's (llama.cpp's peer gets no cache either).
         self.llm = load(s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size,
                         max_seq_len=s.max_seq_len, tp=s.tp, prefix_cache=False, **kwargs)
-        if mode == "package":
-            self.load_compile_s = self._use_package(s)
         self.load_s = time.perf_counter() - t0
         if self.compiles and before:  # a strategy may compile while loading
             self.load_compile_s = compile_counters()["compile_s"] - before["compile_s"]
@@ -104,19 +104,21 @@ class EngineContender(Contender):
         self.source = self.llm.source
         self.weights = f"{self.llm.weights_summary}; kernels: {self.llm.kernels.quant}, ops {self.llm.kernels.ops}"
 
-    def _use_package(self, s: BenchSettings) -> Optional[float]:
-        """Run the steps from s.package, or from a package exported now (returns its export time)."""
+    @staticmethod
+    def _package(s: BenchSettings, kwargs: dict) -> tuple[str, Optional[float]]:
+        """s.package, or a package of the model exported now into the results folder (and its export time)."""
+        from ..api.build import load
         from ..compile.aot import export_package
 
-        path, export_s = s.package, None
-        if path is None:
-            os.makedirs(s.out, exist_ok=True)
-            path = os.path.join(s.out, "package.pt2")
-            t0 = time.perf_counter()
-            export_package(self.llm.model, path)
-            export_s = time.perf_counter() - t0
-        self.llm.use_package(path)
-        return export_s
+        if s.package is not None:
+            return s.package, None
+        os.makedirs(s.out, exist_ok=True)
+        path = os.path.join(s.out, "package.pt2")
+        model = load(s.model, device=s.device, dtype=s.dtype, weights=kwargs["weights"], compiled=None,
+                     max_batch_size=1, max_seq_len=16).model
+        t0 = time.perf_counter()
+        export_package(model, path)
+        return path, time.perf_counter() - t0
 
     def run(self, prompts: list[list[int]], new_tokens: int) -> Timing:
         if len(prompts) > self.llm.max_batch_size:  # the engine would queue the rest: not one batch

@@ -12,36 +12,70 @@ the verify step's acceptance rule (sampling/acceptance.py).
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor
 
+from ..compile.steps import Steps
 from ..errors import FastDecodeError
 from ..sampling import logits_to_probs
 from .request import Request
-from .runner import Runner
 
 CATCH_UP = 64  # tokens a row may be behind before it catches up alone, chunk by chunk
 
 
+@dataclass(frozen=True)
 class DraftModel:
-    def __init__(self, name: str, runner: Runner, target_vocab_size: int):
-        if runner.V != target_vocab_size:
+    """A draft model's parts, built before the engine: the name `draft:<name>` asks
+    for, the model (its KV cache is the engine's to allocate) and its steps."""
+
+    name: str
+    model: torch.nn.Module
+    steps: Steps
+
+
+def model_logits(steps: Steps, device: torch.device, tokens: list, pos: list, slots: list[int],
+                 last_only: bool = True, at: Optional[list] = None) -> Tensor:
+    """A model step over rows of equal length: logits [B, V] of each row's last
+    token (or of the index `at` [B, 1] gives per row), or [B, T, V] of every token."""
+    B, T = len(tokens), len(tokens[0])
+    if at is None:
+        at = [[T - 1]] * B if last_only else [list(range(T))] * B
+
+    def tensor(values) -> Tensor:
+        return torch.tensor(values, dtype=torch.long, device=device)
+
+    with torch.inference_mode():
+        logits = steps.step(tensor(tokens), tensor(pos), tensor(slots), tensor(at))
+    return logits[:, -1] if last_only else logits
+
+
+class DraftProposer:
+    """Drafts from a DraftModel whose cache slots mirror the target's."""
+
+    def __init__(self, draft: DraftModel, target_vocab_size: int, max_seq_len: int):
+        V = draft.model.args.vocab_size
+        if V != target_vocab_size:
             raise FastDecodeError(
-                f"its vocabulary has {runner.V} tokens but the target's has {target_vocab_size}; "
-                "a draft model must share the target's tokenizer")
-        self.name, self.runner = name, runner
-        self.max_seq_len = runner.max_seq_len
+                f"draft model {draft.name!r}: its vocabulary has {V} tokens but the target's has "
+                f"{target_vocab_size}; a draft model must share the target's tokenizer")
+        self.name, self.model, self.steps = draft.name, draft.model, draft.steps
+        self.max_seq_len = max_seq_len
+
+    def _step(self, tokens: list, pos: list, reqs: Sequence[Request], at: Optional[list] = None) -> Tensor:
+        return model_logits(self.steps, self.model.device, tokens, pos, [r.slot for r in reqs], at=at)
 
     def prefill(self, reqs: Sequence[Request], tokens: list[list[int]], pos: list[list[int]]) -> None:
         """Feed the prompt chunk the target has just taken."""
-        self.runner._step(tokens, pos, reqs)
+        self._step(tokens, pos, reqs)
         for r, p in zip(reqs, pos):
             r.spec.fed = p[-1] + 1
 
-    def propose(self, target: Runner, rows: Sequence[tuple[Request, int]]) -> list[list[int]]:
-        """k drafts for each (request, k), sampled as `target` would sample them;
+    def propose(self, target: Any, rows: Sequence[tuple[Request, int]]) -> list[list[int]]:
+        """k drafts for each (request, k), sampled as `target` (the engine's
+        runner: its `adjusted` logits and `noise`) would sample them;
         sets each request's draft distributions (r.spec.q) for the verify step."""
         reqs = [r for r, _ in rows]
         logits = self._feed(reqs, [r.spec.seq[r.spec.fed:] for r in reqs])
@@ -63,7 +97,7 @@ class DraftModel:
             r.spec.q = torch.stack(qs[i]) if r.generator is not None else None  # [k, V]
         return drafts
 
-    def _draw(self, target: Runner, reqs: Sequence[Request], logits: Tensor, offset: int):
+    def _draw(self, target: Any, reqs: Sequence[Request], logits: Tensor, offset: int):
         """One draft per row of logits [B, V]: the argmax of the adjusted logits on
         greedy rows, a draw from q elsewhere. Returns (tokens, q [B, V] or None)."""
         adjusted, batch = target.adjusted(reqs, logits, offset)
@@ -82,14 +116,14 @@ class DraftModel:
         for r, p in zip(reqs, pending):
             while len(p) > CATCH_UP:  # far behind (e.g. after backing off): catch up alone
                 n = min(len(p) - 1, CATCH_UP)
-                self.runner._step([p[:n]], [list(range(r.spec.fed, r.spec.fed + n))], [r])
+                self._step([p[:n]], [list(range(r.spec.fed, r.spec.fed + n))], [r])
                 r.spec.fed += n
                 del p[:n]
         T = max(len(p) for p in pending)
         if len(reqs) > 1 and any(r.spec.fed + T > self.max_seq_len for r in reqs):
             return torch.cat([self._feed([r], [p]) for r, p in zip(reqs, pending)])
         tokens = [p + [p[-1]] * (T - len(p)) for p in pending]
-        logits = self.runner._step(tokens, [list(range(r.spec.fed, r.spec.fed + T)) for r in reqs], reqs,
+        logits = self._step(tokens, [list(range(r.spec.fed, r.spec.fed + T)) for r in reqs], reqs,
                                    at=[[len(p) - 1] for p in pending])
         for r, p in zip(reqs, pending):
             r.spec.fed += len(p)

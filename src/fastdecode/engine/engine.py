@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import AsyncIterator, Callable, Optional, Sequence
+from typing import Any, AsyncIterator, Callable, Optional, Sequence
 
 import torch
 
@@ -43,6 +43,7 @@ from ..model.kv_cache import cache_bytes
 from ..paths import BusyFlag
 from ..sampling import SamplingParams
 from ..text.tokenizer import Tokenizer
+from .draft import DraftModel, DraftProposer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
 from .prefix_cache import PrefixIndex
 from .runner import Runner
@@ -55,27 +56,39 @@ DEFAULT_PREFILL_CHUNK = 256
 
 
 class Engine:
+    """Built once from its parts, never changed afterwards.
+
+    steps: the model's step callables (a compile strategy's, a package's, or
+        background_export.PackageWhenReady, which the engine refreshes between requests).
+    draft: the draft model of `speculative="draft:<name>"` requests; its cache slots
+        are allocated here, mirroring the model's.
+    seed_policy: draws the seed of a request that brings none; None: a fresh one each
+        (parallel.SharedSeeds: tensor-parallel ranks must draw the same).
+    sync: parallel.lockstep.StepSync while tensor-parallel ranks serve in lockstep: rank 0
+        broadcasts each step's new and cancelled requests, the other ranks follow().
+    """
+
     def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, steps: Steps, *, max_batch_size: int,
                  max_seq_len: int, cache: str = "static", prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
-                 speculative: str = "none", prefix_cache: bool = True):
+                 speculative: str = "none", prefix_cache: bool = True, draft: Optional[DraftModel] = None,
+                 seed_policy: Optional[Callable[[], int]] = None, sync: Optional[Any] = None):
         self.model, self.tokenizer = model, tokenizer
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
         check_speculative(speculative, 1, 1)
+        name = draft_model_name(speculative)
+        if name is not None and (draft is None or draft.name != name):
+            raise FastDecodeError(f"speculative={speculative!r} needs the draft model {name!r} passed as draft=")
         self.speculative = speculative  # requests that do not say take this
-        a = model.args
         self.kv_dtype = model.kv_dtype_name  # "float32", "float16", "bfloat16" or "q8_0"
-        self.cache_bytes = cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim,
-                                       model.kv_dtype or model.dtype)
-        # Outside inference mode: buffers made inside carry other dispatch keys,
-        # which compiled graphs would guard on.
-        with torch.inference_mode(False):
-            model.setup_caches(max_batch_size, max_seq_len, kind=cache)
-        log.info("KV cache: %d slots x %d positions, %s, %d bytes (%.1f MB)", max_batch_size, max_seq_len,
-                 self.kv_dtype, self.cache_bytes, self.cache_bytes / 1e6)
+        self.cache_bytes = self._setup_caches(model, cache)
         # Reuse of cached prompt prefixes (prefix_cache.py); a dynamic cache has no fixed slots to keep.
         self.prefix = PrefixIndex(max_batch_size) if prefix_cache and cache == "static" else None
         self.scheduler = Scheduler(max_batch_size, prefill_chunk, self.prefix)
-        self.runner = Runner(model, steps, max_batch_size, max_seq_len)
+        self.draft: Optional[DraftProposer] = None
+        if draft is not None:
+            self.draft = DraftProposer(draft, model.args.vocab_size, max_seq_len)
+            self._setup_caches(draft.model, cache)
+        self.runner = Runner(model, steps, max_batch_size, max_seq_len, draft=self.draft)
         self._lock = threading.RLock()  # held for a whole step
         self._busy = BusyFlag()
         self._inbox: deque[Request] = deque()  # submitted, not yet seen by a step (append is atomic)
@@ -83,14 +96,23 @@ class Engine:
         self._thread: Optional[threading.Thread] = None
         self._ids = itertools.count()
         self._uids = itertools.count()
-        # parallel.lockstep.StepSync while tensor-parallel ranks serve in lockstep: rank 0
-        # broadcasts each step's new and cancelled requests, the other ranks follow().
-        self.sync = None
-        # Draws the seed of a request that brings none; None: a fresh one each (see
-        # parallel.SharedSeeds: tensor-parallel ranks must draw the same).
-        self.seed_unseeded: Optional[Callable[[], int]] = None
+        self.sync = sync
+        self.seed_policy = seed_policy
         self.closed = False
         self.steps_run = 0
+
+    def _setup_caches(self, model: torch.nn.Module, cache: str) -> int:
+        """Allocate `model`'s KV cache for the engine's slots; its size in bytes."""
+        a = model.args
+        size = cache_bytes(a.n_layers, self.max_batch_size, a.n_kv_heads, self.max_seq_len, a.head_dim,
+                           model.kv_dtype or model.dtype)
+        # Outside inference mode: buffers made inside carry other dispatch keys,
+        # which compiled graphs would guard on.
+        with torch.inference_mode(False):
+            model.setup_caches(self.max_batch_size, self.max_seq_len, kind=cache)
+        log.info("KV cache: %d slots x %d positions, %s, %d bytes (%.1f MB)", self.max_batch_size,
+                 self.max_seq_len, model.kv_dtype_name, size, size / 1e6)
+        return size
 
     # -- submitting ---------------------------------------------------------------------
 
@@ -118,12 +140,12 @@ class Engine:
             raise FastDecodeError(f"logit_bias has token id {bad}, outside the vocabulary [0, {V})")
         mode = config.speculative or self.speculative
         name = draft_model_name(mode)
-        if name is not None and (self.runner.draft is None or self.runner.draft.name != name):
-            loaded = f"draft:{self.runner.draft.name}" if self.runner.draft is not None else "none"
+        if name is not None and (self.draft is None or self.draft.name != name):
+            loaded = f"draft:{self.draft.name}" if self.draft is not None else "none"
             raise FastDecodeError(f"speculative={mode!r} needs that draft model loaded with the target: "
                                   f"load(..., speculative={mode!r}); this model was loaded with {loaded!r}")
-        if params.seed is None and self.seed_unseeded is not None:
-            params = dataclasses.replace(params, seed=self.seed_unseeded())
+        if params.seed is None and self.seed_policy is not None:
+            params = dataclasses.replace(params, seed=self.seed_policy())
         outputs: deque = deque()
         req = self._request(next(self._uids), request_id or f"req-{next(self._ids)}", prompt, params, config,
                             mode, sink or outputs.append)
@@ -186,8 +208,10 @@ class Engine:
             for r in new:
                 self.scheduler.add(r)
             self._reap(cancelled)
-            if not self.scheduler.active:
-                self.runner.steps.refresh()  # no request in flight: safe to change what the steps run
+            if not self.scheduler.active:  # no request in flight: safe to change what the steps run
+                self.runner.steps.refresh()
+                if self.draft is not None:
+                    self.draft.steps.refresh()
             plan = self.scheduler.schedule()
             self._busy.set(not plan.empty)  # background exports pause while this is held
             for src, dst, n in plan.copies:

@@ -12,33 +12,27 @@ from ..compile.steps import Steps
 from ..sampling import SamplingBatch, adjust, logits_to_probs, sample, token_logprobs
 from ..sampling.acceptance import accept_or_resample
 from ..sampling.slots import SlotSampling
+from .draft import DraftProposer, model_logits
 from .request import Request, TokenLogprob
 from .speculative import DraftModelRow, PromptLookup
 
 
 class Runner:
-    def __init__(self, model: torch.nn.Module, steps: Steps, n_slots: int, max_seq_len: int):
+    def __init__(self, model: torch.nn.Module, steps: Steps, n_slots: int, max_seq_len: int,
+                 draft: Optional[DraftProposer] = None):
         self.model, self.steps = model, steps
         self.device = model.device
         self.V = model.args.vocab_size
         self.max_seq_len = max_seq_len
         self.sampling = SlotSampling(n_slots, self.V, self.device)
-        self.draft = None  # a draft.DraftModel, for requests that speculate with it
+        self.draft = draft  # for requests that speculate with a draft model
 
     def _tensor(self, values) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)
 
     def _step(self, tokens: list, pos: list, reqs: Sequence[Request], last_only: bool = True,
               at: Optional[list] = None) -> Tensor:
-        """The model step over rows of equal length: logits [B, V] of each row's
-        last token (or of the index `at` [B, 1] gives per row), or [B, T, V] of every token."""
-        B, T = len(tokens), len(tokens[0])
-        if at is None:
-            at = [[T - 1]] * B if last_only else [list(range(T))] * B
-        with torch.inference_mode():
-            logits = self.steps.step(self._tensor(tokens), self._tensor(pos), self._tensor([r.slot for r in reqs]),
-                                     self._tensor(at))
-        return logits[:, -1] if last_only else logits
+        return model_logits(self.steps, self.device, tokens, pos, [r.slot for r in reqs], last_only, at)
 
     def assign(self, r: Request) -> None:
         self.sampling.assign(r.slot, r.params, r.prompt, r.eos_ids)

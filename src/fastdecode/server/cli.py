@@ -140,31 +140,32 @@ def _load(state: Any, server: Any, loop: asyncio.AbstractEventLoop) -> None:
     llm.engine.run_loop()
 
 
-def _load_model(s: Any) -> Any:
-    from ..api.build import load
+def _load_model(s: Any, warm_up: bool = True) -> Any:
+    from ..api.build import build
+    from ..config import LoadOptions
 
-    llm = load(s.model, device=s.device, dtype=s.dtype, compile=s.compile, compiled=s.compiled,
-               max_seq_len=s.max_seq_len, max_batch_size=s.max_batch_size, cache=s.cache, weights=s.weights,
-               prefill_chunk=s.prefill_chunk, speculative=s.speculative, tp=s.tp, prefix_cache=s.prefix_cache,
-               kv_dtype=s.kv_dtype)
-    # One token now, so compiling and kernel warm-up happen before /health says ok.
-    llm.generate([[0]], max_new_tokens=1, temperature=0)
+    sync = None
     if s.tp != 1:
         import torch.distributed as dist
 
         from ..parallel.lockstep import StepSync
 
-        llm.engine.sync = StepSync(dist.group.WORLD)
+        sync = StepSync(dist.group.WORLD)
+    llm = build(LoadOptions.from_settings(s), sync=sync)
+    if warm_up:
+        # One token now, so compiling and kernel warm-up happen before /health says ok
+        # (in lockstep the other ranks run it as rank 0's step).
+        llm.generate([[0]], max_new_tokens=1, temperature=0)
     return llm
 
 
 def _follow(s: Any) -> int:
     """A tensor-parallel rank other than 0: load the same shard set-up, then run
-    rank 0's engine steps until it stops. torchrun passes a SIGTERM to every
-    rank; this one leaves when rank 0, draining, tells it to (or is gone)."""
+    rank 0's engine steps (its warm-up first) until it stops. torchrun passes a
+    SIGTERM to every rank; this one leaves when rank 0, draining, tells it to (or is gone)."""
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
-    llm = _load_model(s)
+    llm = _load_model(s, warm_up=False)
     llm.engine.follow()
     return 0
 
