@@ -39,9 +39,6 @@ LAYERS = [
 # (importing module or package, imported module or package): the only imports up or
 # sideways, each named in the README's architecture section.
 ALLOWED = {
-    # ChunkDecoder.warmup builds a Runner to compile its graph; goes with the compiled
-    # loop taking tensors in and out (issue 24's construction part).
-    ("fastdecode.compile.loop", "fastdecode.engine"),
     # GemvEmbedding is the model's Embedding with its head on the native GEMV.
     ("fastdecode.kernels.linear", "fastdecode.model.transformer"),
     # The other commands run through the CLI's command helper, read their keys its way

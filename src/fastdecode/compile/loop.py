@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..sampling import SamplingBatch, sample
+from ..sampling import SamplingBatch, SamplingParams, sample
+from ..sampling.slots import SlotSampling
 from .compiled import CompiledSteps, own_code, require_cache
 from .steps import Steps
 
@@ -26,8 +27,10 @@ DEFAULT_CHUNK = 8
 
 
 class ChunkDecoder:
-    """chunk(runner, requests) -> [(request, K new token ids, None)], one call
-    for all rows. The engine uses it while some row has >= K tokens to go."""
+    """chunk(token, pos, rows, noise, batch, counts, seen, bias, eos, n_gen, min_new) ->
+    tokens [K, B]: K decode steps for all rows in one call. Tensors in, tensors out:
+    the engine's runner builds the inputs from its requests and applies the
+    tokens. The engine uses it while some row has >= K tokens to go."""
 
     def __init__(self, steps: CompiledSteps, k: int = DEFAULT_CHUNK):
         self.steps, self.k = steps, k
@@ -57,43 +60,36 @@ class ChunkDecoder:
 
         self._chunk = torch.compile(own_code(chunk_fn), **steps.compile_kwargs)
 
-    def __call__(self, runner, reqs) -> list:
-        dev, k = runner.device, self.k
-        slots = [r.slot for r in reqs]
-        s = runner.sampling
+    def __call__(self, token: Tensor, pos: Tensor, rows: Tensor, noise: Tensor, batch: SamplingBatch,
+                 counts: Tensor, seen: Tensor, bias: Tensor, eos: Tensor, n_gen: Tensor, min_new: Tensor) -> Tensor:
+        """token: each row's newest token, fed at pos; rows: their cache slots; noise [K, B, V]:
+        Exponential draws (ones on greedy rows); batch: their settings (SamplingBatch with
+        every stage on); counts, seen [slots, V]: penalty statistics, updated in place; bias,
+        eos [B, V]; n_gen: tokens each row has, min_new: its min_new_tokens."""
+        b = batch
+        args = (token, pos, rows, noise, b.greedy, b.temperature, b.top_k, b.top_p, b.min_p, b.repetition,
+                b.frequency, b.presence, counts, seen, bias, eos, n_gen, min_new)
+        # Dims marked dynamic: B everywhere, and K's neighbours never change.
+        dyn = {i: (0,) for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15, 16, 17)}
+        dyn[3] = (1,)
         with torch.inference_mode():
-            t = runner._tensor
-            b = s.batch(slots, full=True)
-            rows = t(slots)
-            args = (t([r.last_token for r in reqs]), t([r.pos for r in reqs]), rows, runner.noise(reqs, k),
-                    b.greedy, b.temperature, b.top_k, b.top_p, b.min_p, b.repetition, b.frequency, b.presence,
-                    s.counts, s.seen, s.bias[rows], s.eos[rows], t([r.n_generated for r in reqs]),
-                    t([r.config.min_new_tokens for r in reqs]))
-            # Dims marked dynamic: B everywhere, and K's neighbours never change.
-            dyn = {i: (0,) for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15, 16, 17)}
-            dyn[3] = (1,)
-            toks = self.steps.call(self._chunk, *args, dynamic=dyn)
-        for r in reqs:
-            r.pos += k
-        ids = toks.t().tolist()  # [B, K]
-        return [(r, ids[i], None) for i, r in enumerate(reqs)]
+            return self.steps.call(self._chunk, *args, dynamic=dyn)
 
     def warmup(self) -> None:
-        """Compile the chunk graph (it serves every batch size and setting) on slot 0."""
-        from types import SimpleNamespace
-
-        from ..engine.request import GenerationConfig
-        from ..engine.runner import Runner
-        from ..sampling import SamplingParams
-
+        """Compile the chunk graph (it serves every batch size and setting) on slot 0,
+        a greedy row, with sampling state of its own (the engine's is not touched)."""
         model = self.steps.model
         cache = require_cache(model)
-        runner = Runner(model, Steps(step=self.steps.step), cache.batch_size, cache.seq_len)
-        params = SamplingParams(temperature=0)
-        row = SimpleNamespace(slot=0, last_token=0, pos=1, n_generated=1, generator=None, params=params,
-                              config=GenerationConfig(max_new_tokens=self.k + 1))
-        runner.sampling.assign(0, params, [0], frozenset())
-        self(runner, [row])
+        V, dev = model.args.vocab_size, model.device
+        sampling = SlotSampling(cache.batch_size, V, dev)
+        sampling.assign(0, SamplingParams(temperature=0), [0], frozenset())
+        with torch.inference_mode():
+            def t(values):
+                return torch.tensor(values, dtype=torch.long, device=dev)
+
+            rows = t([0])
+            self(t([0]), t([1]), rows, torch.ones(self.k, 1, V, device=dev), sampling.batch([0], full=True),
+                 sampling.counts, sampling.seen, sampling.bias[rows], sampling.eos[rows], t([1]), t([0]))
 
 
 def make_generate_steps(model: torch.nn.Module, k: int = DEFAULT_CHUNK, **kwargs) -> Steps:

@@ -7,7 +7,9 @@ each verify the draft catches up with the tokens it has not seen (the newest
 token, and the last draft when all were accepted) and proposes k tokens, one
 forward each. Its drafts are drawn with the request's own sampling settings
 and generator (argmax for greedy requests), and their distributions q go to
-the verify step's acceptance rule (sampling/acceptance.py).
+the verify step's acceptance rule (sampling/acceptance.py). The proposer owns
+its cache's state (how many of each slot's tokens it holds); the request's
+own state is the engine's.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def model_logits(steps: Steps, device: torch.device, tokens: list, pos: list, sl
 class DraftProposer:
     """Drafts from a DraftModel whose cache slots mirror the target's."""
 
-    def __init__(self, draft: DraftModel, target_vocab_size: int, max_seq_len: int):
+    def __init__(self, draft: DraftModel, target_vocab_size: int, n_slots: int, max_seq_len: int):
         V = draft.model.args.vocab_size
         if V != target_vocab_size:
             raise FastDecodeError(
@@ -63,6 +65,7 @@ class DraftProposer:
                 f"{target_vocab_size}; a draft model must share the target's tokenizer")
         self.name, self.model, self.steps = draft.name, draft.model, draft.steps
         self.max_seq_len = max_seq_len
+        self.fed = [0] * n_slots  # how many of its request's tokens each slot's draft cache holds
 
     def _step(self, tokens: list, pos: list, reqs: Sequence[Request], at: Optional[list] = None) -> Tensor:
         return model_logits(self.steps, self.model.device, tokens, pos, [r.slot for r in reqs], at=at)
@@ -71,14 +74,19 @@ class DraftProposer:
         """Feed the prompt chunk the target has just taken."""
         self._step(tokens, pos, reqs)
         for r, p in zip(reqs, pos):
-            r.spec.fed = p[-1] + 1
+            self.fed[r.slot] = p[-1] + 1
 
-    def propose(self, target: Any, rows: Sequence[tuple[Request, int]]) -> list[list[int]]:
+    def keep(self, r: Request, n: int) -> None:
+        """After a verify: of what the draft cache holds for `r`, its first n tokens are still valid."""
+        self.fed[r.slot] = min(self.fed[r.slot], n)
+
+    def propose(self, target: Any, rows: Sequence[tuple[Request, int]]) -> list[tuple[list[int], Optional[Tensor]]]:
         """k drafts for each (request, k), sampled as `target` (the engine's
-        runner: its `adjusted` logits and `noise`) would sample them;
-        sets each request's draft distributions (r.spec.q) for the verify step."""
+        runner: its `adjusted` logits and `noise`) would sample them, with their
+        distributions q [k, V] for the verify step's acceptance rule (None for
+        greedy requests, whose drafts are argmaxes)."""
         reqs = [r for r, _ in rows]
-        logits = self._feed(reqs, [r.spec.seq[r.spec.fed:] for r in reqs])
+        logits = self._feed(reqs, [r.spec.seq[self.fed[r.slot]:] for r in reqs])
         drafts: list[list[int]] = [[] for _ in rows]
         qs: list[list[Tensor]] = [[] for _ in rows]
         active = list(range(len(rows)))
@@ -93,9 +101,7 @@ class DraftProposer:
             if not active:
                 break
             logits = self._feed([reqs[i] for i in active], [[drafts[i][-1]] for i in active])
-        for i, r in enumerate(reqs):
-            r.spec.q = torch.stack(qs[i]) if r.generator is not None else None  # [k, V]
-        return drafts
+        return [(drafts[i], torch.stack(qs[i]) if r.generator is not None else None) for i, r in enumerate(reqs)]
 
     def _draw(self, target: Any, reqs: Sequence[Request], logits: Tensor, offset: int):
         """One draft per row of logits [B, V]: the argmax of the adjusted logits on
@@ -113,18 +119,19 @@ class DraftProposer:
         at each row's last one. Rows are padded to one length by repeating their
         last token: those positions lie past what the row holds and are
         overwritten before they are read."""
+        fed = self.fed
         for r, p in zip(reqs, pending):
             while len(p) > CATCH_UP:  # far behind (e.g. after backing off): catch up alone
                 n = min(len(p) - 1, CATCH_UP)
-                self._step([p[:n]], [list(range(r.spec.fed, r.spec.fed + n))], [r])
-                r.spec.fed += n
+                self._step([p[:n]], [list(range(fed[r.slot], fed[r.slot] + n))], [r])
+                fed[r.slot] += n
                 del p[:n]
         T = max(len(p) for p in pending)
-        if len(reqs) > 1 and any(r.spec.fed + T > self.max_seq_len for r in reqs):
+        if len(reqs) > 1 and any(fed[r.slot] + T > self.max_seq_len for r in reqs):
             return torch.cat([self._feed([r], [p]) for r, p in zip(reqs, pending)])
         tokens = [p + [p[-1]] * (T - len(p)) for p in pending]
-        logits = self._step(tokens, [list(range(r.spec.fed, r.spec.fed + T)) for r in reqs], reqs,
-                                   at=[[len(p) - 1] for p in pending])
+        logits = self._step(tokens, [list(range(fed[r.slot], fed[r.slot] + T)) for r in reqs], reqs,
+                            at=[[len(p) - 1] for p in pending])
         for r, p in zip(reqs, pending):
-            r.spec.fed += len(p)
+            fed[r.slot] += len(p)
         return logits

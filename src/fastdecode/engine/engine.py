@@ -46,7 +46,7 @@ from ..text.tokenizer import Tokenizer
 from .draft import DraftModel, DraftProposer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
 from .prefix_cache import PrefixIndex
-from .runner import Runner
+from .runner import RowOutput, Runner
 from .speculative import check_speculative, draft_model_name
 from .scheduler import Scheduler
 
@@ -83,10 +83,10 @@ class Engine:
         self.cache_bytes = self._setup_caches(model, cache)
         # Reuse of cached prompt prefixes (prefix_cache.py); a dynamic cache has no fixed slots to keep.
         self.prefix = PrefixIndex(max_batch_size) if prefix_cache and cache == "static" else None
-        self.scheduler = Scheduler(max_batch_size, prefill_chunk, self.prefix)
+        self.scheduler = Scheduler(max_batch_size, prefill_chunk, max_seq_len, self.prefix)
         self.draft: Optional[DraftProposer] = None
         if draft is not None:
-            self.draft = DraftProposer(draft, model.args.vocab_size, max_seq_len)
+            self.draft = DraftProposer(draft, model.args.vocab_size, max_batch_size, max_seq_len)
             self._setup_caches(draft.model, cache)
         self.runner = Runner(model, steps, max_batch_size, max_seq_len, draft=self.draft)
         self._lock = threading.RLock()  # held for a whole step
@@ -224,7 +224,7 @@ class Engine:
             results = []
             try:
                 if plan.decode:
-                    results += self.runner.decode(plan.decode)
+                    results += self.runner.decode(plan.decode, plan.drafts)
                 if plan.prefill:
                     results += self.runner.prefill(plan.prefill, plan.prefill_len)
             except BaseException as e:  # the model failed: fail its requests, keep the engine usable
@@ -233,8 +233,8 @@ class Engine:
                 raise
             self.steps_run += 1
             now = time.perf_counter()
-            for r, ids, lps in results:
-                self._advance(r, ids, lps, now)
+            for out in results:
+                self._apply(out, now)
             self._busy.set(self.scheduler.has_work())
 
     def _lockstep(self, new: list[Request]) -> tuple[list[Request], set[int]]:
@@ -259,6 +259,19 @@ class Engine:
         """Run rank 0's steps until it stops (a tensor-parallel rank other than 0 of a server)."""
         while not self.sync.stopped:
             self.step()
+
+    def _apply(self, out: RowOutput, now: float) -> None:
+        """What the runner computed for a request becomes its state (only here)."""
+        r = out.request
+        r.pos += out.written
+        r.prefilled += out.prefilled
+        r.forwards += out.forwards
+        if out.prompt_logprobs:
+            r.prompt_logprobs += out.prompt_logprobs
+        if out.drafted:
+            r.spec.update(out.drafted, out.accepted)
+        if out.tokens:
+            self._advance(r, out.tokens, out.logprobs, now)
 
     def _advance(self, r: Request, ids: list[int], lps: Optional[list[TokenLogprob]], now: float) -> None:
         """Take a request's new tokens: stopping, text, and its output."""

@@ -1,8 +1,11 @@
 """Runs a plan's steps on the model: builds the step's tensors, samples, and
-returns each row's new tokens. Owns the per-slot sampling state."""
+returns what each row got (`RowOutput`). Owns the per-slot sampling state; the
+requests' own state (positions, tokens, finishing) is the engine's, which
+applies each RowOutput (Engine._apply)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import torch
@@ -14,7 +17,24 @@ from ..sampling.acceptance import accept_or_resample
 from ..sampling.slots import SlotSampling
 from .draft import DraftProposer, model_logits
 from .request import Request, TokenLogprob
-from .speculative import DraftModelRow, PromptLookup
+from .speculative import DraftModelRow
+
+Picked = tuple[Request, list[int], Optional[list]]  # (request, its new token, its logprobs)
+
+
+@dataclass
+class RowOutput:
+    """What one step did for one request."""
+
+    request: Request
+    tokens: list[int]  # picked, in order (none for a prompt chunk that is not the prompt's last)
+    logprobs: Optional[list[TokenLogprob]] = None
+    written: int = 0  # cache positions written for it: its pos advances by this
+    prefilled: int = 0  # prompt tokens fed
+    forwards: int = 0  # model forwards that produced its tokens
+    prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # for the prompt tokens after the chunk's
+    drafted: int = 0  # drafts verified, and of those accepted (speculative decoding)
+    accepted: int = 0
 
 
 class Runner:
@@ -39,41 +59,42 @@ class Runner:
 
     # -- steps -----------------------------------------------------------------------
 
-    def prefill(self, reqs: Sequence[Request], n: int) -> list[tuple[Request, list[int], Optional[list]]]:
+    def prefill(self, reqs: Sequence[Request], n: int) -> list[RowOutput]:
         """Feed the next n prompt tokens of each request; the requests whose
         prompt is then complete get their first token."""
         tokens = [r.prompt[r.prefilled:r.prefilled + n] for r in reqs]
         pos = [list(range(r.prefilled, r.prefilled + n)) for r in reqs]
+        outs = [RowOutput(r, [], written=n, prefilled=n) for r in reqs]
         scored = [i for i, r in enumerate(reqs) if r.prompt_logprobs is not None]
         if scored:  # every position's logits [G, n, V], for this chunk only
             every = self._step(tokens, pos, reqs, last_only=False)
-            self._prompt_logprobs([reqs[i] for i in scored], every[scored])
+            for i, lps in zip(scored, self._prompt_logprobs([reqs[i] for i in scored], every[scored])):
+                outs[i].prompt_logprobs = lps
             logits = every[:, -1]
         else:
             logits = self._step(tokens, pos, reqs)  # [G, V]
         mirror = [i for i, r in enumerate(reqs) if isinstance(r.spec, DraftModelRow)]
         if mirror:
             self.draft.prefill([reqs[i] for i in mirror], [tokens[i] for i in mirror], [pos[i] for i in mirror])
-        for r in reqs:
-            r.prefilled += n
-            r.pos = r.prefilled
-        done = [i for i, r in enumerate(reqs) if not r.prefilling]
-        for i in done:
-            reqs[i].forwards += 1
+        done = [i for i, r in enumerate(reqs) if r.prefilled + n >= len(r.prompt)]
         if not done:
-            return []
+            return outs
         if len(done) < len(reqs):
             logits = logits[done]
-        return self.pick([reqs[i] for i in done], logits)
+        for i, (_, ids, lps) in zip(done, self.pick([reqs[i] for i in done], logits)):
+            outs[i].tokens, outs[i].logprobs, outs[i].forwards = ids, lps, 1
+        return outs
 
-    def _prompt_logprobs(self, reqs: Sequence[Request], logits: Tensor) -> None:
+    def _prompt_logprobs(self, reqs: Sequence[Request], logits: Tensor) -> list[list[TokenLogprob]]:
         """Position j of a chunk predicts the prompt token after it: the raw log_softmax's
-        logprob of that token, its rank and the top alternatives, appended per request."""
+        logprob of that token, its rank and the top alternatives, per request."""
         n = logits.shape[1]
+        out = []
         with torch.inference_mode():
             for i, r in enumerate(reqs):
                 start = r.prefilled
                 targets = r.prompt[start + 1:start + 1 + n]  # the last prompt token predicts nothing
+                out.append([])
                 if not targets:
                     continue
                 logp = torch.log_softmax(logits[i, :len(targets)].float(), dim=-1)  # [m, V]
@@ -86,68 +107,76 @@ class Runner:
                 top_v, top_i = (top.values.tolist(), top.indices.tolist()) if top is not None else (None, None)
                 for j, t in enumerate(targets):
                     alts = list(zip(top_i[j], top_v[j])) if top is not None else []
-                    r.prompt_logprobs.append(TokenLogprob(t, chosen[j], alts, rank=ranks[j]))
+                    out[-1].append(TokenLogprob(t, chosen[j], alts, rank=ranks[j]))
+        return out
 
-    def decode(self, reqs: Sequence[Request]) -> list[tuple[Request, list[int], Optional[list]]]:
+    def decode(self, reqs: Sequence[Request], drafts: Sequence[tuple[list[int], int]]) -> list[RowOutput]:
         """New tokens for each running request: one (K with the `generate`
-        strategy's chunks), or 1 + its accepted drafts when it speculates."""
+        strategy's chunks), or 1 + its accepted drafts when it speculates.
+        drafts[i]: request i's prompt-lookup drafts, and how many the draft model
+        proposes for it ([], 0: it decodes plainly), as the scheduler decided."""
         plain, drafted, by_model = [], [], []
-        for r in reqs:
-            # Drafts never pass max_new_tokens nor the end of the cache.
-            limit = min(r.remaining - 1, self.max_seq_len - 1 - r.pos)
-            if r.spec is None or limit <= 0:
-                plain.append(r)
-            elif isinstance(r.spec, PromptLookup) and (d := r.spec.propose(limit)):
-                drafted.append((r, d))
-            elif isinstance(r.spec, DraftModelRow) and (k := r.spec.want(limit)):
+        for r, (d, k) in zip(reqs, drafts):
+            if d:
+                drafted.append((r, d, None))
+            elif k:
                 by_model.append((r, k))
-            else:  # no drafts this step (none found, or backing off)
+            else:
                 plain.append(r)
         if by_model:
-            drafted += zip([r for r, _ in by_model], self.draft.propose(self, by_model))
+            drafted += [(r, d, q) for (r, _), (d, q) in zip(by_model, self.draft.propose(self, by_model))]
         out = self.verify(drafted) if drafted else []
         if not plain:
             return out
         chunk = self.steps.chunk
         if (chunk is not None and max(r.remaining for r in plain) >= chunk.k
                 and all(r.params.logprobs is None for r in plain)):
-            for r in plain:
-                r.forwards += chunk.k
-            return out + chunk(self, plain)
+            return out + self._chunk(plain)
         logits = self._step([[r.last_token] for r in plain], [[r.pos] for r in plain], plain)
-        for r in plain:
-            r.pos += 1
-            r.forwards += 1
-        return out + self.pick(plain, logits)
+        return out + [RowOutput(r, ids, lps, written=1, forwards=1) for r, ids, lps in self.pick(plain, logits)]
 
-    def verify(self, rows: Sequence[tuple[Request, list[int]]]) -> list[tuple[Request, list[int], Optional[list]]]:
-        """One forward over each request's newest token and its k drafts; then,
-        position by position, the token the request would pick there anyway
-        (same sampling, same draws from its generator), kept while it equals the
-        draft. The first that differs, or the one after the last draft, ends the run."""
-        T = 1 + max(len(d) for _, d in rows)
+    def _chunk(self, reqs: Sequence[Request]) -> list[RowOutput]:
+        """K tokens per request in one compiled call (the `generate` strategy)."""
+        chunk, slots, s = self.steps.chunk, [r.slot for r in reqs], self.sampling
+        with torch.inference_mode():
+            t = self._tensor
+            rows = t(slots)
+            tokens = chunk(t([r.last_token for r in reqs]), t([r.pos for r in reqs]), rows, self.noise(reqs, chunk.k),
+                           s.batch(slots, full=True), s.counts, s.seen, s.bias[rows], s.eos[rows],
+                           t([r.n_generated for r in reqs]), t([r.config.min_new_tokens for r in reqs]))
+        ids = tokens.t().tolist()  # [B, K]
+        return [RowOutput(r, ids[i], written=chunk.k, forwards=chunk.k) for i, r in enumerate(reqs)]
+
+    def verify(self, rows: Sequence[tuple[Request, list[int], Optional[Tensor]]]) -> list[RowOutput]:
+        """One forward over each request's newest token and its k drafts (with
+        their distributions q where a sampled request's drafts come from the
+        draft model); then, position by position, the token the request would
+        pick there anyway (same sampling, same draws from its generator), kept
+        while it equals the draft. The first that differs, or the one after the
+        last draft, ends the run."""
+        T = 1 + max(len(d) for _, d, _ in rows)
         # A row with fewer drafts repeats its last one: those positions lie past
         # what it keeps, are written in its own slot, and are overwritten later.
-        if any(r.pos + T > self.max_seq_len for r, _ in rows):
+        if any(r.pos + T > self.max_seq_len for r, _, _ in rows):
             # Padding would run past the cache for some row: verify rows one by one, unpadded
-            # (a row's own drafts always fit: decode caps them at the cache's end).
-            return [x for r, d in rows for x in self._verify([(r, d)], 1 + len(d))]
+            # (a row's own drafts always fit: the scheduler caps them at the cache's end).
+            return [x for row in rows for x in self._verify([row], 1 + len(row[1]))]
         return self._verify(rows, T)
 
-    def _verify(self, rows, T: int) -> list[tuple[Request, list[int], Optional[list]]]:
+    def _verify(self, rows, T: int) -> list[RowOutput]:
         """Deterministic drafts (prompt lookup, or a greedy request's draft-model
         argmaxes) are kept while they equal the token picked at their position.
         A sampled request's draft-model drafts go through the acceptance rule
         against their distributions q (sampling/acceptance.py)."""
-        reqs = [r for r, _ in rows]
-        tokens = [[r.last_token] + d + [d[-1]] * (T - 1 - len(d)) for r, d in rows]
+        reqs = [r for r, _, _ in rows]
+        tokens = [[r.last_token] + d + [d[-1]] * (T - 1 - len(d)) for r, d, _ in rows]
         logits = self._step(tokens, [list(range(r.pos, r.pos + T)) for r in reqs], reqs, last_only=False)
         ids: list[list[int]] = [[] for _ in rows]
         lps: list[Optional[list]] = [None if r.params.logprobs is None else [] for r in reqs]
         active = list(range(len(rows)))
         for j in range(T):
-            ruled = [i for i in active if reqs[i].spec.q is not None]
-            plain = [i for i in active if reqs[i].spec.q is None]
+            ruled = [i for i in active if rows[i][2] is not None]
+            plain = [i for i in active if rows[i][2] is None]
             picked = list(zip(plain, self.pick([reqs[i] for i in plain], logits[plain, j], offset=j)))
             if ruled:
                 picked += zip(ruled, self._accept([rows[i] for i in ruled], logits[ruled, j], j))
@@ -162,31 +191,30 @@ class Runner:
             active = sorted(still)
             if not active:
                 break
-        for i, (r, d) in enumerate(rows):
+        out = []
+        for i, (r, d, _) in enumerate(rows):
             accepted = len(ids[i]) - 1
-            r.pos += accepted + 1
-            r.forwards += 1
             if isinstance(r.spec, DraftModelRow):
                 # The draft's cache holds the request's tokens, then the drafts it was fed: those accepted stay.
-                r.spec.fed = min(r.spec.fed, len(r.spec.seq) + accepted)
-                r.spec.q = None
-            r.spec.update(len(d), accepted)
-        return [(r, ids[i], lps[i]) for i, r in enumerate(reqs)]
+                self.draft.keep(r, len(r.spec.seq) + accepted)
+            out.append(RowOutput(r, ids[i], lps[i], written=accepted + 1, forwards=1, drafted=len(d),
+                                 accepted=accepted))
+        return out
 
-    def _accept(self, rows, logits: Tensor, j: int) -> list[tuple[Request, list[int], Optional[list]]]:
+    def _accept(self, rows, logits: Tensor, j: int) -> list[Picked]:
         """Position j of a verify for sampled rows with draft-model drafts: the
         acceptance rule where row i has a draft there, the bonus token (a draw
         from p) after its last draft. A rejected draft's position gets the
         resample, which differs from the draft and so ends its run."""
-        reqs = [r for r, _ in rows]
+        reqs = [r for r, _, _ in rows]
         with torch.inference_mode():
             adjusted, batch = self.adjusted(reqs, logits, j)
             p = logits_to_probs(adjusted, batch)  # [B, V]
             noise = self.noise(reqs)
             tokens = (p / noise).argmax(-1)
-            drafting = [i for i, (_, d) in enumerate(rows) if j < len(d)]
+            drafting = [i for i, (_, d, _) in enumerate(rows) if j < len(d)]
             if drafting:
-                q = torch.stack([rows[i][0].spec.q[j] for i in drafting])
+                q = torch.stack([rows[i][2][j] for i in drafting])
                 draft = self._tensor([rows[i][1][j] for i in drafting])
                 uniform = torch.cat([torch.rand(1, generator=reqs[i].generator, device=self.device)
                                      for i in drafting])
@@ -228,8 +256,7 @@ class Runner:
                       bias=s.bias[rows] if s.uses_bias(slots) else None,
                       banned=self.banned(reqs, rows, offset)), batch
 
-    def pick(self, reqs: Sequence[Request], logits: Tensor,
-             offset: int = 0) -> list[tuple[Request, list[int], Optional[list]]]:
+    def pick(self, reqs: Sequence[Request], logits: Tensor, offset: int = 0) -> list[Picked]:
         """Sample one token per row of logits [B, V]."""
         if not reqs:
             return []
@@ -238,8 +265,7 @@ class Runner:
             tokens = sample(adjusted, batch, self.noise(reqs))
         return self._picked(reqs, logits, tokens, batch)
 
-    def _picked(self, reqs: Sequence[Request], logits: Tensor, tokens: Tensor,
-                batch: SamplingBatch) -> list[tuple[Request, list[int], Optional[list]]]:
+    def _picked(self, reqs: Sequence[Request], logits: Tensor, tokens: Tensor, batch: SamplingBatch) -> list[Picked]:
         """Record the tokens [B] picked from logits [B, V] (penalty counts) and
         hand them out with their logprobs where asked."""
         with torch.inference_mode():

@@ -1,9 +1,10 @@
-"""Which requests run in the next step: slots, the queue, and prefill chunks.
+"""Which requests run in the next step: slots, the queue, prefill chunks and drafts.
 
 The scheduler decides; the runner executes. A step is a `Plan`: the running
-requests decode one token each (all together), and then at most one group of
-prompt chunks is prefilled, at most `prefill_chunk` tokens in all, so a long
-prompt delays running streams by one chunk per step, not by its whole length.
+requests decode one token each (all together; a speculating one verifies the
+drafts chosen here), and then at most one group of prompt chunks is
+prefilled, at most `prefill_chunk` tokens in all, so a long prompt delays
+running streams by one chunk per step, not by its whole length.
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from typing import Optional
 
 from .prefix_cache import PrefixIndex
 from .request import Request
-from .speculative import DraftModelRow
+from .speculative import DraftModelRow, PromptLookup
 
 
 @dataclass
 class Plan:
     decode: list[Request] = field(default_factory=list)
+    # per decode request: its prompt-lookup drafts, and how many the draft model proposes ([], 0: none)
+    drafts: list[tuple[list[int], int]] = field(default_factory=list)
     prefill: list[Request] = field(default_factory=list)  # each prefills `prefill_len` prompt tokens
     prefill_len: int = 0
     admitted: list[Request] = field(default_factory=list)  # took a slot in this step
@@ -34,8 +37,8 @@ class Plan:
 
 
 class Scheduler:
-    def __init__(self, n_slots: int, prefill_chunk: int, prefix: Optional[PrefixIndex] = None):
-        self.n_slots, self.prefill_chunk = n_slots, prefill_chunk
+    def __init__(self, n_slots: int, prefill_chunk: int, max_seq_len: int, prefix: Optional[PrefixIndex] = None):
+        self.n_slots, self.prefill_chunk, self.max_seq_len = n_slots, prefill_chunk, max_seq_len
         # With a prefix index a request goes where its prompt's longest cached prefix
         # is; without, to the lowest free slot.
         self.prefix = prefix
@@ -81,6 +84,7 @@ class Scheduler:
             self.active.append(r)
             plan.admitted.append(r)
         plan.decode = [r for r in self.active if not r.prefilling]
+        plan.drafts = [self._drafts(r) for r in plan.decode]
         # One group of prompt chunks of equal length (one [G, T] forward): the
         # oldest prefilling request sets T, and others join while the budget lasts.
         for r in self.active:
@@ -93,3 +97,15 @@ class Scheduler:
                 continue
             plan.prefill.append(r)
         return plan
+
+    def _drafts(self, r: Request) -> tuple[list[int], int]:
+        """A decoding request's drafts this step: (prompt-lookup drafts, draft-model k)."""
+        # Drafts never pass max_new_tokens nor the end of the cache.
+        limit = min(r.remaining - 1, self.max_seq_len - 1 - r.pos)
+        if r.spec is None or limit <= 0:
+            return [], 0
+        if isinstance(r.spec, PromptLookup):
+            return r.spec.propose(limit), 0
+        if isinstance(r.spec, DraftModelRow):
+            return [], r.spec.want(limit)
+        return [], 0

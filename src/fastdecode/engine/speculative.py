@@ -45,8 +45,6 @@ class Drafting:
     """One request's drafting state: its tokens so far, the adaptive draft
     length k and the counts for the report."""
 
-    q = None  # the drafts' distributions, where a sampled request's drafts come from a model
-
     def __init__(self, tokens: list[int], max_k: int):
         self.seq: list[int] = []
         self.k = max_k  # the current draft length, adapted per verify
@@ -82,13 +80,7 @@ class Drafting:
 
 
 class DraftModelRow(Drafting):
-    """A request drafted by the draft model. `fed`: how many of its tokens the
-    draft model's cache holds; `q`: the draft distributions [k, V] of the
-    current drafts (None for greedy requests, whose drafts are argmaxes)."""
-
-    def __init__(self, tokens: list[int], max_k: int):
-        super().__init__(tokens, max_k)
-        self.fed = 0
+    """A request drafted by the draft model (engine/draft.py), whose cache state the proposer keeps."""
 
 
 class PromptLookup(Drafting):
