@@ -1,20 +1,20 @@
 """Synchronous generation over the engine: what `LLM.generate`, `stream` and
 `chat` (and the CLI) call.
 
-`run_generation` submits one request per prompt and, when iterated, drives
-the engine (or waits on its background thread) until they finish, yielding a
-`StepOutput` per engine step that produced something for them. Each request
+`run_generation` submits one request per prompt (a RequestStream) and, when
+iterated, drives the engine (or waits on its background thread) until they
+finish, yielding a `StepOutput` per engine step that produced something for them. Each request
 keeps its own slot, positions and generator, so a prompt's output does not
 depend on what shares the batch.
 """
 
 from __future__ import annotations
 
-import queue
 from dataclasses import dataclass, field
 from typing import Generator, Iterator
 
 from ..engine import Completion, Engine, GenerationConfig, RequestOutput
+from ..engine.stream import RequestStream
 from ..sampling import SamplingParams
 
 
@@ -43,45 +43,24 @@ class GenerationRun:
 
 def run_generation(engine: Engine, prompts: list[list[int]], params: SamplingParams,
                    cfg: GenerationConfig) -> GenerationRun:
-    """Submit already-encoded prompts; nothing runs until the result is iterated."""
-    outputs: queue.SimpleQueue = queue.SimpleQueue()
-    requests = []
-    try:
-        for i, p in enumerate(prompts):
-            requests.append(engine.submit(p, params, cfg, sink=lambda out, i=i: outputs.put((i, out))))
-    except BaseException:
-        for r in requests:
-            engine.cancel(r)
-        raise
+    """Submit prompts (token ids: prompt i is named "prompt i" in errors, and none is
+    queued when one cannot run); nothing runs until the result is iterated."""
+    stream = RequestStream(engine).submit(prompts, params, cfg, names=[f"prompt {i}" for i in range(len(prompts))])
     # The generator fills the run's completions but holds no reference to the run:
     # with none, dropping an abandoned run closes the generator (and cancels) at once.
     completions: list[Completion] = []
-    return GenerationRun(_drive(completions, engine, requests, outputs), completions)
+    return GenerationRun(_drive(completions, stream), completions)
 
 
-def _drive(results: list, engine: Engine, requests, outputs: queue.SimpleQueue) -> Generator[StepOutput, None, None]:
-    B = len(requests)
+def _drive(results: list, stream: RequestStream) -> Generator[StepOutput, None, None]:
+    B = len(stream.requests)
     finished = [False] * B
     completions: list = [None] * B
     try:
         while not all(finished):
-            if engine.background:
-                pending = [outputs.get()]  # the engine's thread steps; wait for it
-            else:
-                engine.step()
-                pending = []
-            while True:
-                try:
-                    pending.append(outputs.get_nowait())
-                except queue.Empty:
-                    break
-            if not pending:
-                continue
             pieces = [""] * B
-            for i, out in pending:
+            for i, out in stream.next_step():
                 out: RequestOutput
-                if out.error is not None:
-                    raise out.error
                 pieces[i] += out.text
                 if out.finished:
                     finished[i] = True
@@ -91,6 +70,4 @@ def _drive(results: list, engine: Engine, requests, outputs: queue.SimpleQueue) 
     finally:
         # Abandoned (closed, interrupted or collected): the next step frees the slots.
         # Only a flag is set here, since this may run while a step is in progress.
-        for r, f in zip(requests, finished):
-            if not f:
-                engine.cancel(r)
+        stream.cancel()

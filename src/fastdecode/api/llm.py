@@ -105,7 +105,8 @@ class LLM:
     # -- requests ------------------------------------------------------------
 
     def encode_prompts(self, prompts: Prompts) -> list[list[int]]:
-        """Normalize str / list[str] / list[int] / list[list[int]] into lists of ids."""
+        """Normalize str / list[str] / list[int] / list[list[int]] into lists of ids
+        (text is tokenized); whether the ids can run is Engine.check's to say."""
         if isinstance(prompts, torch.Tensor):
             prompts = prompts.tolist()
         if isinstance(prompts, str):
@@ -119,32 +120,19 @@ class LLM:
             if isinstance(p, str):
                 if not p:
                     raise FastDecodeError(f"prompt {i} is empty")
-                ids = self.tokenizer.encode(p)
+                out.append(self.tokenizer.encode(p))
             elif isinstance(p, (list, tuple)) and all(_is_id(t) for t in p):
-                ids = [int(t) for t in p]
+                out.append([int(t) for t in p])
             else:
                 raise FastDecodeError(
                     f"prompt {i} has type {type(p).__name__}; accepted: str or a list of int token ids")
-            if not ids:
-                raise FastDecodeError(f"prompt {i} is empty")
-            bad = next((t for t in ids if not 0 <= t < self.args.vocab_size), None)
-            if bad is not None:
-                raise FastDecodeError(
-                    f"prompt {i} has token id {bad}, outside the vocabulary [0, {self.args.vocab_size})")
-            out.append(ids)
         return out
 
     def start(self, prompts: Prompts, params: SamplingParams, config: GenerationConfig) -> GenerationRun:
-        """Validate and submit one request per prompt, each with its own
-        generator (seeded alike); iterate the result to run them. More prompts
-        than max_batch_size wait for free slots."""
-        ids = self.encode_prompts(prompts)
-        for i, p in enumerate(ids):
-            if len(p) + config.max_new_tokens > self.max_seq_len:
-                raise FastDecodeError(
-                    f"prompt {i} has {len(p)} tokens; with max_new_tokens={config.max_new_tokens} it needs "
-                    f"{len(p) + config.max_new_tokens} > max_seq_len={self.max_seq_len}")
-        return run_generation(self.engine, ids, params, config)
+        """Submit one request per prompt, each with its own generator (seeded
+        alike), after the engine has checked them all; iterate the result to
+        run them. More prompts than max_batch_size wait for free slots."""
+        return run_generation(self.engine, self.encode_prompts(prompts), params, config)
 
     def generate(self, prompts: Prompts, **options: Any) -> list[Completion]:
         """One Completion per prompt, in order. Options: the fields of

@@ -6,11 +6,12 @@ in one batched forward, and prefills one chunk of new prompts. Callers never
 touch the model: they `submit` and read their request's outputs, which a
 step hands to the request's sink.
 
-Two ways to drive it:
+Two ways to drive it, both reading outputs through a `RequestStream`
+(stream.py):
 - synchronously, `LLM.generate`/`stream`/`chat` call `step()` in their own
-  thread until their requests finish (see generate.py);
-- asynchronously, a thread runs `run_loop()` and `generate_async` yields a
-  request's outputs to an asyncio consumer (the server's interface); `start()`
+  thread until their requests finish (see api/generate.py);
+- asynchronously, a thread runs `run_loop()` and an asyncio consumer reads
+  the outputs (`generate_async`, and the server's handlers); `start()`
   spawns such a thread if none runs. Both may be used at once: steps are
   serialized.
 
@@ -29,6 +30,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import operator
 import threading
 import time
 from collections import deque
@@ -47,6 +49,7 @@ from .draft import DraftModel, DraftProposer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
 from .prefix_cache import PrefixIndex
 from .runner import RowOutput, Runner
+from .stream import RequestStream
 from .speculative import check_speculative, draft_model_name
 from .scheduler import Scheduler
 
@@ -59,7 +62,7 @@ class Engine:
     """Built once from its parts, never changed afterwards.
 
     steps: the model's step callables (a compile strategy's, a package's, or
-        background_export.PackageWhenReady, which the engine refreshes between requests).
+        compile.background.PackageWhenReady, which the engine refreshes between requests).
     draft: the draft model of `speculative="draft:<name>"` requests; its cache slots
         are allocated here, mirroring the model's.
     seed_policy: draws the seed of a request that brings none; None: a fresh one each
@@ -116,34 +119,51 @@ class Engine:
 
     # -- submitting ---------------------------------------------------------------------
 
-    def submit(self, prompt: Sequence[int], params: SamplingParams, config: GenerationConfig, *,
-               sink: Optional[Callable[[RequestOutput], None]] = None, request_id: Optional[str] = None) -> Request:
-        """Queue a request (prompt: token ids). Its outputs go to `sink`, or to
-        `request.outputs` (a deque) without one. Raises FastDecodeError, with
-        nothing queued, when the request cannot run."""
-        if self.closed:
-            raise FastDecodeError("the engine is closed; load the model again to generate")
+    def check(self, prompt: Sequence[int], params: SamplingParams, config: GenerationConfig,
+              name: str = "the prompt") -> list[int]:
+        """The prompt's ids as a list, or a one-line FastDecodeError (naming the
+        prompt `name`) when the request cannot run here: the one check of every
+        request, whichever way it comes in (`submit` makes it)."""
         prompt = list(prompt)
         V = self.model.args.vocab_size
         if not prompt:
-            raise FastDecodeError("the prompt is empty")
+            raise FastDecodeError(f"{name} is empty")
+        try:
+            if any(isinstance(t, bool) for t in prompt):
+                raise TypeError
+            prompt = [operator.index(t) for t in prompt]  # numpy integers too
+        except TypeError:
+            odd = next(t for t in prompt if isinstance(t, bool) or not hasattr(t, "__index__"))
+            raise FastDecodeError(f"{name} has {odd!r}, which is not a token id; accepted: integers") from None
         bad = next((t for t in prompt if not 0 <= t < V), None)
         if bad is not None:
-            raise FastDecodeError(f"the prompt has token id {bad}, outside the vocabulary [0, {V})")
+            raise FastDecodeError(f"{name} has token id {bad}, outside the vocabulary [0, {V})")
         need = len(prompt) + config.max_new_tokens
         if need > self.max_seq_len:
             raise FastDecodeError(
-                f"the prompt has {len(prompt)} tokens; with max_new_tokens={config.max_new_tokens} it needs "
+                f"{name} has {len(prompt)} tokens; with max_new_tokens={config.max_new_tokens} it needs "
                 f"{need} > max_seq_len={self.max_seq_len}")
         bad = next((i for i, _ in params.logit_bias or () if not 0 <= i < V), None)
         if bad is not None:
             raise FastDecodeError(f"logit_bias has token id {bad}, outside the vocabulary [0, {V})")
         mode = config.speculative or self.speculative
-        name = draft_model_name(mode)
-        if name is not None and (self.draft is None or self.draft.name != name):
+        draft = draft_model_name(mode)
+        if draft is not None and (self.draft is None or self.draft.name != draft):
             loaded = f"draft:{self.draft.name}" if self.draft is not None else "none"
             raise FastDecodeError(f"speculative={mode!r} needs that draft model loaded with the target: "
                                   f"load(..., speculative={mode!r}); this model was loaded with {loaded!r}")
+        return prompt
+
+    def submit(self, prompt: Sequence[int], params: SamplingParams, config: GenerationConfig, *,
+               sink: Optional[Callable[[RequestOutput], None]] = None, request_id: Optional[str] = None,
+               name: str = "the prompt") -> Request:
+        """Queue a request (prompt: token ids). Its outputs go to `sink`, or to
+        `request.outputs` (a deque) without one. Raises FastDecodeError, with
+        nothing queued, when the request cannot run (see `check`)."""
+        if self.closed:
+            raise FastDecodeError("the engine is closed; load the model again to generate")
+        prompt = self.check(prompt, params, config, name)
+        mode = config.speculative or self.speculative
         if params.seed is None and self.seed_policy is not None:
             params = dataclasses.replace(params, seed=self.seed_policy())
         outputs: deque = deque()
@@ -387,32 +407,26 @@ class Engine:
                              request_id: Optional[str] = None) -> AsyncIterator[RequestOutput]:
         """Submit, then yield the request's outputs as steps produce them; leaving
         the iteration early (or being cancelled) cancels the request."""
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
-        req = self.submit(prompt, params, config, request_id=request_id,
-                          sink=lambda out: loop.call_soon_threadsafe(queue.put_nowait, out))
+        stream = RequestStream(self, asyncio.get_running_loop()).submit([prompt], params, config,
+                                                                       request_ids=[request_id])
         self.start()
         try:
-            while True:
-                out = await queue.get()
-                if out.error is not None:
-                    raise out.error
+            async for _, out in stream.outputs():
                 yield out
-                if out.finished:
-                    return
         finally:
-            if not req.finished:
-                self.cancel(req)
+            stream.cancel()
 
 
 class EngineThread(threading.Thread):
     """Loads a model with `load_llm()` and runs its engine loop, both in this
     thread (see the module docstring). `wait()` returns the LLM once loaded,
-    or raises what loading raised."""
+    or raises what loading raised; `on_loaded(llm, error)`, if given, is called
+    in this thread once loading has ended (llm None on error), before the loop starts."""
 
-    def __init__(self, load_llm: Callable[[], "object"], name: str = "fastdecode-engine"):
+    def __init__(self, load_llm: Callable[[], Any], name: str = "fastdecode-engine",
+                 on_loaded: Optional[Callable[[Any, Optional[BaseException]], None]] = None):
         super().__init__(name=name, daemon=True)
-        self._load = load_llm
+        self._load, self._on_loaded = load_llm, on_loaded
         self.llm = None
         self.error: Optional[BaseException] = None
         self.loaded = threading.Event()
@@ -422,10 +436,12 @@ class EngineThread(threading.Thread):
             self.llm = self._load()
         except BaseException as e:  # noqa: BLE001 - handed to wait()'s caller
             self.error = e
-            return
         finally:
             self.loaded.set()
-        self.llm.engine.run_loop()
+            if self._on_loaded is not None:
+                self._on_loaded(self.llm, self.error)
+        if self.error is None:
+            self.llm.engine.run_loop()
 
     def wait(self, timeout: Optional[float] = None):
         if not self.loaded.wait(timeout):

@@ -16,7 +16,6 @@ import logging
 import signal
 import socket
 import sys
-import threading
 import time
 from typing import Any, Optional
 
@@ -65,9 +64,12 @@ def _serve(s: ServeSettings) -> int:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any):
+        from ..engine import EngineThread
+
         server.loop = asyncio.get_running_loop()
-        threading.Thread(target=_load, args=(state, server, server.loop), daemon=True,
-                         name="fastdecode-engine").start()
+        # The model loads in the engine's thread (the event loop keeps answering /health
+        # with 503 meanwhile), and that thread then runs the engine's loop.
+        EngineThread(lambda: _load_model(s), on_loaded=_on_loaded(state, server, time.perf_counter())).start()
         yield
         if state.llm is not None:
             await asyncio.to_thread(state.llm.engine.close)
@@ -121,23 +123,18 @@ def _setup_logging(level: str) -> None:
     logger.setLevel(level.upper())
 
 
-def _load(state: Any, server: Any, loop: asyncio.AbstractEventLoop) -> None:
-    """Load the model, then run the engine's loop, in this thread (the event loop keeps
-    answering /health with 503 while it loads)."""
-    s = state.settings
-    t0 = time.perf_counter()
-    try:
-        llm = _load_model(s)
-    except BaseException as e:  # noqa: BLE001 - reported by main() once the server has stopped
-        state.load_error = e
-        loop.call_soon_threadsafe(server.stop_now)
-        return
-    state.llm = llm
-    log.info("ready: %s (%s), %d slots x %d positions, loaded in %.1f s", s.served_model_name, llm.source,
-             llm.max_batch_size, llm.max_seq_len, time.perf_counter() - t0)
-    # The thread that loaded the model steps it too: stepping from another thread ran
-    # 2-4x slower on small CPUs (see fastdecode.engine.engine).
-    llm.engine.run_loop()
+def _on_loaded(state: Any, server: Any, t0: float):
+    """What the engine's thread does once loading has ended: publish the LLM, or stop
+    the server (main() raises the error once it has stopped)."""
+    def done(llm: Any, error: Optional[BaseException]) -> None:
+        if error is not None:
+            state.load_error = error
+            server.loop.call_soon_threadsafe(server.stop_now)
+            return
+        state.llm = llm
+        log.info("ready: %s (%s), %d slots x %d positions, loaded in %.1f s", state.settings.served_model_name,
+                 llm.source, llm.max_batch_size, llm.max_seq_len, time.perf_counter() - t0)
+    return done
 
 
 def _load_model(s: Any, warm_up: bool = True) -> Any:

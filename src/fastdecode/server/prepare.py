@@ -39,6 +39,13 @@ class Job:
         return [p for p in self.prompts for _ in range(self.n)]
 
     @property
+    def choice_names(self) -> list[str]:
+        """How the engine's errors name each choice's prompt: by the request's field."""
+        if len(self.prompts) == 1:
+            return ["prompt"] * self.n
+        return [f"prompt {i}" for i in range(len(self.prompts)) for _ in range(self.n)]
+
+    @property
     def prompt_tokens(self) -> int:
         """Usage counts each prompt once, however many choices it has (as OpenAI does)."""
         return sum(len(p) for p in self.prompts)

@@ -63,7 +63,7 @@ async def handle(state: ServerState, request: Request, chat: bool) -> Response:
     job = await asyncio.to_thread(prepare, req, llm, state.settings.max_tokens_limit)
     run = Run(state, job, chat, request.scope.setdefault("fastdecode", {}))
     try:
-        await run.choices.submit(job.choice_prompts, job.params, job.config)
+        await run.choices.submit(job.choice_prompts, job.params, job.config, names=job.choice_names)
     except FastDecodeError as e:
         if llm.engine.closed:
             raise APIError(503, "the server is shutting down", code="shutting_down") from None
