@@ -32,8 +32,9 @@ LOAD = "from fastdecode import kernels; assert kernels.load_kernels(), kernels.u
 def python(code: str, cache: Path, path: str, **env) -> subprocess.CompletedProcess:
     e = {**os.environ, "FASTDECODE_CACHE": str(cache), "PATH": path, **env}
     e.pop("FASTDECODE_ISA", None)
+    # A cold build takes ~15 s on 2 idle cores; the bound is for a machine busy with other jobs.
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True,
-                       timeout=120)
+                       timeout=900)
     assert p.returncode == 0, p.stderr
     return p
 
@@ -130,7 +131,7 @@ def test_killed_build_is_never_used(built, tmp_path):
         kernels.load_kernels()
     """.format(so=str(so))
     e = {**os.environ, "FASTDECODE_CACHE": str(tmp_path)}
-    assert subprocess.run([sys.executable, "-c", textwrap.dedent(killed)], env=e, timeout=120).returncode == -9
+    assert subprocess.run([sys.executable, "-c", textwrap.dedent(killed)], env=e, timeout=900).returncode == -9
     [tmp] = (tmp_path / "kernels").iterdir()
     assert tmp.name.startswith(".tmp-torch-") and (tmp / "fastdecode_kernels.so").stat().st_size < so.stat().st_size
     old = time.time() - 2 * 3600
@@ -160,7 +161,7 @@ def test_two_processes_building_at_once_both_work(built, tmp_path):
     e.pop("FASTDECODE_ISA", None)
     procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=e, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
+    outs = [p.communicate(timeout=900) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert [len(building_lines(err)) for _, err in outs] == [2, 2]  # both built; one rename won
     [final] = (tmp_path / "kernels").iterdir()
