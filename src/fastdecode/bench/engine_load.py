@@ -182,7 +182,8 @@ def _bench(s: EngineBenchSettings, argv: list[str]) -> int:
     write_json(s.out, report)
     print("N  tokens/s  vs N=1  ttft p50/p99 s  itl p50/p99 ms")
     for r in report["loads"]:
-        print(f"{r['concurrency']:<3}{r['tokens_per_s']:>9}  {r['vs_one']:>6}  {r['ttft_p50_s']:>6}/{r['ttft_p99_s']:<7}"
+        vs_one = "-" if r["vs_one"] is None else r["vs_one"]  # no N=1 run to compare with
+        print(f"{r['concurrency']:<3}{r['tokens_per_s']:>9}  {vs_one:>6}  {r['ttft_p50_s']:>6}/{r['ttft_p99_s']:<7}"
               f"{r['itl_p50_ms']:>7}/{r['itl_p99_ms']}")
     if "interference" in report:
         print("interference:", json.dumps(report["interference"]))
