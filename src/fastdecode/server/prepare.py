@@ -14,8 +14,10 @@ from ..engine import GenerationConfig
 from ..errors import FastDecodeError
 from ..api.llm import LLM
 from ..sampling import SamplingParams
+from ..structured import Constraint
 from .errors import APIError, from_fastdecode
 from .protocol import ChatCompletionRequest, CompletionRequest
+from .structured import prepare_constraint
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_CHOICES = 128  # prompts x n in one request
@@ -97,6 +99,7 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
         raise APIError(400, f"{len(prompts)} prompts x n={n} is {len(prompts) * n} choices; at most "
                        f"{MAX_CHOICES} are accepted in one request", param="n")
     max_tokens = _max_tokens(prompts, llm.max_seq_len, limit, asked, default, prompt_param)
+    constraint = prepare_constraint(req, llm.tokenizer)
     names = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "logprobs": "top_logprobs"
              if isinstance(req, ChatCompletionRequest) else "logprobs"}
     try:
@@ -106,14 +109,15 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
         # The engine computes prompt logprobs once, with as many alternatives as either use needs.
         wants = [k for k in (logprobs if echo else None, req.prompt_logprobs) if k is not None]
         scored = max(wants) if wants else None
-        params = [_sampling(req, seed, logprobs, scored) for _ in prompts for seed in seeds]
+        params = [_sampling(req, seed, logprobs, scored, constraint) for _ in prompts for seed in seeds]
     except FastDecodeError as e:
         raise from_fastdecode(e, names) from None
     return Job(prompts, n, params, config, logprobs, echo=echo, drop=drop, prompt_logprobs=req.prompt_logprobs)
 
 
 def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Optional[int],
-              logprobs: Optional[int], prompt_logprobs: Optional[int] = None) -> SamplingParams:
+              logprobs: Optional[int], prompt_logprobs: Optional[int] = None,
+              constraint: Optional[Constraint] = None) -> SamplingParams:
     def given(value, default):
         return default if value is None else value
 
@@ -122,7 +126,8 @@ def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Option
         top_k=req.top_k if req.top_k is not None and req.top_k > 0 else None,
         min_p=given(req.min_p, 0.0), repetition_penalty=given(req.repetition_penalty, 1.0),
         frequency_penalty=given(req.frequency_penalty, 0.0), presence_penalty=given(req.presence_penalty, 0.0),
-        seed=seed, logit_bias=req.logit_bias or None, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+        seed=seed, logit_bias=req.logit_bias or None, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+        constraint=constraint)
 
 
 def _max_tokens(prompts: list[list[int]], context: int, limit: Optional[int], asked: Optional[int],

@@ -54,6 +54,17 @@ class _Sampling(_In):
     # vLLM's: each prompt token's logprob with this many alternatives, in a top-level
     # `prompt_logprobs` list per choice (see PromptLogprob).
     prompt_logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    # -- structured outputs (constrain helper): mapped to one Constraint by server/structured.py.
+    # Loosely typed here so that structured.py's messages name exactly what is wrong.
+    response_format: Any = None  # OpenAI: {"type": "text" | "json_object" | "json_schema", ...}
+    structured_outputs: Any = None  # vLLM: {"json" | "regex" | "choice" | "grammar" | "json_object": ...}
+    guided_json: Any = None  # vLLM's older top-level names for the same
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    json_schema: Any = None  # llama.cpp: a schema
+    grammar: Any = None  # llama.cpp: GBNF (Lark is accepted too)
+    # -- end of structured outputs
 
     @field_validator("stop")
     @classmethod
