@@ -31,6 +31,7 @@ class Masks:
         self.words = (vocab_size + 31) // 32
         self.overlap = overlap
         self._pool: Optional[ThreadPoolExecutor] = None
+        self._last: Optional[Future] = None
         self._shifts = torch.arange(32, dtype=torch.int32, device=device)
         self.seconds = 0.0
         self.built = 0
@@ -39,6 +40,8 @@ class Masks:
         """Begin filling the masks of `rows` (none: a no-op job)."""
         if not rows:
             return Pending(self, [], None, {})
+        if self._last is not None:  # a job nobody waited for (its step failed) must not overlap this one
+            self._last.exception()
         n = sum(len(d) + 1 for _, _, d in rows)
         buf = torch.empty(n, self.words, dtype=torch.int32, pin_memory=self.device.type == "cuda")
         index: dict[tuple[int, int], int] = {}
@@ -51,6 +54,7 @@ class Masks:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fastdecode-masks")
             future = self._pool.submit(_fill, rows, buf, index)
+            self._last = future
         else:
             future = Future()
             future.set_result(_fill(rows, buf, index))
