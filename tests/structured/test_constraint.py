@@ -47,7 +47,7 @@ def test_a_pydantic_model_is_a_schema():
     (lambda: Constraint.regex("a(b"), ["regex", "'a(b'", "unclosed group"]),
     (lambda: Constraint.regex(""), ["regex", "empty"]),
     (lambda: Constraint.grammar('start: "a" x\nx: /[0-9]+/ )'), ["grammar", "expecting"]),
-    (lambda: Constraint.grammar('root ::= "a" [0-9+'), ["grammar", "GBNF"]),
+    (lambda: Constraint.grammar('root ::= "a" [0-9+'), ["grammar", "GBNF", "end of input"]),
     (lambda: Constraint.choice([]), ["choice", "empty"]),
     (lambda: Constraint.choice(["a", 1]), ["choice", "strings", "1"]),
     (lambda: Constraint.choice("ab"), ["choice", "list of strings"]),

@@ -209,8 +209,9 @@ def _validate(kind: str, spec: Union[str, tuple[str, ...]]) -> str:
 
     try:
         grammar = _grammar(kind, spec)
-    except _GrammarError as e:
-        return f"grammar: {one_line(str(e))}"
+    except _GrammarError as e:  # neither Lark nor GBNF
+        detail = str(e).replace("Failed to convert the grammar from GBNF to Lark: ", "")
+        return f"grammar is neither Lark nor valid GBNF: {one_line(detail)}"
     except ValueError as e:  # grammar_from_json_schema on text that is not a JSON object
         return f"{kind}: {one_line(str(e))}"
     error = LLMatcher.validate_grammar(grammar, None, limits=parser_limits())
