@@ -19,7 +19,7 @@ from typing import Any, Optional
 from ..errors import FastDecodeError
 from ..structured import Constraint, vocab_for
 from ..structured.compiler import CACHE
-from ..tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer
 from .errors import APIError
 
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")

@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..errors import FastDecodeError
-from ..tokenizer import ByteTokenizer, Tokenizer
+from ..text.tokenizer import ByteTokenizer, Tokenizer
 
 
 @dataclass
