@@ -50,10 +50,10 @@ MAX_CHOICES choices, and llguidance's resource limits while compiling and maskin
 """
 
 from .compiler import CACHE, GrammarCache, GrammarState, start_state
-from .constraint import (JSON_OPTIONS, KINDS, MAX_CHOICES, MAX_SPEC_CHARS, Constraint, from_options,
+from .constraint import (JSON_OPTIONS, KINDS, MAX_CHOICES, MAX_SPEC_CHARS, OPTIONS, Constraint, from_options,
                          json_schema_lark, schema_text)
 from .vocab import Vocab, vocab_for
 
-__all__ = ["Constraint", "KINDS", "JSON_OPTIONS", "MAX_SPEC_CHARS", "MAX_CHOICES", "from_options",
+__all__ = ["Constraint", "KINDS", "OPTIONS", "JSON_OPTIONS", "MAX_SPEC_CHARS", "MAX_CHOICES", "from_options",
            "json_schema_lark", "schema_text", "GrammarCache", "GrammarState", "CACHE", "start_state", "Vocab",
            "vocab_for"]

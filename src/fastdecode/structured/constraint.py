@@ -130,6 +130,11 @@ def json_schema_lark(schema: Any) -> str:
     return "%json " + json.dumps(parsed, ensure_ascii=False)
 
 
+# The API's keyword options that build a Constraint (name: what it takes, for the signatures).
+OPTIONS = {"json_schema": "dict | str | pydantic model class", "regex": "str", "choice": "list[str]",
+           "grammar": "str (Lark or GBNF)"}
+
+
 def from_options(json_schema: Any = None, regex: Optional[str] = None, choice: Any = None,
                  grammar: Optional[str] = None, json_object: bool = False) -> Optional[Constraint]:
     """The one Constraint the API's keyword options ask for (None if none); more than one fails."""
