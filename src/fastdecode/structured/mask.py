@@ -92,6 +92,10 @@ class Pending:
         if all(k is None for k in ks):
             return None
         unpacked = self._all()
+        if all(k is not None for k in ks):  # every row constrained (batch 1, say): no merge needed
+            if ks == list(range(unpacked.shape[0])):
+                return unpacked
+            return unpacked[torch.tensor(ks, device=unpacked.device)]
         out = torch.ones(len(rows), self.masks.V, dtype=torch.bool, device=self.masks.device)
         at = [n for n, k in enumerate(ks) if k is not None]
         out[torch.tensor(at, device=out.device)] = unpacked[torch.tensor([ks[n] for n in at], device=out.device)]
