@@ -121,6 +121,10 @@ def test_eos_is_allowed_exactly_where_the_grammar_accepts(eager):
     c = eager.generate(["n:"], constraint=Constraint.regex("[0-9]{3}"), max_new_tokens=20, temperature=0,
                        ignore_eos=True)[0]
     assert re.fullmatch("[0-9]{3}", c.text) and c.finish_reason == "stop"
+    # A grammar may name the EOS token itself: it is allowed there, and ends the request.
+    c = eager.generate(["n:"], constraint=Constraint.grammar('start: "ab" <eos>'), max_new_tokens=20,
+                       temperature=0)[0]
+    assert c.text == "ab" and c.finish_reason == "stop" and c.completion_tokens == 3
     # max_new_tokens still comes first.
     c = eager.generate(["n:"], constraint=Constraint.json_schema(PERSON), max_new_tokens=5, temperature=0)[0]
     assert c.finish_reason == "length" and c.text.startswith('{"')

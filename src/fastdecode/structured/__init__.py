@@ -29,8 +29,10 @@ What the engine does with a request's constraint:
 - each step, the row's logits outside the grammar's allowed tokens are set to -inf after
   penalties, bias and the EOS ban of min_new_tokens, before temperature/top-k/top-p;
   logprobs stay those of the raw distribution;
-- EOS (the request's eos ids) is allowed exactly where the grammar accepts; a grammar
-  that can take no more tokens ends the request at once with finish_reason "stop";
+- EOS (the request's eos ids) is allowed exactly where the grammar accepts, and where the
+  grammar names that token itself (e.g. `<|eom_id|>` closing a Llama tool call), which
+  then ends the request; a grammar that can take no more tokens ends the request at once
+  with finish_reason "stop";
   max_new_tokens or a stop string still end it first ("length", "stop");
 - JSON is written with ", " and ": " and no other whitespace (runaway whitespace is
   impossible); JSON-schema keywords llguidance does not implement are errors, never ignored;

@@ -134,13 +134,17 @@ def _fill(rows: Sequence[Row], buf: Tensor, index: dict) -> float:
 
 
 def _set_eos(row: np.ndarray, g: GrammarState, accepting: bool) -> None:
-    """EOS is the request's own (its eos_ids), allowed exactly where the grammar accepts."""
-    for t in g.vocab.eos | g.eos_ids:
+    """EOS means the request's own ids (its eos_ids): allowed where the grammar accepts, and
+    where the grammar itself names that token (llguidance then set its bit while not
+    accepting). llguidance's EOS ids that end nothing for this request are dropped where
+    they would mean "end here"."""
+    if not accepting:
+        return
+    for t in g.vocab.eos - g.eos_ids:
         w, b = divmod(t, 32)
         if w < row.shape[0]:
             row[w] &= np.uint32(~(1 << b) & 0xFFFFFFFF)
-    if accepting:
-        for t in g.eos_ids:
-            w, b = divmod(t, 32)
-            if w < row.shape[0]:
-                row[w] |= np.uint32(1 << b)
+    for t in g.eos_ids:
+        w, b = divmod(t, 32)
+        if w < row.shape[0]:
+            row[w] |= np.uint32(1 << b)
