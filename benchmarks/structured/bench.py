@@ -13,8 +13,9 @@ unconstrained rows (ignore_eos). The batch-8 run is also timed with the masks fi
 inline instead of in the worker thread.
 Compile: Constraint validation + llguidance compile for the model's tokenizer, for
 new 20-property schemas (first use) and a repeated one (cached).
-Coverage: each schema of schemas.coverage_set() is compiled, then asked for (greedy,
-chat prompt naming the schema) and the output checked with jsonschema.
+Coverage: each schema of schemas.coverage_set() is compiled, then asked for (greedy, a
+short chat prompt; the constraint alone carries the schema) and the output checked with
+jsonschema. Progress is printed per batch.
 """
 
 from __future__ import annotations
@@ -137,8 +138,7 @@ def coverage(llm, tokens: int) -> dict:
     B = llm.max_batch_size
     for k in range(0, len(runnable), B):
         part = runnable[k:k + B]
-        prompts = [chat(llm, "Reply with a JSON value that follows this JSON schema:\n" + json.dumps(s))
-                   for _, s, _ in part]
+        prompts = [chat(llm, f"Reply with JSON: an example of a {name.replace('-', ' ')}.") for name, _, _ in part]
         eng = llm.engine
         reqs = [eng.submit(p, SamplingParams(temperature=0, constraint=c), GenerationConfig(max_new_tokens=tokens))
                 for p, (_, _, c) in zip(prompts, part)]
@@ -155,6 +155,7 @@ def coverage(llm, tokens: int) -> dict:
             except (json.JSONDecodeError, jsonschema.ValidationError) as e:
                 entry["valid"] = False
                 entry["invalid"] = str(e).splitlines()[0][:120]
+        print(f"  coverage: {min(k + B, len(runnable))}/{len(runnable)} generated", flush=True)
     meant = [r for r in rows if not r["name"].startswith("refused-")]
     refused = [r for r in rows if r["name"].startswith("refused-")]
     res = {"schemas": len(meant), "compiled": sum(r["compiled"] for r in meant),
@@ -174,7 +175,7 @@ def main() -> None:
     ap.add_argument("--model", default=None)
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--coverage-tokens", type=int, default=256)
+    ap.add_argument("--coverage-tokens", type=int, default=192)
     ap.add_argument("--skip-speed", action="store_true")
     ap.add_argument("--skip-coverage", action="store_true")
     ap.add_argument("--out", default=None)
