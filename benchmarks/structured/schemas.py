@@ -1,7 +1,8 @@
 """Schemas for the structured-output benchmarks, written here (JSONSchemaBench-style kinds,
 not its files): a 20-property schema with a matching instance, and a coverage set of
 60 schemas (nested objects, arrays with min/max items, enums, patterns, bounded
-numbers, anyOf, $ref, formats) plus a few that use keywords llguidance refuses."""
+numbers, anyOf, $ref, formats) plus 6 that must be refused (keywords llguidance does
+not implement, and an unsatisfiable schema)."""
 
 from __future__ import annotations
 
@@ -121,9 +122,9 @@ def coverage_set() -> list[tuple[str, dict]]:
                                                                                 "maximum": 10}},
          "required": ["kind", "side"], "additionalProperties": False}]})
     add("oneOf", {"oneOf": [{"type": "string", "maxLength": 5}, {"type": "integer"}]})
-    add("allOf", {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
-                            {"properties": {"b": {"type": "boolean"}}, "required": ["b"]}],
-                  "additionalProperties": False})
+    add("allOf", {"allOf": [{"type": "object", "properties": {"a": {"type": "integer", "minimum": 0,
+                                                                     "maximum": 9}}, "required": ["a"]},
+                            {"properties": {"b": {"type": "boolean"}}, "required": ["b"]}]})
     add("nullable", {"anyOf": [{"type": "string", "maxLength": 10}, {"type": "null"}]})
     defs = {"$defs": {"point": {"type": "object", "properties": {"x": {"type": "integer", "minimum": -9,
                                                                        "maximum": 9},
@@ -203,4 +204,7 @@ def coverage_set() -> list[tuple[str, dict]]:
     add("refused-if-then", {"type": "object", "if": {"required": ["a"]}, "then": {"required": ["b"]}})
     add("refused-contains", {"type": "array", "contains": {"type": "integer"}})
     add("refused-dependentRequired", {"type": "object", "dependentRequired": {"a": ["b"]}})
+    # ... and a schema no value satisfies (additionalProperties does not see allOf's properties)
+    add("refused-unsatisfiable", {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}},
+                                             "required": ["a"]}], "additionalProperties": False})
     return [(n, copy.deepcopy(x)) for n, x in s]
