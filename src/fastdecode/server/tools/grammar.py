@@ -23,7 +23,9 @@ import json
 from typing import Sequence
 
 from ...errors import FastDecodeError
-from ...structured import Constraint, json_schema_lark
+from ...structured import Constraint, json_schema_lark, vocab_for
+from ...structured.compiler import CACHE
+from ...tokenizer import Tokenizer
 from ..errors import APIError
 from .formats import ToolFormat
 from .spec import Function, ToolSpec
@@ -69,8 +71,9 @@ def tool_grammar(fmt: ToolFormat, spec: ToolSpec) -> str:
     return "\n".join(lines + _calls(fmt, functions, spec.parallel, 0)) + "\n"
 
 
-def tool_constraint(fmt: ToolFormat, spec: ToolSpec) -> Constraint:
-    """The compiled constraint; a schema llguidance cannot take is a 400 naming its tool."""
+def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer) -> Constraint:
+    """The constraint, compiled for `tokenizer` now (prepare runs in a worker thread, so the
+    engine finds it cached); a schema llguidance cannot take is a 400 naming its tool."""
     for i, f in enumerate(spec.functions):
         if f in spec.callable:
             try:
@@ -79,6 +82,8 @@ def tool_constraint(fmt: ToolFormat, spec: ToolSpec) -> Constraint:
                 raise APIError(400, f"tools[{i}].function.parameters: {e}",
                                param=f"tools[{i}].function.parameters") from None
     try:
-        return Constraint.grammar(tool_grammar(fmt, spec))
+        constraint = Constraint.grammar(tool_grammar(fmt, spec))
+        CACHE.matcher(constraint, vocab_for(tokenizer))
+        return constraint
     except FastDecodeError as e:
         raise APIError(400, f"the tools' grammar does not compile: {e}", param="tools") from None
