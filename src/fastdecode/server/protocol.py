@@ -357,6 +357,7 @@ class TokenizeRequest(_In):
     model: Optional[str] = None
     prompt: Optional[StrictStr] = None
     messages: Optional[list[ChatMessage]] = Field(default=None, min_length=1)
+    tools: Optional[list[ToolDefinition]] = None  # with messages: offered as /v1/chat/completions offers them
     add_special_tokens: Optional[bool] = True
 
 

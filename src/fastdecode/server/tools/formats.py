@@ -79,11 +79,12 @@ def detect(template: Optional[str]) -> ToolFormat:
 
 
 def generic_system_prompt(tools: list[dict]) -> str:
-    """The system message that offers `tools` to a model whose template has no tool support."""
-    listed = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in tools)
-    example = GENERIC.render([("<function name>", "{<arguments as JSON>}")])
-    return ("You can call these functions (JSON Schema of their arguments under \"parameters\"):\n"
+    """The system message that offers `tools` to a model whose template has no tool support.
+    Short, with the tools as compact JSON: small models have small contexts."""
+    listed = "\n".join(json.dumps(t["function"], ensure_ascii=False, separators=(",", ":")) for t in tools)
+    return ('You can call these functions ("parameters": the JSON Schema of the arguments):\n'
             f"{listed}\n"
-            "To call one or more of them, reply with exactly this JSON and nothing after it:\n"
-            f"{example}\n"
-            "Otherwise, reply with text.")
+            f"To call functions, reply with only: {GENERIC_EXAMPLE}")
+
+
+GENERIC_EXAMPLE = GENERIC.render([("NAME", "{ARGUMENTS}")])
