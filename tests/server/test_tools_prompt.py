@@ -21,11 +21,10 @@ HERMES_STYLE = """
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
 
 {% endif %}# Tools
-Function signatures, within <tools></tools>:
 <tools>
 {% for tool in tools %}{{ tool | tojson }}
 {% endfor %}</tools>
-To call a function, write:
+Call as:
 <tool_call>
 {"name": <function-name>, "arguments": <args-json-object>}
 </tool_call><|im_end|>
