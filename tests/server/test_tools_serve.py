@@ -155,6 +155,10 @@ BAD = [
      "tools[0].function.parameters", "JSON Schema object"),
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "frobnicate"}}}]},
      "tools[0].function.parameters", "not a valid JSON Schema"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
+        "type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}]},
+     "tools[0].function.parameters", "uniqueItems"),  # a keyword the grammar compiler does not implement
+    ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "tool_choice", "cannot be combined"),
     ({"tool_choice": "required"}, "tool_choice", "no tools"),
     ({"tool_choice": {"type": "function", "function": {"name": "pick"}}}, "tool_choice", "no tools"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "accepted"),
