@@ -107,7 +107,7 @@ def test_auto_llama3_calls_open_the_reply(tokenizer):
     assert not accepts(tokenizer, LLAMA3_JSON, '{"not": "a call"}', choice="auto")
 
 
-def walk(m, rng, limit=400, prefix=b""):
+def walk(m, rng, limit=3000, prefix=b""):
     """Any allowed token, uniformly (EOS when allowed, half the time), until the grammar ends."""
     assert m.consume_tokens(list(prefix))
     out = bytearray(prefix)
