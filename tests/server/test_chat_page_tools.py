@@ -10,9 +10,9 @@ from chat_browser import browser, open_chat  # noqa: F401 (fixtures)
 from serve_process import serve
 
 CHAT = "**/v1/chat/completions"
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 8},
-                                           "unit": {"enum": ["celsius", "fahrenheit"]}},
-          "required": ["city", "unit"], "additionalProperties": False}
+# Small: the tools are listed in the prompt, and the tiny model's context is 512 tokens.
+SCHEMA = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"enum": [1, 2]}},
+          "required": ["city", "days"], "additionalProperties": False}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}]
 
 
@@ -36,7 +36,7 @@ def test_a_tool_call_shows_as_a_call_and_its_result_goes_back(server, open_chat)
 
     calls = [{"index": 0, "id": "call_abc", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
              {"index": 0, "function": {"arguments": '{"city": "Pa'}},
-             {"index": 0, "function": {"arguments": 'ris", "unit": "celsius"}'}}]
+             {"index": 0, "function": {"arguments": 'ris", "days": 2}'}}]
     replies = [sse([{"content": "Checking."}] + [{"tool_calls": [c]} for c in calls], "tool_calls"),
                sse([{"content": "It is 22 C in Paris."}], "stop")]
     bodies = []
@@ -53,8 +53,8 @@ def test_a_tool_call_shows_as_a_call_and_its_result_goes_back(server, open_chat)
     reply = page.locator(".msg.assistant").first
     expect(reply.locator(".tool-call .call-name")).to_have_text("get_weather")
     args = reply.locator(".tool-call .call-arguments")
-    assert json.loads(args.inner_text()) == {"city": "Paris", "unit": "celsius"}
-    assert args.inner_text() == json.dumps({"city": "Paris", "unit": "celsius"}, indent=2)  # pretty-printed
+    assert json.loads(args.inner_text()) == {"city": "Paris", "days": 2}
+    assert args.inner_text() == json.dumps({"city": "Paris", "days": 2}, indent=2)  # pretty-printed
     assert reply.locator(".body p").all_inner_texts() == ["Checking."]  # the call is not text
     assert bodies[0]["tools"] == TOOLS
 
@@ -68,7 +68,7 @@ def test_a_tool_call_shows_as_a_call_and_its_result_goes_back(server, open_chat)
     assert sent[1:] == [
         {"role": "assistant", "content": "Checking.", "tool_calls": [
             {"id": "call_abc", "type": "function",
-             "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}}]},
         {"role": "tool", "content": "22 C, sunny", "tool_call_id": "call_abc"}]
 
     page.reload()  # kept with the conversation
@@ -90,7 +90,7 @@ def test_a_real_constrained_call_from_the_server(server, open_chat):
     from playwright.sync_api import expect
 
     chat = open_chat(server.url)
-    chat.settings(tools=json.dumps(TOOLS), temperature="0", max_tokens="200")
+    chat.settings(tools=json.dumps(TOOLS), temperature="0", max_tokens="100")
 
     def required(route):  # the page sends tool_choice auto (the default); the tiny model would write text
         route.continue_(post_data=json.dumps({**route.request.post_data_json, "tool_choice": "required",

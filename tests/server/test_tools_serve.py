@@ -181,3 +181,13 @@ def test_bad_tool_requests_are_400s(server, client, fields, param, words):
         client.chat.completions.create(model="tiny", **{"messages": ASK, "max_tokens": 4, **fields})
     ok = client.chat.completions.create(model="tiny", messages=ASK, max_tokens=2)  # still serving
     assert ok.choices[0].finish_reason in ("stop", "length")
+
+
+def test_tokenize_renders_tools_and_calls_as_chat_does(server, client):
+    turn = ASK + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "pick", "arguments": '{"c": "a", "n": 1}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "ok"}]
+    for messages, tools in ((ASK, TOOLS), (turn, None)):  # both at once do not fit the tiny context
+        r = httpx.post(server.url + "/tokenize", json={"messages": messages, "tools": tools}, timeout=60)
+        chat = client.chat.completions.create(model="tiny", messages=messages, tools=tools, max_tokens=1)
+        assert r.status_code == 200 and r.json()["count"] == chat.usage.prompt_tokens
