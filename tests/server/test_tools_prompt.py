@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from fastdecode.chat import render_chat_template
+from fastdecode.text.chat_template import render_chat_template
 from fastdecode.server.protocol import ChatCompletionRequest
 from fastdecode.server.tools.formats import GENERIC, GENERIC_EXAMPLE, HERMES, LLAMA3_JSON, detect
 from fastdecode.server.tools.prompt import template_input
 from fastdecode.server.tools.spec import tool_spec
-from fastdecode.tokenizer import BYTE_CHAT_TEMPLATE, Tokenizer
+from fastdecode.text.tokenizer import BYTE_CHAT_TEMPLATE, Tokenizer
 
 transformers_chat = pytest.importorskip("transformers.utils.chat_template_utils")
 

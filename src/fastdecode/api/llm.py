@@ -158,9 +158,10 @@ class LLM:
         """Render `messages` with the checkpoint's chat template and return the assistant's reply."""
         return self.generate([self.chat_prompt(messages)], **options)[0]
 
-    def chat_prompt(self, messages: list[dict]) -> list[int]:
-        """Token ids of `messages` rendered with the chat template, ready for the reply."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    def chat_prompt(self, messages: list[dict], tools: Optional[list[dict]] = None) -> list[int]:
+        """Token ids of `messages` rendered with the chat template, ready for the reply;
+        `tools` (OpenAI's tool definitions) reach the template as its `tools` variable."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
 

@@ -25,7 +25,7 @@ from typing import Sequence
 from ...errors import FastDecodeError
 from ...structured import Constraint, json_schema_lark, vocab_for
 from ...structured.compiler import CACHE
-from ...tokenizer import Tokenizer
+from ...text.tokenizer import Tokenizer
 from ..errors import APIError
 from .formats import ToolFormat
 from .spec import Function, ToolSpec
