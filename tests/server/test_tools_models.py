@@ -25,7 +25,7 @@ from fastdecode.server.settings import ServeSettings
 from fastdecode.server.state import ServerState
 from fastdecode.server.tools.formats import GENERIC, HERMES, detect
 from fastdecode.server.tools.parse import parse_reply
-from fastdecode.settings import load_settings
+from fastdecode.cli.keys import load_settings
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 24},
