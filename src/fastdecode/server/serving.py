@@ -164,7 +164,7 @@ class Run:
             return ChatCompletion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
                                   choices=choices)
         return TextCompletion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
-                          choices=[self._completion_choice(i, s) for i, s in enumerate(self.states)])
+                              choices=[self._completion_choice(i, s) for i, s in enumerate(self.states)])
 
     def _message(self, i: int, s: ChoiceState) -> tuple[AssistantMessage, Optional[str]]:
         """The reply and its finish reason; with tools, the calls read from its text."""
