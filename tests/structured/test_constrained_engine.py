@@ -143,8 +143,11 @@ def test_streamed_equals_whole_and_logprobs_are_the_raw_ones(eager):
     check_json(whole)
     assert "".join(eager.stream("stream:", constraint=constraint, max_new_tokens=200, temperature=0)) == whole.text
     free = eager.generate(["stream:"], max_new_tokens=1, temperature=0, logprobs=2)[0]
-    # The first token's alternatives are the model's own, not the mask's.
-    assert whole.logprobs[0].top == free.logprobs[0].top
+    # The first token's alternatives are the model's own, not the mask's (renormalised over the
+    # allowed tokens they would differ by nats). `free` is a prefix-cache hit, a one-token prefill,
+    # whose float order may differ from the cold prompt's in the last bits.
+    (ids, values), (free_ids, free_values) = (zip(*c.logprobs[0].top) for c in (whole, free))
+    assert ids == free_ids and values == pytest.approx(free_values, abs=1e-5)
 
 
 def submit(llm, prompt, max_new_tokens, ignore_eos=False, **sampling):
