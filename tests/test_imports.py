@@ -30,7 +30,9 @@ LAYERS = [
     ("engine",),
     ("compile",),
     ("parallel", "checkpoints"),
-    ("sampling", "text"),
+    ("sampling",),
+    ("structured",),  # SamplingParams carries a Constraint; the grammar's vocabulary is a tokenizer's
+    ("text",),
     ("quant",),
     ("model",),
     ("kernels",),

@@ -17,6 +17,8 @@ from ..model.args import ModelArgs
 from ..model.transformer import Transformer
 from ..quant import KernelChoice
 from ..sampling import SamplingParams
+from ..structured import OPTIONS as CONSTRAINT_OPTIONS
+from ..structured import from_options
 from ..text.tokenizer import Tokenizer
 from .generate import GenerationRun, run_generation
 
@@ -156,9 +158,10 @@ class LLM:
         """Render `messages` with the checkpoint's chat template and return the assistant's reply."""
         return self.generate([self.chat_prompt(messages)], **options)[0]
 
-    def chat_prompt(self, messages: list[dict]) -> list[int]:
-        """Token ids of `messages` rendered with the chat template, ready for the reply."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    def chat_prompt(self, messages: list[dict], tools: Optional[list[dict]] = None) -> list[int]:
+        """Token ids of `messages` rendered with the chat template, ready for the reply;
+        `tools` (OpenAI's tool definitions) reach the template as its `tools` variable."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -168,8 +171,10 @@ _CONFIG_FIELDS = set(GenerationConfig.__dataclass_fields__)
 
 def _option_parameters() -> list[inspect.Parameter]:
     """The keyword-only options of generate/stream/chat, with the dataclasses' defaults."""
-    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
-            for cls in (GenerationConfig, SamplingParams) for f in dataclasses.fields(cls)]
+    fields = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+              for cls in (GenerationConfig, SamplingParams) for f in dataclasses.fields(cls)]
+    return fields + [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+                     for name, kind in CONSTRAINT_OPTIONS.items()]
 
 
 def _document_options(method) -> None:
@@ -184,13 +189,20 @@ for _method in (LLM.generate, LLM.stream, LLM.chat):
 
 
 def split_options(options: dict[str, Any]) -> tuple[SamplingParams, GenerationConfig]:
-    """Build (SamplingParams, GenerationConfig) from keyword options; unknown keys fail."""
-    unknown = set(options) - _SAMPLING_FIELDS - _CONFIG_FIELDS
+    """Build (SamplingParams, GenerationConfig) from keyword options; unknown keys fail.
+    json_schema=, regex=, choice= and grammar= become SamplingParams.constraint."""
+    unknown = set(options) - _SAMPLING_FIELDS - _CONFIG_FIELDS - set(CONSTRAINT_OPTIONS)
     if unknown:
         raise FastDecodeError(
             f"unknown option(s) {', '.join(sorted(unknown))}; accepted: "
-            f"{', '.join(sorted(_SAMPLING_FIELDS | _CONFIG_FIELDS))}")
-    params = SamplingParams(**{k: v for k, v in options.items() if k in _SAMPLING_FIELDS})
+            f"{', '.join(sorted(_SAMPLING_FIELDS | _CONFIG_FIELDS | set(CONSTRAINT_OPTIONS)))}")
+    sampling = {k: v for k, v in options.items() if k in _SAMPLING_FIELDS}
+    asked = {k: options[k] for k in CONSTRAINT_OPTIONS if options.get(k) is not None}
+    if asked:
+        if sampling.get("constraint") is not None:
+            raise FastDecodeError(f"give constraint= or {', '.join(asked)}=, not both")
+        sampling["constraint"] = from_options(**asked)
+    params = SamplingParams(**sampling)
     config = GenerationConfig(**{k: v for k, v in options.items() if k in _CONFIG_FIELDS})
     return params, config
 

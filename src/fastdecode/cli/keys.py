@@ -11,12 +11,15 @@ field's annotation:
     Optional[X]         `none` or `null` -> None, anything else parsed as X
     list/tuple/set[X]   repeat the key: `prompt=a prompt=b` (or a YAML list);
                         an empty value, `stop=`, gives the empty list
+    JsonText            JSON text as given (`json_schema='{"type": "object"}'`); in YAML
+                        also a mapping or list, written back as JSON
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import json
 import re
 import textwrap
 import types
@@ -35,6 +38,10 @@ _FALSE = ("false", "no", "off", "0")
 _NONE = ("none", "null", "~")
 _SEQUENCES = (list, tuple, set, frozenset)
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
+
+
+class JsonText(str):
+    """The type of a key whose value is JSON text (checked by whoever reads it)."""
 
 
 def is_override(arg: str) -> bool:
@@ -254,6 +261,8 @@ def _yaml_scalar(name: str, tp: Any, raw: Any, optional: bool = False) -> Any:
     # as text) go through the same parser as the command line.
     if isinstance(raw, str):
         return _scalar(name, tp, raw, optional)
+    if tp is JsonText and isinstance(raw, (dict, list, bool, int, float)):
+        return json.dumps(raw, ensure_ascii=False)
     if tp is bool and isinstance(raw, bool):
         return raw
     if tp is int and isinstance(raw, int) and not isinstance(raw, bool):
@@ -266,7 +275,7 @@ def _yaml_scalar(name: str, tp: Any, raw: Any, optional: bool = False) -> Any:
 def _scalar(name: str, tp: Any, text: str, optional: bool = False) -> Any:
     s = text.strip()
     try:
-        if tp is str:
+        if tp is str or tp is JsonText:
             return text
         if tp is bool:
             if s.lower() in _TRUE:
@@ -288,7 +297,8 @@ def _accepted(tp: Any, optional: bool = False) -> str:
     if seq is not None:
         text = f"one or more values, each {_accepted(seq[1])}"
     else:
-        text = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))
+        text = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+                JsonText: "JSON text (in YAML, also a mapping)"}.get(tp, str(tp))
     return text + " or none" if optional else text
 
 

@@ -25,10 +25,11 @@ from ..engine.request import GenerationConfig
 from ..engine.speculative import draft_model_name
 from ..errors import FastDecodeError
 from ..sampling import SamplingParams
+from ..structured import from_options
 from ..version import __version__
 from .command import EXIT_USAGE, exit_code
-from .keys import (copy_fields, decode_utf8, describe_settings, format_value, is_override, load_settings,
-                   read_user_file)
+from .keys import (JsonText, copy_fields, decode_utf8, describe_settings, format_value, is_override,
+                   load_settings, read_user_file)
 from .progress import progress
 
 
@@ -56,14 +57,32 @@ class _PromptKeys:
     system: Optional[str] = field(default=None, metadata=_help("system message for chat-template prompts."))
 
 
-# Per-request fields of the Python API and the server, not command-line keys.
-API_ONLY_KEYS = ("logit_bias", "logprobs", "prompt_logprobs")
+@dataclass
+class _ConstraintKeys:
+    """What the output must match (at most one; see fastdecode.structured).
+
+    json_schema: a JSON schema (JSON text; in YAML also a mapping): the output is JSON valid against it.
+    regex: a regular expression (Rust syntax) the whole output matches.
+    choice: the output is exactly one of these strings; repeat the key for each.
+    grammar: a Lark grammar (llguidance's dialect) or a GBNF grammar (llama.cpp's) the output follows.
+    """
+
+    json_schema: Optional[JsonText] = None
+    regex: Optional[str] = None
+    choice: Optional[tuple[str, ...]] = None
+    grammar: Optional[str] = None
+
+
+# Per-request fields of the Python API and the server, not command-line keys
+# (the constraint comes from _ConstraintKeys).
+API_ONLY_KEYS = ("logit_bias", "logprobs", "prompt_logprobs", "constraint")
 
 GenerateSettings = dataclasses.make_dataclass(
     "GenerateSettings",
     copy_fields(LoadOptions, include=_LOAD_KEYS, help=_LOAD_HELP) + copy_fields(_PromptKeys)
     + copy_fields(LoadOptions, include=("prefix_cache", "tp"))
-    + copy_fields(SamplingParams, exclude=API_ONLY_KEYS) + copy_fields(GenerationConfig),
+    + copy_fields(SamplingParams, exclude=API_ONLY_KEYS) + copy_fields(GenerationConfig)
+    + copy_fields(_ConstraintKeys),
     namespace={"__module__": __name__})
 GenerateSettings.__doc__ = "Every key of `fastdecode generate` and `fastdecode chat`."
 
@@ -74,7 +93,9 @@ _CONFIG_KEYS = [f.name for f in dataclasses.fields(GenerationConfig)]
 # -- building API objects from settings ---------------------------------------------
 
 def sampling_and_config(s: Any) -> tuple[SamplingParams, GenerationConfig]:
-    params = SamplingParams(**{k: getattr(s, k) for k in _SAMPLING_KEYS})
+    constraint = from_options(json_schema=s.json_schema, regex=s.regex, grammar=s.grammar,
+                              choice=list(s.choice) if s.choice is not None else None)
+    params = SamplingParams(**{k: getattr(s, k) for k in _SAMPLING_KEYS}, constraint=constraint)
     config = GenerationConfig(**{k: getattr(s, k) for k in _CONFIG_KEYS})
     return params, config
 

@@ -44,6 +44,7 @@ from ..errors import FastDecodeError
 from ..model.kv_cache import cache_bytes
 from ..paths import BusyFlag
 from ..sampling import SamplingParams
+from ..structured import start_state, vocab_for
 from ..text.tokenizer import Tokenizer
 from .draft import DraftModel, DraftProposer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
@@ -152,6 +153,8 @@ class Engine:
             loaded = f"draft:{self.draft.name}" if self.draft is not None else "none"
             raise FastDecodeError(f"speculative={mode!r} needs that draft model loaded with the target: "
                                   f"load(..., speculative={mode!r}); this model was loaded with {loaded!r}")
+        if params.constraint is not None:
+            self._grammar(params, frozenset())  # compiles it for this tokenizer (cached), or fails here
         return prompt
 
     def submit(self, prompt: Sequence[int], params: SamplingParams, config: GenerationConfig, *,
@@ -183,7 +186,17 @@ class Engine:
             config.eos_token_ids if config.eos_token_ids is not None else self.tokenizer.eos_ids)
         req = Request(rid, prompt, params, config, eos, self.tokenizer, self.model.device, sink, speculative=mode)
         req.uid = uid
+        if params.constraint is not None:
+            req.grammar = self._grammar(params, eos)
         return req
+
+    def _grammar(self, params: SamplingParams, eos: frozenset[int]):
+        """The request's matcher, its grammar compiled for this tokenizer (cached by both)."""
+        vocab = vocab_for(self.tokenizer)
+        if vocab.size > self.model.args.vocab_size:
+            raise FastDecodeError(f"the tokenizer has {vocab.size} ids, more than the model's "
+                                  f"{self.model.args.vocab_size}: constrained decoding cannot mask them")
+        return start_state(params.constraint, vocab, eos)
 
     def cancel(self, request: Request) -> None:
         """Stop a request; its slot is freed at the next step, with finish_reason "abort"."""
@@ -302,18 +315,31 @@ class Engine:
         new_ids, new_lps, piece, reason = [], [], "", None
         if r.spec is not None:
             r.spec.extend(ids)
+        g = r.grammar
+        if g is not None and g.error() is not None:  # e.g. a mask past llguidance's limits
+            self._fail(r, FastDecodeError(f"the constraint failed: {g.error()}"))
+            return
         for i, tok in enumerate(ids):
+            if g is not None and g.finished:  # a complete grammar takes nothing more (not even EOS)
+                reason = "stop"
+                break
             r.n_generated += 1
             r.last_token = tok
             if tok in r.eos_ids:
                 reason = "stop"
                 break
+            if g is not None:
+                try:
+                    g.consume(tok)
+                except FastDecodeError as e:  # the mask allowed only what it accepts: a library fault
+                    self._fail(r, e)
+                    return
             r.output_ids.append(tok)
             new_ids.append(tok)
             if lps is not None:
                 new_lps.append(lps[i])
             piece += r.text.push(tok)
-            if r.text.hit_stop:
+            if r.text.hit_stop or (g is not None and g.finished):
                 reason = "stop"
             elif r.remaining <= 0 or r.pos - (len(ids) - 1 - i) >= self.max_seq_len:  # no slot to feed it
                 reason = "length"
@@ -394,6 +420,7 @@ class Engine:
         """Cancel everything and stop the loop; later submissions are refused."""
         self.closed = True
         self._abort_all()
+        self.runner.masks.close()
         if self.sync is not None and self.sync.leader:
             with self._lock:
                 if not self.sync.stopped:

@@ -149,6 +149,8 @@ class Request:
         self.spec = (PromptLookup(prompt, config.ngram_size, config.num_draft_tokens)
                      if speculative == "prompt-lookup" else
                      DraftModelRow(prompt, config.num_draft_tokens) if draft_model_name(speculative) else None)
+        # Its place in its grammar (structured.GrammarState), set by the engine, with a constraint.
+        self.grammar = None
         self.finish_reason: Optional[str] = None
         self.cancelled = False
         self.t_submit = time.perf_counter()

@@ -1,7 +1,8 @@
 """Runs a plan's steps on the model: builds the step's tensors, samples, and
-returns what each row got (`RowOutput`). Owns the per-slot sampling state; the
-requests' own state (positions, tokens, finishing) is the engine's, which
-applies each RowOutput (Engine._apply)."""
+returns what each row got (`RowOutput`). Owns the per-slot sampling state and
+the masks of constrained rows (filled on the host while the model step runs);
+the requests' own state (positions, tokens, finishing, their grammars' place)
+is the engine's, which applies each RowOutput (Engine._apply)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..compile.steps import Steps
 from ..sampling import SamplingBatch, adjust, logits_to_probs, sample, token_logprobs
 from ..sampling.acceptance import accept_or_resample
 from ..sampling.slots import SlotSampling
+from ..structured.mask import Masks, Pending
 from .draft import DraftProposer, model_logits
 from .request import Request, TokenLogprob
 from .speculative import DraftModelRow
@@ -45,6 +47,7 @@ class Runner:
         self.V = model.args.vocab_size
         self.max_seq_len = max_seq_len
         self.sampling = SlotSampling(n_slots, self.V, self.device)
+        self.masks = Masks(self.V, self.device)
         self.draft = draft  # for requests that speculate with a draft model
 
     def _tensor(self, values) -> Tensor:
@@ -65,6 +68,9 @@ class Runner:
         tokens = [r.prompt[r.prefilled:r.prefilled + n] for r in reqs]
         pos = [list(range(r.prefilled, r.prefilled + n)) for r in reqs]
         outs = [RowOutput(r, [], written=n, prefilled=n) for r in reqs]
+        # The first token's masks (the grammars' start), filled while the chunk runs.
+        masks = self.masks.start([(i, r.grammar, ()) for i, r in enumerate(reqs)
+                                  if r.grammar is not None and r.prefilled + n >= len(r.prompt)])
         scored = [i for i, r in enumerate(reqs) if r.prompt_logprobs is not None]
         if scored:  # every position's logits [G, n, V], for this chunk only
             every = self._step(tokens, pos, reqs, last_only=False)
@@ -81,7 +87,7 @@ class Runner:
             return outs
         if len(done) < len(reqs):
             logits = logits[done]
-        for i, (_, ids, lps) in zip(done, self.pick([reqs[i] for i in done], logits)):
+        for i, (_, ids, lps) in zip(done, self.pick([reqs[i] for i in done], logits, allowed=masks.allowed(done))):
             outs[i].tokens, outs[i].logprobs, outs[i].forwards = ids, lps, 1
         return outs
 
@@ -112,7 +118,8 @@ class Runner:
 
     def decode(self, reqs: Sequence[Request], drafts: Sequence[tuple[list[int], int]]) -> list[RowOutput]:
         """New tokens for each running request: one (K with the `generate`
-        strategy's chunks), or 1 + its accepted drafts when it speculates.
+        strategy's chunks, for rows without a constraint), or 1 + its accepted
+        drafts when it speculates.
         drafts[i]: request i's prompt-lookup drafts, and how many the draft model
         proposes for it ([], 0: it decodes plainly), as the scheduler decided."""
         plain, drafted, by_model = [], [], []
@@ -129,11 +136,26 @@ class Runner:
         if not plain:
             return out
         chunk = self.steps.chunk
-        if (chunk is not None and max(r.remaining for r in plain) >= chunk.k
-                and all(r.params.logprobs is None for r in plain)):
-            return out + self._chunk(plain)
+        # A constrained row's mask depends on each token it samples, so it cannot run K
+        # steps inside the chunk's graph: it decodes one token per step beside the chunk.
+        free = [r for r in plain if r.grammar is None]
+        if (chunk is not None and free and max(r.remaining for r in free) >= chunk.k
+                and all(r.params.logprobs is None for r in free)):
+            plain = [r for r in plain if r.grammar is not None]
+            masks = self._masks(plain)  # filled while the chunk runs
+            out += self._chunk(free)
+            if not plain:
+                return out
+        else:
+            masks = self._masks(plain)
         logits = self._step([[r.last_token] for r in plain], [[r.pos] for r in plain], plain)
-        return out + [RowOutput(r, ids, lps, written=1, forwards=1) for r, ids, lps in self.pick(plain, logits)]
+        picked = self.pick(plain, logits, allowed=masks.allowed(range(len(plain))))
+        return out + [RowOutput(r, ids, lps, written=1, forwards=1) for r, ids, lps in picked]
+
+    def _masks(self, reqs: Sequence[Request], drafts: Optional[Sequence[Sequence[int]]] = None) -> Pending:
+        """Start filling the masks of the constrained rows among reqs (after each of their drafts)."""
+        return self.masks.start([(i, r.grammar, drafts[i] if drafts is not None else ())
+                                 for i, r in enumerate(reqs) if r.grammar is not None])
 
     def _chunk(self, reqs: Sequence[Request]) -> list[RowOutput]:
         """K tokens per request in one compiled call (the `generate` strategy)."""
@@ -170,6 +192,8 @@ class Runner:
         against their distributions q (sampling/acceptance.py)."""
         reqs = [r for r, _, _ in rows]
         tokens = [[r.last_token] + d + [d[-1]] * (T - 1 - len(d)) for r, d, _ in rows]
+        # Constrained rows: the mask at each draft position, from the grammar advanced along the drafts.
+        masks = self._masks(reqs, [d for _, d, _ in rows])
         logits = self._step(tokens, [list(range(r.pos, r.pos + T)) for r in reqs], reqs, last_only=False)
         ids: list[list[int]] = [[] for _ in rows]
         lps: list[Optional[list]] = [None if r.params.logprobs is None else [] for r in reqs]
@@ -177,9 +201,11 @@ class Runner:
         for j in range(T):
             ruled = [i for i in active if rows[i][2] is not None]
             plain = [i for i in active if rows[i][2] is None]
-            picked = list(zip(plain, self.pick([reqs[i] for i in plain], logits[plain, j], offset=j)))
+            picked = list(zip(plain, self.pick([reqs[i] for i in plain], logits[plain, j], offset=j,
+                                               allowed=masks.allowed(plain, j))))
             if ruled:
-                picked += zip(ruled, self._accept([rows[i] for i in ruled], logits[ruled, j], j))
+                picked += zip(ruled, self._accept([rows[i] for i in ruled], logits[ruled, j], j,
+                                                  masks.allowed(ruled, j)))
             still = []
             for i, (r, tok, lp) in picked:
                 ids[i] += tok
@@ -201,14 +227,14 @@ class Runner:
                                  accepted=accepted))
         return out
 
-    def _accept(self, rows, logits: Tensor, j: int) -> list[Picked]:
+    def _accept(self, rows, logits: Tensor, j: int, allowed: Optional[Tensor] = None) -> list[Picked]:
         """Position j of a verify for sampled rows with draft-model drafts: the
         acceptance rule where row i has a draft there, the bonus token (a draw
         from p) after its last draft. A rejected draft's position gets the
         resample, which differs from the draft and so ends its run."""
         reqs = [r for r, _, _ in rows]
         with torch.inference_mode():
-            adjusted, batch = self.adjusted(reqs, logits, j)
+            adjusted, batch = self.adjusted(reqs, logits, j, allowed)
             p = logits_to_probs(adjusted, batch)  # [B, V]
             noise = self.noise(reqs)
             tokens = (p / noise).argmax(-1)
@@ -245,8 +271,10 @@ class Runner:
             return None
         return self.sampling.eos[rows] & torch.tensor(short, device=self.device)[:, None]
 
-    def adjusted(self, reqs: Sequence[Request], logits: Tensor, offset: int = 0) -> tuple[Tensor, SamplingBatch]:
-        """logits [B, V] with each row's penalties, logit bias and bans applied, and the rows' settings."""
+    def adjusted(self, reqs: Sequence[Request], logits: Tensor, offset: int = 0,
+                 allowed: Optional[Tensor] = None) -> tuple[Tensor, SamplingBatch]:
+        """logits [B, V] with each row's penalties, logit bias and bans applied (and, with
+        `allowed` [B, V], its grammar's mask), and the rows' settings."""
         slots = [r.slot for r in reqs]
         rows = self._tensor(slots)
         batch = self.sampling.batch(slots)
@@ -254,14 +282,15 @@ class Runner:
         pen = batch.use_penalties
         return adjust(logits, batch, counts=s.counts[rows] if pen else None, seen=s.seen[rows] if pen else None,
                       bias=s.bias[rows] if s.uses_bias(slots) else None,
-                      banned=self.banned(reqs, rows, offset)), batch
+                      banned=self.banned(reqs, rows, offset), allowed=allowed), batch
 
-    def pick(self, reqs: Sequence[Request], logits: Tensor, offset: int = 0) -> list[Picked]:
-        """Sample one token per row of logits [B, V]."""
+    def pick(self, reqs: Sequence[Request], logits: Tensor, offset: int = 0,
+             allowed: Optional[Tensor] = None) -> list[Picked]:
+        """Sample one token per row of logits [B, V] (allowed: [B, V], the grammars' masks)."""
         if not reqs:
             return []
         with torch.inference_mode():
-            adjusted, batch = self.adjusted(reqs, logits, offset)
+            adjusted, batch = self.adjusted(reqs, logits, offset, allowed)
             tokens = sample(adjusted, batch, self.noise(reqs))
         return self._picked(reqs, logits, tokens, batch)
 

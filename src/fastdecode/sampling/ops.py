@@ -5,8 +5,9 @@ requests with different settings share one step and one compiled graph. The
 functions are pure tensor code with no host syncs; randomness comes in as
 precomputed Exponential(1) `noise`, drawn from each request's own generator.
 
-Order of operations (as in Hugging Face and vLLM): penalties, logit bias, bans,
-temperature, top-k, softmax, top-p, min-p, then the draw.
+Order of operations (as in Hugging Face and vLLM): penalties, logit bias, bans
+(EOS before min_new_tokens, and tokens a row's grammar does not allow), temperature,
+top-k, softmax, top-p, min-p, then the draw.
 """
 
 from __future__ import annotations
@@ -125,11 +126,13 @@ def logits_to_probs(logits: Tensor, batch: SamplingBatch) -> Tensor:
 
 
 def adjust(logits: Tensor, batch: SamplingBatch, counts: Optional[Tensor] = None, seen: Optional[Tensor] = None,
-           bias: Optional[Tensor] = None, banned: Optional[Tensor] = None) -> Tensor:
+           bias: Optional[Tensor] = None, banned: Optional[Tensor] = None,
+           allowed: Optional[Tensor] = None) -> Tensor:
     """The logits a row is sampled from, before temperature: [B, V] float32.
     counts/seen: penalty state (None skips penalties); bias: [B, V] added to the
     logits; banned: [B, V] bool, tokens that may not be picked now (EOS before
-    min_new_tokens)."""
+    min_new_tokens); allowed: [B, V] bool, the tokens each row's grammar allows
+    (all True on rows without one)."""
     logits = logits.float()
     if counts is not None and batch.use_penalties:
         logits = apply_penalties(logits, batch, counts, seen)
@@ -137,16 +140,19 @@ def adjust(logits: Tensor, batch: SamplingBatch, counts: Optional[Tensor] = None
         logits = logits + bias
     if banned is not None:
         logits = logits.masked_fill(banned, -math.inf)
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, -math.inf)
     return logits
 
 
 def sample(logits: Tensor, batch: SamplingBatch, noise: Optional[Tensor] = None,
            counts: Optional[Tensor] = None, seen: Optional[Tensor] = None,
-           bias: Optional[Tensor] = None, banned: Optional[Tensor] = None) -> Tensor:
+           bias: Optional[Tensor] = None, banned: Optional[Tensor] = None,
+           allowed: Optional[Tensor] = None) -> Tensor:
     """Pick one token per row. logits: [B, V]; noise: [B, V] Exponential(1)
     (any positive values on greedy rows; may be None when all rows are greedy);
     the other arguments as `adjust`'s. Returns [B] int64."""
-    logits = adjust(logits, batch, counts, seen, bias, banned)
+    logits = adjust(logits, batch, counts, seen, bias, banned, allowed)
     best = logits.argmax(dim=-1)
     if batch.all_greedy:
         return best

@@ -9,6 +9,7 @@ from typing import Any, Optional
 import torch
 
 from ..errors import FastDecodeError
+from ..structured.constraint import Constraint
 
 MAX_LOGPROBS = 20
 
@@ -34,6 +35,8 @@ class SamplingParams:
         None) with this many most likely alternatives (0..20), from the raw
         distribution (log_softmax before penalties). Such requests never reuse
         cached prompt prefixes.
+    constraint: None, or what the output must match (a JSON schema, regex, choice or
+        grammar; see fastdecode.structured): other tokens are masked out of each step.
     """
 
     temperature: float = 0.8
@@ -47,6 +50,7 @@ class SamplingParams:
     logit_bias: Optional[tuple[tuple[int, float], ...]] = None
     logprobs: Optional[int] = None
     prompt_logprobs: Optional[int] = None
+    constraint: Optional[Constraint] = None
 
     def __post_init__(self) -> None:
         def number(name: str) -> float:
@@ -80,6 +84,9 @@ class SamplingParams:
                 check(name, 0 <= v <= MAX_LOGPROBS, f"an integer 0..{MAX_LOGPROBS}, or None")
         if self.logit_bias is not None:
             object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias) or None)
+        if self.constraint is not None and not isinstance(self.constraint, Constraint):
+            raise FastDecodeError(f"constraint must be a fastdecode.structured.Constraint, got "
+                                  f"{type(self.constraint).__name__}")
 
     @property
     def greedy(self) -> bool:

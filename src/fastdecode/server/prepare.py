@@ -14,8 +14,15 @@ from ..engine import GenerationConfig
 from ..errors import FastDecodeError
 from ..api.llm import LLM
 from ..sampling import SamplingParams
+from ..structured import Constraint
 from .errors import APIError, from_fastdecode
 from .protocol import ChatCompletionRequest, CompletionRequest
+from .structured import prepare_constraint, request_constraint
+from .tools.formats import detect as detect_format
+from .tools.grammar import tool_constraint
+from .tools.prompt import template_input
+from .tools.spec import tool_spec
+from .tools.stream import ToolSetup
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
 MAX_CHOICES = 128  # prompts x n in one request
@@ -33,6 +40,7 @@ class Job:
     echo: bool = False  # completions: the prompt's text (and logprobs) before the generated ones
     drop: bool = False  # max_tokens=0 with echo: one token is generated, then dropped
     prompt_logprobs: Optional[int] = None  # vLLM's field: alternatives per prompt token
+    tools: Optional[ToolSetup] = None  # chat with tool calls possible: how to read them from the reply
 
     @property
     def choice_prompts(self) -> list[list[int]]:
@@ -73,23 +81,31 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
                        param="messages")
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
-    # developer is OpenAI's newer name for system; templates know system
-    messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
-                for m in req.messages]
+    spec = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls)
+    if spec is not None and request_constraint(req) is not None:
+        raise APIError(400, "tool calls cannot be combined with a constrained output (response_format, "
+                       "structured_outputs, guided_*, json_schema, grammar); give tool_choice 'none' or leave "
+                       "one of them out", param="tool_choice")
+    fmt = detect_format(llm.tokenizer.chat_template)
+    messages, tools = template_input(req.messages, fmt, spec)
     try:
-        prompt = llm.chat_prompt(messages)
+        prompt = llm.chat_prompt(messages, tools=tools)
     except FastDecodeError as e:
         raise APIError(400, str(e), param="messages") from None
     if not prompt:
         raise APIError(400, "the messages render to an empty prompt", param="messages")
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     top = (req.top_logprobs or 0) if req.logprobs else None
-    return _job(req, [prompt], llm, max_tokens_limit, max_tokens, None, top, "messages")
+    setup = ToolSetup(fmt, spec) if spec is not None else None
+    constraint = tool_constraint(fmt, spec, llm.tokenizer) if spec is not None else None
+    job = _job(req, [prompt], llm, max_tokens_limit, max_tokens, None, top, "messages", constraint=constraint)
+    job.tools = setup
+    return job
 
 
 def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[list[int]], llm: LLM,
          limit: Optional[int], asked: Optional[int], default: Optional[int], logprobs: Optional[int],
-         prompt_param: str, echo: bool = False, drop: bool = False) -> Job:
+         prompt_param: str, echo: bool = False, drop: bool = False, constraint: Optional[Constraint] = None) -> Job:
     if req.stream_options is not None and not req.stream:
         raise APIError(400, "stream_options is only allowed with stream=true", param="stream_options")
     n = req.n or 1
@@ -97,6 +113,8 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
         raise APIError(400, f"{len(prompts)} prompts x n={n} is {len(prompts) * n} choices; at most "
                        f"{MAX_CHOICES} are accepted in one request", param="n")
     max_tokens = _max_tokens(prompts, llm.max_seq_len, limit, asked, default, prompt_param)
+    if constraint is None:  # tools bring their own
+        constraint = prepare_constraint(req, llm.tokenizer)
     names = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "logprobs": "top_logprobs"
              if isinstance(req, ChatCompletionRequest) else "logprobs"}
     try:
@@ -106,14 +124,15 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
         # The engine computes prompt logprobs once, with as many alternatives as either use needs.
         wants = [k for k in (logprobs if echo else None, req.prompt_logprobs) if k is not None]
         scored = max(wants) if wants else None
-        params = [_sampling(req, seed, logprobs, scored) for _ in prompts for seed in seeds]
+        params = [_sampling(req, seed, logprobs, scored, constraint) for _ in prompts for seed in seeds]
     except FastDecodeError as e:
         raise from_fastdecode(e, names) from None
     return Job(prompts, n, params, config, logprobs, echo=echo, drop=drop, prompt_logprobs=req.prompt_logprobs)
 
 
 def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Optional[int],
-              logprobs: Optional[int], prompt_logprobs: Optional[int] = None) -> SamplingParams:
+              logprobs: Optional[int], prompt_logprobs: Optional[int] = None,
+              constraint: Optional[Constraint] = None) -> SamplingParams:
     def given(value, default):
         return default if value is None else value
 
@@ -122,7 +141,8 @@ def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Option
         top_k=req.top_k if req.top_k is not None and req.top_k > 0 else None,
         min_p=given(req.min_p, 0.0), repetition_penalty=given(req.repetition_penalty, 1.0),
         frequency_penalty=given(req.frequency_penalty, 0.0), presence_penalty=given(req.presence_penalty, 0.0),
-        seed=seed, logit_bias=req.logit_bias or None, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+        seed=seed, logit_bias=req.logit_bias or None, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+        constraint=constraint)
 
 
 def _max_tokens(prompts: list[list[int]], context: int, limit: Optional[int], asked: Optional[int],

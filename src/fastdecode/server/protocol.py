@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_serializer, model_validator
 
 from ..sampling import MAX_LOGPROBS
 
@@ -54,6 +54,17 @@ class _Sampling(_In):
     # vLLM's: each prompt token's logprob with this many alternatives, in a top-level
     # `prompt_logprobs` list per choice (see PromptLogprob).
     prompt_logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    # -- structured outputs (constrain helper): mapped to one Constraint by server/structured.py.
+    # Loosely typed here so that structured.py's messages name exactly what is wrong.
+    response_format: Any = None  # OpenAI: {"type": "text" | "json_object" | "json_schema", ...}
+    structured_outputs: Any = None  # vLLM: {"json" | "regex" | "choice" | "grammar" | "json_object": ...}
+    guided_json: Any = None  # vLLM's older top-level names for the same
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    json_schema: Any = None  # llama.cpp: a schema
+    grammar: Any = None  # llama.cpp: GBNF (Lark is accepted too)
+    # -- end of structured outputs
 
     @field_validator("stop")
     @classmethod
@@ -88,10 +99,40 @@ class CompletionRequest(_Sampling):
     max_tokens: Optional[int] = Field(default=None, ge=0)  # 0: only with echo (the prompt's logprobs)
 
 
+class FunctionCallIn(_In):
+    name: StrictStr
+    arguments: Any = "{}"  # OpenAI's JSON string; an object is taken too
+
+    @field_validator("arguments")
+    @classmethod
+    def _arguments(cls, v: Any) -> Any:
+        if isinstance(v, (str, dict)):
+            return v
+        raise ValueError(f"must be a JSON string (or an object), got {_short(v)}")
+
+
+class ToolCallIn(_In):
+    """A call in an earlier assistant message, sent back for the next turn."""
+
+    id: StrictStr
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
 class ChatMessage(_In):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = None
     name: Optional[str] = None
+    tool_calls: Optional[list[ToolCallIn]] = None  # assistant messages; content may then be null
+    tool_call_id: Optional[StrictStr] = None  # tool messages: the call this is the result of
+
+    @model_validator(mode="after")
+    def _tool_fields(self) -> "ChatMessage":
+        if self.role == "tool" and self.tool_call_id is None:
+            raise ValueError("a tool message needs tool_call_id: the id of the call it answers")
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"tool_calls is only accepted on assistant messages, not on {self.role}")
+        return self
 
     @field_validator("content")
     @classmethod
@@ -105,11 +146,26 @@ class ChatMessage(_In):
         raise ValueError('must be a string or a list of text parts {"type": "text", "text": "..."}')
 
 
+class FunctionDefinition(_In):
+    name: StrictStr
+    description: Optional[StrictStr] = None
+    parameters: Any = None  # a JSON Schema: checked in tools/spec.py
+    strict: Optional[bool] = None
+
+
+class ToolDefinition(_In):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: Optional[int] = Field(default=None, ge=1)
     logprobs: Optional[bool] = False
     top_logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    tools: Optional[list[ToolDefinition]] = None
+    tool_choice: Any = None  # none | auto | required | {"type": "function", ...}: checked in tools/spec.py
+    parallel_tool_calls: Optional[bool] = None
 
 
 def _short(value: Any) -> str:
@@ -165,9 +221,28 @@ class PromptLogprob(BaseModel):
 PromptLogprobs = list[Optional[dict[str, PromptLogprob]]]
 
 
+class FunctionCall(BaseModel):
+    name: str
+    arguments: str  # JSON text
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
-    content: str
+    content: Optional[str]  # null when the reply is tool calls only
+    tool_calls: Optional[list[ToolCall]] = None
+
+    @model_serializer(mode="wrap")
+    def _calls_when_made(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        if self.tool_calls is None:
+            out.pop("tool_calls", None)
+        return out
 
 
 class ChatChoice(BaseModel):
@@ -188,13 +263,40 @@ class ChatCompletion(BaseModel):
     system_fingerprint: Optional[str] = None
 
 
+class FunctionDelta(BaseModel):
+    name: Optional[str] = None
+    arguments: Optional[str] = None
+
+
+class ToolCallDelta(BaseModel):
+    """A streamed call: its first chunk has index, id, type and name; later ones argument fragments."""
+
+    index: int
+    id: Optional[str] = None
+    type: Optional[Literal["function"]] = None
+    function: FunctionDelta
+
+    @model_serializer(mode="wrap")
+    def _present(self, handler: Any) -> dict[str, Any]:
+        return _without_none(handler(self))
+
+
 class Delta(BaseModel):
     role: Optional[str] = None
     content: Optional[str] = None
+    tool_calls: Optional[list[ToolCallDelta]] = None
 
-    @model_serializer
-    def _present(self) -> dict[str, Any]:  # OpenAI leaves unset delta fields out
-        return {k: v for k, v in (("role", self.role), ("content", self.content)) if v is not None}
+    @model_serializer(mode="wrap")
+    def _present(self, handler: Any) -> dict[str, Any]:  # OpenAI leaves unset delta fields out
+        return _without_none(handler(self))
+
+
+def _without_none(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _without_none(v) for k, v in d.items() if v is not None}
+    if isinstance(d, list):
+        return [_without_none(v) for v in d]
+    return d
 
 
 class ChatChunkChoice(BaseModel):
@@ -255,6 +357,7 @@ class TokenizeRequest(_In):
     model: Optional[str] = None
     prompt: Optional[StrictStr] = None
     messages: Optional[list[ChatMessage]] = Field(default=None, min_length=1)
+    tools: Optional[list[ToolDefinition]] = None  # with messages: offered as /v1/chat/completions offers them
     add_special_tokens: Optional[bool] = True
 
 

@@ -92,6 +92,7 @@ class Run:
         self.states = [ChoiceState(self.tokenizer, job.logprobs is not None) for _ in range(n)]
         self.timers = [ChoiceTimer(state.metrics) for _ in range(n)]
         self.sent_chars = [0] * n  # completions' text_offset while streaming
+        self.readers = [job.tools.reader() for _ in range(n)] if job.tools is not None else None
         self.log = log_fields
         self.log.update(id=self.id, prompt_tokens=job.prompt_tokens)
 
@@ -155,14 +156,23 @@ class Run:
         async for _ in self.outputs():
             pass
         if self.chat:
+            choices = []
+            for i, s in enumerate(self.states):
+                message, reason = self._message(i, s)
+                choices.append(ChatChoice(index=i, message=message, logprobs=self._chat_logprobs(s.tokens),
+                                          finish_reason=reason, prompt_logprobs=self._prompt_logprobs(s)))
             return ChatCompletion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
-                                  choices=[ChatChoice(index=i, message=AssistantMessage(content=s.text),
-                                                      logprobs=self._chat_logprobs(s.tokens),
-                                                      finish_reason=s.finish_reason,
-                                                      prompt_logprobs=self._prompt_logprobs(s))
-                                           for i, s in enumerate(self.states)])
+                                  choices=choices)
         return TextCompletion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
-                          choices=[self._completion_choice(i, s) for i, s in enumerate(self.states)])
+                              choices=[self._completion_choice(i, s) for i, s in enumerate(self.states)])
+
+    def _message(self, i: int, s: ChoiceState) -> tuple[AssistantMessage, Optional[str]]:
+        """The reply and its finish reason; with tools, the calls read from its text."""
+        if self.readers is None:
+            return AssistantMessage(content=s.text), s.finish_reason
+        reader = self.readers[i]
+        reader.deltas(s.text, finished=True)
+        return reader.message(), reader.finish_reason(s.finish_reason)
 
     def _completion_choice(self, i: int, s: ChoiceState) -> CompletionChoice:
         job = self.job
@@ -206,9 +216,13 @@ class Run:
 
     async def chat_events(self, include_usage: bool) -> AsyncIterator[BaseModel]:
         for i in range(len(self.states)):  # the first chunk of each choice carries the role
-            yield self._chat_chunk([ChatChunkChoice(index=i, delta=Delta(role="assistant", content=""))])
+            first = Delta(role="assistant") if self.readers else Delta(role="assistant", content="")
+            yield self._chat_chunk([ChatChunkChoice(index=i, delta=first)])
         async for i, piece, tokens, out in self.outputs():
-            if piece or tokens or out.finished:
+            if self.readers is not None:
+                for choice in self._tool_chunk_choices(i, piece, tokens, out):
+                    yield self._chat_chunk([choice])
+            elif piece or tokens or out.finished:
                 delta = Delta(content=piece if piece or tokens else None)
                 lps = self._chat_logprobs(tokens) if tokens else None
                 yield self._chat_chunk([ChatChunkChoice(
@@ -216,6 +230,20 @@ class Run:
                     prompt_logprobs=self._prompt_logprobs(self.states[i]) if out.finished else None)])
         if include_usage:
             yield self._chat_chunk([], self.usage())
+
+    def _tool_chunk_choices(self, i: int, piece: str, tokens: list, out: Any) -> list[ChatChunkChoice]:
+        """A piece of a reply that may call tools: its content and call deltas (the markers are
+        never content), the tokens' logprobs on the first, the finish reason on a last empty one."""
+        choices = [ChatChunkChoice(index=i, delta=d) for d in self.readers[i].deltas(piece, out.finished)]
+        if tokens and self.job.logprobs is not None:
+            if not choices:
+                choices.append(ChatChunkChoice(index=i, delta=Delta()))
+            choices[0].logprobs = self._chat_logprobs(tokens)
+        if out.finished:
+            choices.append(ChatChunkChoice(index=i, delta=Delta(),
+                                           finish_reason=self.readers[i].finish_reason(out.finish_reason),
+                                           prompt_logprobs=self._prompt_logprobs(self.states[i])))
+        return choices
 
     async def completion_events(self, include_usage: bool) -> AsyncIterator[BaseModel]:
         async for i, piece, tokens, out in self.outputs():

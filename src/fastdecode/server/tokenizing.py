@@ -14,6 +14,9 @@ from .errors import APIError
 from .protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse, TokenizerInfo)
 from .serving import parse, read_body
 from .state import ServerState
+from .tools.formats import detect as detect_format
+from .tools.prompt import template_input
+from .tools.spec import tool_spec
 
 
 def special_tokens(tok: Tokenizer) -> dict:
@@ -48,10 +51,11 @@ def tokenizer_router(state: ServerState) -> APIRouter:
                 return tok.encode(req.prompt, add_special_tokens=bool(req.add_special_tokens))
             if tok.chat_template is None:
                 raise APIError(400, "this model has no chat template; tokenize a prompt instead", param="messages")
-            messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.content}
-                        for m in req.messages]
+            # As /v1/chat/completions renders them: earlier tool calls and results, and the tools offered.
+            spec = tool_spec(req.tools, None, None)
+            messages, tools = template_input(req.messages, detect_format(tok.chat_template), spec)
             try:
-                text = tok.apply_chat_template(messages, add_generation_prompt=True)
+                text = tok.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
             except FastDecodeError as e:
                 raise APIError(400, str(e), param="messages") from None
             # The template writes the special tokens it wants: add_special_tokens adds BOS only if asked.

@@ -36,13 +36,14 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         raise NotImplementedError
 
-    def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = True) -> str:
-        """Render `messages` as the model's prompt text."""
+    def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = True,
+                            tools: Optional[list[dict]] = None) -> str:
+        """Render `messages` as the model's prompt text; `tools` reach the template as `tools`."""
         if self.chat_template is None:
             raise FastDecodeError("this model has no chat template; use plain prompts instead")
         from .chat_template import render_chat_template
 
-        return render_chat_template(self, messages, add_generation_prompt=add_generation_prompt)
+        return render_chat_template(self, messages, add_generation_prompt=add_generation_prompt, tools=tools)
 
 
 # A minimal ChatML-like template for the byte-level presets, so chat paths can be

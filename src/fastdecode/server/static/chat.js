@@ -4,13 +4,15 @@
 
 const STORE = "fastdecode.chat";  // localStorage: the conversation and the settings
 const KEY = "fastdecode.apiKey";  // sessionStorage: the API key, forgotten when the tab closes
-const FIELDS = ["system", "temperature", "top_p", "max_tokens", "seed"];
+const FIELDS = ["system", "temperature", "top_p", "max_tokens", "seed", "tools"];
 const $ = (id) => document.getElementById(id);
 
-let state = load();       // {messages: [{role, content, stats?, note?}], settings: {field: text}}
+// {messages: [{role, content, tool_calls?, tool_call_id?, name?, stats?, note?}], settings: {field: text}}
+let state = load();
 let controller = null;    // aborts the reply being streamed (Stop)
 let modelName = null;
 let sendAfterKey = false; // a message was refused for want of a key: send it once one is accepted
+let streaming = null;     // the reply being streamed: its tool calls get no result box yet
 
 function load() {
   try {
@@ -59,20 +61,84 @@ function metaText(m) {
   return parts.join(" · ");
 }
 
+// -- tool calls: shown as a call (function name, arguments), with a box for its result -------------
+
+function prettyArguments(text) {
+  try { return JSON.stringify(JSON.parse(text), null, 2); } catch (e) { return text; }  // still streaming
+}
+
+function resultOf(call) {
+  return state.messages.find((r) => r.role === "tool" && r.tool_call_id === call.id);
+}
+
+function toolCallEl(call, done) {
+  const el = document.createElement("div");
+  el.className = "tool-call";
+  const head = document.createElement("div");
+  head.className = "call-head";
+  const label = document.createElement("span");
+  label.textContent = "Call ";
+  const name = document.createElement("code");
+  name.className = "call-name";
+  name.textContent = call.function.name;
+  head.append(label, name);
+  const args = document.createElement("pre");
+  const code = document.createElement("code");
+  code.className = "call-arguments";
+  code.textContent = prettyArguments(call.function.arguments);
+  args.append(code);
+  el.append(head, args);
+  if (done && !resultOf(call)) {  // the answer the client would give: typed in here
+    const form = document.createElement("form");
+    form.className = "call-result";
+    const input = document.createElement("textarea");
+    input.rows = 1;
+    input.placeholder = `Result of ${call.function.name}`;
+    input.setAttribute("aria-label", `Result of ${call.function.name}`);
+    const button = document.createElement("button");
+    button.type = "submit";
+    button.textContent = "Send result";
+    form.append(input, button);
+    form.addEventListener("submit", (e) => { e.preventDefault(); sendResult(call, input.value); });
+    el.append(form);
+  }
+  return el;
+}
+
 function messageEl(m) {
   const el = document.createElement("article");
   el.className = `msg ${m.role}`;
   const who = document.createElement("div");
   who.className = "who";
-  who.textContent = m.role === "user" ? "You" : (m.model || "Assistant");
+  const call = m.role === "tool" && toolCallFor(m.tool_call_id);
+  who.textContent = m.role === "user" ? "You" : m.role === "tool"
+    ? `Result of ${call ? call.function.name : m.tool_call_id}` : (m.model || "Assistant");
   const body = document.createElement("div");
   body.className = "body";
-  renderText(body, m.content);
+  renderText(body, m.content || "");
+  for (const c of m.tool_calls || []) body.append(toolCallEl(c, m !== streaming));
   const meta = document.createElement("div");
   meta.className = "meta";
   meta.textContent = metaText(m);
   el.append(who, body, meta);
   return el;
+}
+
+function toolCallFor(id) {
+  for (const m of state.messages) {
+    const c = (m.tool_calls || []).find((t) => t.id === id);
+    if (c) return c;
+  }
+  return null;
+}
+
+// A result typed in for a call; once every call of that reply has one, the model answers.
+function sendResult(call, text) {
+  if (controller) return;
+  state.messages.push({role: "tool", tool_call_id: call.id, content: text});
+  const owner = state.messages.findLast((m) => (m.tool_calls || []).includes(call));
+  if (owner.tool_calls.every(resultOf)) reply();
+  else { render(); save(); }
 }
 
 // Redraws the transcript, or only its last message while a reply streams in; it follows the
@@ -154,9 +220,18 @@ async function* events(body) {
 function requestBody() {
   const s = state.settings;
   // A reply stopped before its first token has nothing to send.
-  const messages = state.messages.filter((m) => m.content).map(({role, content}) => ({role, content}));
+  const messages = state.messages.filter((m) => m.content || m.tool_calls?.length || m.role === "tool")
+    .map(({role, content, tool_calls, tool_call_id}) => {
+      const out = {role, content: content || (tool_calls?.length ? null : "")};
+      if (tool_calls?.length) out.tool_calls = tool_calls;
+      if (tool_call_id) out.tool_call_id = tool_call_id;
+      return out;
+    });
   if ((s.system || "").trim()) messages.unshift({role: "system", content: s.system});
   const body = {messages, stream: true, stream_options: {include_usage: true}};
+  if ((s.tools || "").trim()) {
+    try { body.tools = JSON.parse(s.tools); } catch (e) { throw new ApiError(400, `Tools is not valid JSON: ${e.message}`); }
+  }
   if (modelName) body.model = modelName;
   for (const f of ["temperature", "top_p", "max_tokens", "seed"]) {
     if ((s[f] ?? "") !== "") body[f] = Number(s[f]);  // empty: the server's default; bad: the server says why
@@ -201,10 +276,12 @@ function send() {
 
 async function reply() {
   hideError();
-  const body = requestBody();
   // "interrupted" until the reply ends: what a reload mid-stream finds in storage.
   const m = {role: "assistant", content: "", model: modelName, note: "interrupted"};
+  let body;
+  try { body = requestBody(); } catch (e) { state.messages.push(m); failed(e, m); render(); save(); return; }
   state.messages.push(m);
+  streaming = m;
   render({follow: true});
   save();
   controller = new AbortController();
@@ -223,11 +300,19 @@ async function reply() {
       const choice = data.choices?.[0];
       if (!choice) continue;
       if (choice.finish_reason) finish = choice.finish_reason;
-      if (choice.delta?.content) {
+      const calls = choice.delta?.tool_calls;
+      if (choice.delta?.content || calls) {
         tLast = performance.now();
         tFirst ??= tLast;
         pieces += 1;
-        m.content += choice.delta.content;
+        m.content += choice.delta.content || "";
+        for (const c of calls || []) {  // index, then id and name once, then argument fragments
+          m.tool_calls ??= [];
+          const t = m.tool_calls[c.index] ??= {id: "", type: "function", function: {name: "", arguments: ""}};
+          if (c.id) t.id = c.id;
+          if (c.function?.name) t.function.name += c.function.name;
+          if (c.function?.arguments) t.function.arguments += c.function.arguments;
+        }
         renderSoon();
       }
     }
@@ -237,6 +322,7 @@ async function reply() {
     failed(e, m);
   } finally {
     controller = null;
+    streaming = null;
     setBusy(false);
     if (state.messages.includes(m)) {
       // Decode speed: tokens after the first over the time they took; the first one's wait is TTFT.
@@ -251,22 +337,26 @@ async function reply() {
 
 function failed(e, m) {
   if (e.name === "AbortError") { m.note = "stopped"; return; }  // Stop: the server frees the slot on disconnect
-  if (m.content || (e instanceof ApiError && e.status === 500)) {  // mid-stream: keep what arrived
+  if (m.content || m.tool_calls || (e instanceof ApiError && e.status === 500)) {  // mid-stream: keep what arrived
     m.note = e instanceof ApiError ? `error: ${e.message}` : "connection lost";
     showError(e instanceof ApiError ? e.message : "connection lost: the partial reply is kept", true);
     return;
   }
-  // Refused before the reply began (bad request, key, server gone): take the message back for editing.
+  // Refused before the reply began (bad request, key, server gone): take the message back for editing;
+  // after tool results, they stay and Retry sends them again.
   state.messages.pop();
-  const user = state.messages.pop();
-  if (user && !$("input").value) $("input").value = user.content;
+  const afterResults = state.messages.at(-1)?.role === "tool";
+  if (state.messages.at(-1)?.role === "user") {
+    const user = state.messages.pop();
+    if (!$("input").value) $("input").value = user.content;
+  }
   if (e instanceof ApiError && e.status === 401) {
     sendAfterKey = true;
     keyRefused(e);
   } else if (e instanceof ApiError) {
-    showError(e.message);
+    showError(e.message, afterResults);
   } else {
-    showError(`cannot reach the server (${e.message})`);
+    showError(`cannot reach the server (${e.message})`, afterResults);
   }
 }
 

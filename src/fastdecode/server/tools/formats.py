@@ -1,0 +1,90 @@
+"""How a model writes a tool call, per family, and which family a chat template belongs to.
+
+A call is always `{"name": "<function>", "<arguments key>": <JSON value>}`; the
+families differ in the text around the calls and between them:
+
+- hermes (Qwen 2.5/3, Hermes 2/3, and any template that writes `<tool_call>`):
+  `<tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>`, one block per call,
+  blocks separated by a newline;
+- llama3_json (Llama 3.1/3.2/3.3 templates, recognised by their `<|python_tag|>` or
+  `ipython` role): the reply is `{"name": "f", "parameters": {...}}`, calls joined by `; `;
+- generic (every other template, SmolLM2's included): the template knows nothing of
+  tools, so our own system message lists them and asks for
+  `{"tool_calls": [{"name": "f", "arguments": {...}}, ...]}`.
+
+The family is read from the template text, never from a file or model name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    """The literal text of a block of calls: begin, call, (separator, call)*, end.
+
+    A call is `call_open + name + args_key + <arguments JSON> + call_close`.
+    `trigger` is the text that switches a lazy grammar on (tool_choice=auto): a
+    prefix of `begin + call_open`; `anywhere` says whether it may follow free
+    text or only open the reply.
+    """
+
+    name: str
+    begin: str
+    call_open: str
+    args_key: str
+    call_close: str
+    separator: str
+    end: str
+    trigger: str
+    anywhere: bool
+    native: bool  # the template renders `tools`, tool_calls and tool results itself
+
+    def __post_init__(self) -> None:
+        if not (self.begin + self.call_open).startswith(self.trigger):
+            raise ValueError(f"{self.name}: the trigger must open the block of calls")
+
+    def render(self, calls: list[tuple[str, str]]) -> str:
+        """The text of (name, arguments JSON text) calls, as the model writes them."""
+        body = self.separator.join(f"{self.call_open}{name}{self.args_key}{args}{self.call_close}"
+                                   for name, args in calls)
+        return self.begin + body + self.end
+
+
+HERMES = ToolFormat(
+    "hermes", begin="<tool_call>\n", call_open='{"name": "', args_key='", "arguments": ', call_close="}",
+    separator="\n</tool_call>\n<tool_call>\n", end="\n</tool_call>", trigger="<tool_call>", anywhere=True,
+    native=True)
+LLAMA3_JSON = ToolFormat(
+    "llama3_json", begin="", call_open='{"name": "', args_key='", "parameters": ', call_close="}",
+    separator="; ", end="", trigger='{"name": "', anywhere=False, native=True)
+GENERIC = ToolFormat(
+    "generic", begin='{"tool_calls": [', call_open='{"name": "', args_key='", "arguments": ', call_close="}",
+    separator=", ", end="]}", trigger='{"tool_calls": [', anywhere=True, native=False)
+
+FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, GENERIC)}
+
+
+def detect(template: Optional[str]) -> ToolFormat:
+    """The call format a chat template was written for, from what its text mentions."""
+    text = template or ""
+    if "<tool_call>" in text:
+        return HERMES
+    if "<|python_tag|>" in text or "ipython" in text:
+        return LLAMA3_JSON
+    return GENERIC
+
+
+def generic_system_prompt(tools: list[dict]) -> str:
+    """The system message that offers `tools` to a model whose template has no tool support.
+    Short, with the tools as compact JSON: small models have small contexts."""
+    listed = "\n".join(json.dumps(t["function"], ensure_ascii=False, separators=(",", ":")) for t in tools)
+    return ('You can call these functions ("parameters": the JSON Schema of the arguments):\n'
+            f"{listed}\n"
+            f"To call functions, reply with only: {GENERIC_EXAMPLE}")
+
+
+GENERIC_EXAMPLE = GENERIC.render([("NAME", "{ARGUMENTS}")])

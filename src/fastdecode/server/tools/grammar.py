@@ -1,0 +1,89 @@
+"""The Lark grammar (llguidance's dialect) that holds a reply to a tool call format.
+
+One rule per callable function writes its call's fixed text around the
+function's own `parameters` schema (`%json`), so the name is one of the
+listed ones and the arguments validate against that function's schema:
+
+- tool_choice=required or a named function: the reply is the block of calls from
+  its first token;
+- tool_choice=auto: free text until the format's trigger (`<tool_call>`, ...), then
+  the block of calls (a lazy lexeme: the grammar constrains nothing before it);
+  formats whose calls open the reply (llama3_json) take text that does not start
+  with `{` instead;
+- parallel_tool_calls=false: exactly one call, otherwise one or more.
+
+JSON inside a call is structured outputs' own (`json_schema_lark`): compact,
+with `", "` and `": "` separators, as the templates write calls, so there is
+no whitespace a model could run on with until max_tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from ...errors import FastDecodeError
+from ...structured import Constraint, json_schema_lark, vocab_for
+from ...structured.compiler import CACHE
+from ...text.tokenizer import Tokenizer
+from ..errors import APIError
+from .formats import ToolFormat
+from .spec import Function, ToolSpec
+
+
+def _lit(text: str) -> str:
+    """A Lark string literal (JSON's escapes are Lark's)."""
+    return json.dumps(text)
+
+
+def _calls(fmt: ToolFormat, functions: Sequence[Function], parallel: bool, skip: int) -> list[str]:
+    """Rules for `calls`: the block of calls, less its first `skip` characters (a matched trigger)."""
+    opening = (fmt.begin + fmt.call_open)[skip:]
+    rules = []
+    names = []
+    for i, f in enumerate(functions):
+        # The first call's opening (maybe cut by the trigger) is written by `calls`, the next ones' by `more`.
+        rules.append(f"fn_{i}: {_lit(f.name + fmt.args_key)} args_{i} {_lit(fmt.call_close)}")
+        rules.append(f"args_{i}: {json_schema_lark(f.parameters)}")
+        names.append(f"fn_{i}")
+    rules.append("call: " + " | ".join(names))
+    first = f"{_lit(opening)} call" if opening else "call"
+    more = f" ({_lit(fmt.separator + fmt.call_open)} call)*" if parallel else ""
+    end = f" {_lit(fmt.end)}" if fmt.end else ""
+    rules.insert(0, f"calls: {first}{more}{end}")
+    return rules
+
+
+def tool_grammar(fmt: ToolFormat, spec: ToolSpec) -> str:
+    """The grammar for a request's tool_choice (auto, required or a named function)."""
+    functions = spec.callable
+    head = ["%llguidance {}"]
+    if spec.choice != "auto":
+        return "\n".join(head + ["start: calls"] + _calls(fmt, functions, spec.parallel, 0)) + "\n"
+    if fmt.anywhere:
+        lines = head + ["start: text | trigger calls",
+                        "text: /(.|\\n)*/",
+                        f"trigger[lazy]: /(.|\\n)*/ {_lit(fmt.trigger)}"]
+        return "\n".join(lines + _calls(fmt, functions, spec.parallel, len(fmt.trigger))) + "\n"
+    if not fmt.trigger.startswith("{"):
+        raise ValueError(f"{fmt.name}: a reply-opening trigger must start with '{{'")
+    lines = head + ["start: TEXT | calls", "TEXT: /([^{](.|\\n)*)?/"]  # text, or a call from the first character
+    return "\n".join(lines + _calls(fmt, functions, spec.parallel, 0)) + "\n"
+
+
+def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer) -> Constraint:
+    """The constraint, compiled for `tokenizer` now (prepare runs in a worker thread, so the
+    engine finds it cached); a schema llguidance cannot take is a 400 naming its tool."""
+    for i, f in enumerate(spec.functions):
+        if f in spec.callable:
+            try:
+                Constraint.json_schema(f.parameters)  # alone first, so that an error names its tool
+            except FastDecodeError as e:
+                raise APIError(400, f"tools[{i}].function.parameters: {e}",
+                               param=f"tools[{i}].function.parameters") from None
+    try:
+        constraint = Constraint.grammar(tool_grammar(fmt, spec))
+        CACHE.matcher(constraint, vocab_for(tokenizer))
+        return constraint
+    except FastDecodeError as e:
+        raise APIError(400, f"the tools' grammar does not compile: {e}", param="tools") from None

@@ -1,0 +1,105 @@
+"""The chat page with tools, in headless Chromium: a reply's tool calls show as calls (name
+and arguments, never the raw JSON or markers), results typed in go back as tool messages,
+and a real server's constrained call on the tiny model."""
+
+import json
+
+import jsonschema
+import pytest
+from chat_browser import browser, open_chat  # noqa: F401 (fixtures)
+from serve_process import serve
+
+CHAT = "**/v1/chat/completions"
+# Small: the tools are listed in the prompt, and the tiny model's context is 512 tokens.
+SCHEMA = {"type": "object", "properties": {"city": {"enum": ["Paris", "Rome"]}, "days": {"enum": [1, 2]}},
+          "required": ["city", "days"], "additionalProperties": False}
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = serve(tmp_path_factory, "max_batch_size=2")
+    yield s
+    s.stop()
+
+
+def sse(deltas, finish):
+    events = [{"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}]
+    events += [{"choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+    events += [{"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]},
+               {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}}]
+    return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+
+
+def test_a_tool_call_shows_as_a_call_and_its_result_goes_back(server, open_chat):
+    from playwright.sync_api import expect
+
+    calls = [{"index": 0, "id": "call_abc", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+             {"index": 0, "function": {"arguments": '{"city": "Pa'}},
+             {"index": 0, "function": {"arguments": 'ris", "days": 2}'}}]
+    replies = [sse([{"content": "Checking."}] + [{"tool_calls": [c]} for c in calls], "tool_calls"),
+               sse([{"content": "It is 22 C in Paris."}], "stop")]
+    bodies = []
+
+    def answer(route):
+        bodies.append(route.request.post_data_json)
+        route.fulfill(status=200, content_type="text/event-stream", body=replies[len(bodies) - 1])
+
+    chat = open_chat(server.url)
+    page = chat.page
+    chat.settings(tools=json.dumps(TOOLS))
+    page.route(CHAT, answer)
+    chat.send("Weather in Paris?")
+    reply = page.locator(".msg.assistant").first
+    expect(reply.locator(".tool-call .call-name")).to_have_text("get_weather")
+    args = reply.locator(".tool-call .call-arguments")
+    assert json.loads(args.inner_text()) == {"city": "Paris", "days": 2}
+    assert args.inner_text() == json.dumps({"city": "Paris", "days": 2}, indent=2)  # pretty-printed
+    assert reply.locator(".body p").all_inner_texts() == ["Checking."]  # the call is not text
+    assert bodies[0]["tools"] == TOOLS
+
+    page.fill(".call-result textarea", "22 C, sunny")
+    page.click(".call-result button")
+    expect(page.locator(".msg.assistant").nth(1).locator(".body")).to_have_text("It is 22 C in Paris.")
+    expect(page.locator(".msg.tool .body")).to_have_text("22 C, sunny")
+    expect(page.locator(".msg.tool .who")).to_have_text("Result of get_weather")
+    assert page.locator(".call-result").count() == 0  # answered: no box any more
+    sent = bodies[1]["messages"]
+    assert sent[1:] == [
+        {"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "call_abc", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Paris", "days": 2}'}}]},
+        {"role": "tool", "content": "22 C, sunny", "tool_call_id": "call_abc"}]
+
+    page.reload()  # kept with the conversation
+    expect(page.locator(".tool-call .call-name")).to_have_text("get_weather")
+    expect(page.locator(".msg")).to_have_count(4)
+
+
+def test_bad_tools_json_is_refused_in_the_page(server, open_chat):
+    from playwright.sync_api import expect
+
+    chat = open_chat(server.url)
+    chat.settings(tools="[{not json")
+    chat.send("Hi")
+    expect(chat.page.locator("#error")).to_contain_text("Tools is not valid JSON")
+    assert chat.page.locator(".msg").count() == 0 and chat.page.locator("#input").input_value() == "Hi"
+
+
+def test_a_real_constrained_call_from_the_server(server, open_chat):
+    from playwright.sync_api import expect
+
+    chat = open_chat(server.url)
+    chat.settings(tools=json.dumps(TOOLS), temperature="0", max_tokens="100")
+
+    def required(route):  # the page sends tool_choice auto (the default); the tiny model would write text
+        route.continue_(post_data=json.dumps({**route.request.post_data_json, "tool_choice": "required",
+                                             "parallel_tool_calls": False}))
+
+    chat.page.route(CHAT, required)
+    chat.send("Weather in Paris?")
+    call = chat.page.locator(".msg.assistant .tool-call")
+    expect(call.locator(".call-name")).to_have_text("get_weather")
+    expect(chat.page.locator(".call-result")).to_have_count(1)  # the stream has ended
+    jsonschema.validate(json.loads(call.locator(".call-arguments").inner_text()), SCHEMA)
+    assert chat.page.locator(".msg.assistant .body p").count() == 0  # content null: no text, no raw JSON

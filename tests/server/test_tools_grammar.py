@@ -1,0 +1,143 @@
+"""The tool grammars, checked with llguidance itself on a byte-level vocabulary (no model):
+what each tool_choice accepts and refuses, and random walks through the grammar's masks
+(a model that picks any allowed token) that always parse back to calls whose arguments
+validate with jsonschema."""
+
+import json
+import random
+
+import jsonschema
+import pytest
+
+from fastdecode.server.tools.formats import FORMATS, GENERIC, HERMES, LLAMA3_JSON
+from fastdecode.server.tools.grammar import tool_grammar
+from fastdecode.server.tools.parse import parse_reply
+from fastdecode.server.tools.spec import Function, ToolSpec
+
+llguidance = pytest.importorskip("llguidance")
+
+EOS = 257
+WEATHER = {"type": "object", "properties": {
+    "city": {"type": "string", "maxLength": 12},
+    "unit": {"enum": ["celsius", "fahrenheit"]},
+    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["city", "unit"], "additionalProperties": False}
+ADD = {"type": "object", "properties": {"x": {"type": "integer", "minimum": -99, "maximum": 99},
+                                        "y": {"type": "boolean"}},
+       "required": ["x", "y"], "additionalProperties": False}
+FUNCTIONS = (Function("get_weather", WEATHER, {}), Function("add", ADD, {}))
+SCHEMAS = {f.name: f.parameters for f in FUNCTIONS}
+
+
+class _Bytes:
+    """Token ids 0-255 are bytes, then <bos> 256, <eos> 257 (the tiny preset's vocabulary)."""
+
+    eos_token_id, bos_token_id = EOS, 256
+    tokens = [bytes([i]) for i in range(256)] + [b"<bos>", b"<eos>", b"<pad>", b"<unk>"]
+    special_token_ids = [256, 257, 258, 259]
+
+    def __call__(self, text):
+        return list(text if isinstance(text, bytes) else text.encode())
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
+
+
+def matcher(tokenizer, fmt, choice="required", named=None, parallel=True):
+    grammar = llguidance.LLMatcher.grammar_from_lark(tool_grammar(fmt, ToolSpec(FUNCTIONS, choice, named, parallel)))
+    m = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+    assert not m.is_error(), m.get_error()
+    return m
+
+
+def accepts(tokenizer, fmt, text, **kw):
+    """Whether the grammar takes all of `text` and may end there."""
+    m = matcher(tokenizer, fmt, **kw)
+    ids = list(text.encode())
+    return m.validate_tokens(ids) == len(ids) and m.consume_tokens(ids) and m.is_accepting()
+
+
+def call(name, args):
+    return name, json.dumps(args)
+
+
+GOOD = [call("get_weather", {"city": "Paris", "unit": "celsius", "days": 3}), call("add", {"x": -5, "y": True})]
+
+
+@pytest.mark.parametrize("fmt", FORMATS.values(), ids=FORMATS)
+def test_required_named_and_parallel(tokenizer, fmt):
+    for args in (json.loads(a) for _, a in GOOD):
+        jsonschema.validate(args, SCHEMAS["get_weather"] if "city" in args else ADD)  # the test's own calls are valid
+    one, two = fmt.render(GOOD[:1]), fmt.render(GOOD)
+    assert accepts(tokenizer, fmt, one) and accepts(tokenizer, fmt, two)
+    assert accepts(tokenizer, fmt, one, parallel=False) and not accepts(tokenizer, fmt, two, parallel=False)
+    assert not accepts(tokenizer, fmt, "")  # at least one call
+    assert not accepts(tokenizer, fmt, "Sure. " + one)  # no text first
+    assert accepts(tokenizer, fmt, fmt.render(GOOD[1:]), choice="function", named="add")
+    assert not accepts(tokenizer, fmt, one, choice="function", named="add")  # only the named function
+    bad = [call("get_weather", {"city": "Paris", "unit": "kelvin"}),  # not in the enum
+           call("get_weather", {"city": "Paris", "unit": "celsius", "days": 9}),  # over the maximum
+           call("get_weather", {"city": "Paris"}),  # a required property missing
+           call("add", {"x": 1, "y": True, "z": 0}),  # additionalProperties: false
+           call("add", {"y": True, "x": 1}),  # properties in another order than the schema's
+           call("mul", {"x": 1}),  # not a tool
+           ("add", '{"x":1, "y":true}')]  # not the compact separators
+    for c in bad:
+        assert not accepts(tokenizer, fmt, fmt.render([c])), c
+
+
+@pytest.mark.parametrize("fmt", [HERMES, GENERIC], ids=["hermes", "generic"])
+def test_auto_is_free_text_until_the_trigger(tokenizer, fmt):
+    text = "The weather? Let me check {braces} and <tags>.\n"
+    assert accepts(tokenizer, fmt, text, choice="auto")
+    assert accepts(tokenizer, fmt, "", choice="auto")
+    assert accepts(tokenizer, fmt, text + fmt.render(GOOD), choice="auto")
+    assert not accepts(tokenizer, fmt, text + fmt.render(GOOD) + " and more text", choice="auto")
+    m = matcher(tokenizer, fmt, choice="auto")
+    ids = list((text + fmt.trigger).encode())
+    assert m.consume_tokens(ids)  # once the trigger is written, the call's syntax is forced
+    assert m.validate_tokens(list(b"some text")) == 0
+
+
+def test_auto_llama3_calls_open_the_reply(tokenizer):
+    assert accepts(tokenizer, LLAMA3_JSON, "It is sunny.", choice="auto")
+    assert accepts(tokenizer, LLAMA3_JSON, LLAMA3_JSON.render(GOOD), choice="auto")
+    assert not accepts(tokenizer, LLAMA3_JSON, '{"not": "a call"}', choice="auto")
+
+
+def walk(m, rng, limit=3000, prefix=b""):
+    """Any allowed token, uniformly (EOS when allowed, half the time), until the grammar ends."""
+    assert m.consume_tokens(list(prefix))
+    out = bytearray(prefix)
+    for _ in range(limit):
+        mask = m.compute_bitmask()
+        allowed = [t for t in range(len(_Bytes.tokens)) if mask[t // 8] >> (t % 8) & 1]
+        if EOS in allowed and (len(allowed) == 1 or rng.random() < 0.5):
+            return out.decode()
+        token = rng.choice([t for t in allowed if t != EOS])
+        assert m.consume_token(token)
+        out.append(token)
+    raise AssertionError(f"no end after {limit} tokens: {out!r}")
+
+
+@pytest.mark.parametrize("fmt", FORMATS.values(), ids=FORMATS)
+def test_random_walks_parse_to_valid_calls(tokenizer, fmt):
+    rng = random.Random(0)
+    for choice, named, parallel in (("required", None, True), ("required", None, False), ("function", "add", True)):
+        for _ in range(15):
+            text = walk(matcher(tokenizer, fmt, choice=choice, named=named, parallel=parallel), rng)
+            reply = parse_reply(fmt, SCHEMAS, text)
+            assert reply.content is None and reply.calls, text
+            assert len(reply.calls) == 1 or parallel
+            for c in reply.calls:
+                assert named in (None, c.name)
+                jsonschema.validate(json.loads(c.arguments), SCHEMAS[c.name])
+    if fmt.anywhere:  # auto after the model wrote the trigger itself
+        for _ in range(15):
+            text = walk(matcher(tokenizer, fmt, choice="auto"), rng, prefix=("Checking. " + fmt.trigger).encode())
+            reply = parse_reply(fmt, SCHEMAS, text)
+            assert reply.content == "Checking." and reply.calls
+            for c in reply.calls:
+                jsonschema.validate(json.loads(c.arguments), SCHEMAS[c.name])

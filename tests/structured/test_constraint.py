@@ -1,0 +1,83 @@
+"""`Constraint`: validated once when built, one-line errors naming what was wrong."""
+
+import json
+
+import pytest
+
+from fastdecode import FastDecodeError
+from fastdecode.sampling import SamplingParams
+from fastdecode.structured import MAX_SPEC_CHARS, Constraint, from_options, json_schema_lark
+
+
+def test_kinds_build_and_hash_by_content():
+    a = Constraint.json_schema({"type": "object", "properties": {"b": {"type": "integer"}, "a": {}}})
+    # Key order is kept: it is the order the output's properties come in.
+    assert json.loads(a.spec) == {"type": "object", "properties": {"b": {"type": "integer"}, "a": {}}}
+    assert list(json.loads(a.spec)["properties"]) == ["b", "a"]
+    assert a == Constraint.json_schema(json.dumps({"type": "object", "properties": {"b": {"type": "integer"},
+                                                                                     "a": {}}}))
+    assert a.key == Constraint("json_schema", a.spec).key
+    assert a.key != Constraint.json_object().key
+    assert Constraint.choice(["x", "y"]).spec == ("x", "y")
+    assert Constraint.regex(r"\d{3}").kind == "regex"
+    assert Constraint.grammar('start: "a" | "b"').kind == "grammar"
+    assert Constraint.grammar('root ::= "a" [0-9]+').kind == "grammar"  # GBNF, converted by llguidance
+    assert SamplingParams(constraint=a).constraint is a
+
+
+def test_a_pydantic_model_is_a_schema():
+    pydantic = pytest.importorskip("pydantic")
+
+    class Person(pydantic.BaseModel):
+        name: str
+        age: int
+
+    c = Constraint.json_schema(Person)
+    assert json.loads(c.spec)["required"] == ["name", "age"]
+
+
+@pytest.mark.parametrize("build, words", [
+    (lambda: Constraint.json_schema({"type": "strin"}), ["json_schema", "strin"]),
+    (lambda: Constraint.json_schema("{not json"), ["json_schema", "not valid JSON"]),
+    (lambda: Constraint.json_schema([1, 2]), ["json_schema", "list"]),
+    (lambda: Constraint.json_schema({"type": "integer", "minimum": "a"}), ["json_schema", "minimum"]),
+    # A keyword llguidance does not implement is refused, never ignored.
+    (lambda: Constraint.json_schema({"type": "array", "uniqueItems": True}), ["json_schema", "uniqueItems"]),
+    (lambda: Constraint.json_schema({"type": "string", "pattern": "(?=a)b"}), ["json_schema", "look-around"]),
+    (lambda: Constraint.regex("a(b"), ["regex", "'a(b'", "unclosed group"]),
+    (lambda: Constraint.regex(""), ["regex", "empty"]),
+    (lambda: Constraint.grammar('start: "a" x\nx: /[0-9]+/ )'), ["grammar", "expecting"]),
+    (lambda: Constraint.grammar('root ::= "a" [0-9+'), ["grammar", "GBNF", "end of input"]),
+    (lambda: Constraint.choice([]), ["choice", "empty"]),
+    (lambda: Constraint.choice(["a", 1]), ["choice", "strings", "1"]),
+    (lambda: Constraint.choice("ab"), ["choice", "list of strings"]),
+    (lambda: Constraint("yaml", "x"), ["yaml", "json_schema, json_object, regex, choice, grammar"]),
+    (lambda: Constraint.grammar("start: " + " | ".join(f'"{i}"' for i in range(40000))), ["grammar", "characters"]),
+    (lambda: Constraint.json_schema({"enum": ["x" * 100] * (MAX_SPEC_CHARS // 100)}), ["json_schema", "at most"]),
+    (lambda: from_options(regex="a", choice=["a"]), ["at most one", "regex", "choice"]),
+    (lambda: SamplingParams(constraint={"type": "object"}), ["constraint", "dict"]),
+])
+def test_bad_specs_fail_in_one_line_naming_what_was_wrong(build, words):
+    with pytest.raises(FastDecodeError) as e:
+        build()
+    message = str(e.value)
+    assert "\n" not in message
+    for w in words:
+        assert w in message, (w, message)
+
+
+def test_a_schema_nested_past_the_parser_limit_is_refused():
+    deep = json.loads('{"type": "array", "items": ' * 200 + "{}" + "}" * 200)
+    with pytest.raises(FastDecodeError, match="json_schema: recursion limit") as e:
+        Constraint.json_schema(deep)
+    assert "\n" not in str(e.value)
+
+
+def test_from_options_and_the_lark_embedding():
+    assert from_options() is None
+    assert from_options(choice=["a"]) == Constraint.choice(["a"])
+    assert from_options(json_schema={"type": "object"}).kind == "json_schema"
+    embedded = json_schema_lark({"type": "object", "properties": {"x": {"type": "integer"}}})
+    assert embedded.startswith("%json ")
+    assert json.loads(embedded[len("%json "):])["x-guidance"]["whitespace_flexible"] is False
+    Constraint.grammar(f'start: "<call>" args "</call>"\nargs: {embedded}')
