@@ -141,7 +141,7 @@ int check() {
   std::vector<Case> cases;
   for (int kv = 0; kv < 4; ++kv) {
     for (auto [H, Hkv] : {std::pair{9, 3}, {32, 8}, {4, 4}, {8, 1}, {6, 2}, {10, 2}, {14, 2}})
-      for (int64_t D : {32, 64, 96, 128, 256})
+      for (int64_t D : {16, 32, 64, 80, 96, 128, 256})
         for (int64_t T : {1, 3, 8, 18, 33})
           for (int64_t B : {1, 3})
             for (int64_t w : {0, 1, 7, 40}) cases.push_back({B, T, H, Hkv, D, w, 300, 4, kv, -1});
