@@ -81,7 +81,7 @@ def main() -> None:
             if r.returncode != 0:
                 sys.exit("the kernels differ")
         print(f"{'kv':5} {'T':>4} {'L':>5} {'B':>3} {'H':>6} {'D':>4} {'win':>4} {'thr':>3} "
-              f"{'base ms':>9} {'new ms':>9} {'x':>5}")
+              f"{'base ms':>9} {'new ms':>9} {'x':>5}   (minimum: base, new, x)")
         with open(a.out, "a", encoding="utf-8") as f:
             for threads in [int(t) for t in a.threads.split(",")]:
                 for kv, T, L, B, H, Hkv, D, w in SHAPES:
@@ -89,7 +89,8 @@ def main() -> None:
                     row = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
                     f.write(json.dumps({"baseline": a.baseline, **row}) + "\n")
                     print(f"{kv:5} {T:4} {L:5} {B:3} {f'{H}/{Hkv}':>6} {D:4} {w:4} {threads:3} "
-                          f"{row['base_ms']:9.3f} {row['new_ms']:9.3f} {row['speedup']:5.2f}"
+                          f"{row['base_ms']:9.3f} {row['new_ms']:9.3f} {row['speedup']:5.2f}   "
+                          f"{row['base_min_ms']:.3f} {row['new_min_ms']:.3f} {row['speedup_min']:.2f}"
                           + ("" if row["same"] else "  DIFFERENT"))
 
 
