@@ -18,7 +18,7 @@ leaves a half-built library under the real name, and of two processes
 building at once the second to finish uses the first one's.
 
 The math is in plain C++ translation units without torch headers (math.cpp,
-and quant_kernel.h compiled once per instruction set by quant_avx2.cpp and
+attention.cpp and quant_kernel.h compiled once per instruction set by quant_avx2.cpp and
 quant_vnni.cpp); ops.cpp, the one that includes torch, checks arguments,
 allocates, splits rows across threads and registers the ops. Parsing torch's
 headers once instead of in every file is most of what keeps a cold build short.
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
 # Longest compile first, so that on two cores the short ones fill in beside ops.cpp.
-_SOURCES = ("ops.cpp", "quant_vnni.cpp", "quant_avx2.cpp", "math.cpp")
+_SOURCES = ("ops.cpp", "quant_vnni.cpp", "quant_avx2.cpp", "attention.cpp", "math.cpp")
 _HEADERS = ("kernels.h", "quant_kernel.h", "simd.h")
 _CFLAGS = ("-fPIC", "-std=c++20", "-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-ffp-contract=off")
 _LDFLAGS = ("-shared", "-fopenmp")

@@ -1,11 +1,12 @@
 // The kernels' math on raw pointers, shared by the translation units that hold
-// it (math.cpp, quant_avx2.cpp, quant_vnni.cpp: no torch headers, so each
+// it (math.cpp, attention.cpp, quant_avx2.cpp, quant_vnni.cpp: no torch headers, so each
 // compiles in a second or two) and the one that wraps it for PyTorch (ops.cpp:
 // checks, allocation, at::parallel_for, the op registrations and the
 // AOTInductor C shims). Each function computes one range of output rows, which
 // ops.cpp hands out to threads; they are the bodies of those parallel loops.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 
 namespace fd {
@@ -27,15 +28,24 @@ struct AttentionArgs {
   const void *k, *v;  // KvFormat kv; strides ks in elements of the storage type (bytes for q8_0)
   const int64_t *pos, *rows;  // [B, T] contiguous, [B]
   float* y;
-  int64_t T, H, Hkv, D, window;  // window 0: every key up to the position
+  int64_t B, T, H, Hkv, D, window;  // window 0: every key up to the position
   int64_t qs[4], ks[3];  // strides: q [B, T, H, D] (elements), k/v [B_cache, Hkv, S] (D contiguous)
   float scale;
   KvFormat kv;
+  int64_t L;  // the most keys any query row visits
 };
 
-// Query rows [r0, r1) of B * T * H, q and y float32, K/V in format a.kv (row r is (b, t, h) = (r / (T H), (r / H) % T, r % H));
-// L: the most keys any row visits.
-void attention_rows(const AttentionArgs& a, int64_t r0, int64_t r1, int64_t L);
+// The attention's work in tiles (attention.cpp): the query rows of one batch row
+// and kv head (the heads of its group x `tokens` consecutive tokens), which read
+// the same K/V rows. Which rows share a tile never changes any row's result.
+struct AttentionTiles {
+  int64_t tokens;  // per tile
+  int64_t count;
+};
+AttentionTiles attention_tiles(const AttentionArgs& a, int threads);
+
+// Runs tiles taken from `next` (shared by the threads that call it) until none are left.
+void attention_run(const AttentionArgs& a, const AttentionTiles& tiles, std::atomic<int64_t>& next);
 
 // The quantized matmuls (quant_kernel.h), once per instruction set.
 struct QuantArgs {

@@ -59,7 +59,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
 }
 
 // ---------------------------------------------------------------------------
-// attention (math.cpp) over a KV cache, each query row one task.
+// attention (attention.cpp) over a KV cache, in tiles of query rows that share K/V rows.
 
 // K/V storage: float32, float16 or bfloat16 [B_cache, Hkv, S, D], or q8_0 as int8
 // [B_cache, Hkv, S, D / 32 * 34] (kernels.h): each is read as float32 in the kernel.
@@ -105,11 +105,16 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   TORCH_CHECK(window >= 0, "attention: window must be >= 0 (0: no window), got ", window);
   if (window > 0) L = std::min(L, window);  // scores per query row
   at::Tensor y = at::empty({B, T, H, D}, q.options());
-  fd::AttentionArgs a{q.data_ptr<float>(), k.data_ptr(), v.data_ptr(), pp, rp, y.data_ptr<float>(),
-                      T, H, Hkv, D, window,
-                      {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
-                      static_cast<float>(scale), kv};
-  at::parallel_for(0, B * T * H, 1, [&](int64_t r0, int64_t r1) { fd::attention_rows(a, r0, r1, L); });
+  const fd::AttentionArgs a{q.data_ptr<float>(), k.data_ptr(), v.data_ptr(), pp, rp, y.data_ptr<float>(),
+                            B, T, H, Hkv, D, window,
+                            {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
+                            static_cast<float>(scale), kv, L};
+  const int threads = at::get_num_threads();
+  const fd::AttentionTiles tiles = fd::attention_tiles(a, threads);
+  // One task per thread, each taking tiles from a shared counter until none are left.
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min<int64_t>(threads, tiles.count), 1,
+                   [&](int64_t, int64_t) { fd::attention_run(a, tiles, next); });
   return y;
 }
 

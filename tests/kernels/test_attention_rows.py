@@ -1,0 +1,100 @@
+"""The attention kernel's contract: a query row's output is the same, bit for bit,
+whatever else is in the call. The kernel groups rows into tiles (a kv head's query
+heads over a few tokens) that share their K/V loads; the grouping follows B, T and
+the thread count, so each row is computed here alone (B = T = 1) and compared with the
+same row inside prefill chunks, decode batches and other thread counts."""
+
+import pytest
+import torch
+
+from fastdecode import kernels
+from fastdecode.model.kv_cache import KVCache, Q8_0
+
+pytestmark = pytest.mark.skipif(not kernels.load_kernels(),
+                                reason=f"native kernels unavailable: {kernels.unavailable_reason}")
+
+KV = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "q8_0": Q8_0}
+# (B, T, H, Hkv, D, window): SmolLM2 (9/3), Llama 3.2 1B (32/8), MHA, MQA, 5 and 7 heads
+# per kv head (groups of 3 + 2, 3 + 2 + 2), head_dim 64 and others, sliding windows.
+SHAPES = [
+    (1, 18, 9, 3, 64, 0),
+    (2, 9, 32, 8, 64, 0),
+    (3, 5, 4, 4, 32, 0),
+    (2, 7, 8, 1, 128, 0),
+    (2, 6, 10, 2, 64, 5),
+    (1, 11, 14, 2, 256, 9),
+    (4, 1, 9, 3, 64, 0),
+]
+
+
+def cache(kv, slots, S, Hkv, D, seed):
+    g = torch.Generator().manual_seed(seed)
+    c = KVCache(slots, Hkv, S, D, KV[kv])
+    k = 2 * torch.randn(slots, S, Hkv, D, generator=g)
+    v = torch.randn(slots, S, Hkv, D, generator=g)
+    return c.update(torch.arange(slots), torch.arange(S).expand(slots, S), k, v)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}T{}H{}kv{}D{}w{}".format(*s))
+@pytest.mark.parametrize("kv", list(KV))
+def test_each_row_is_the_same_alone(kv, shape):
+    B, T, H, Hkv, D, window = shape
+    S, slots = 80, B + 1
+    k_all, v_all = cache(kv, slots, S, Hkv, D, seed=1)
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(B, T, H, D, generator=g)
+    ends = torch.randint(T - 1, S, (B,), generator=g)  # ragged: each row's last position
+    pos = torch.stack([torch.arange(int(e) - T + 1, int(e) + 1) for e in ends])
+    rows = torch.randperm(slots, generator=g)[:B]
+    scale = D ** -0.5
+    threads = torch.get_num_threads()
+    try:
+        outs = []
+        for n in sorted({1, 2, 3, threads}):
+            torch.set_num_threads(n)
+            outs.append(torch.ops.fastdecode.attention(q, k_all, v_all, pos, rows, window, scale))
+        torch.set_num_threads(1)
+        alone = torch.empty_like(outs[0])
+        for b in range(B):
+            for t in range(T):
+                alone[b, t] = torch.ops.fastdecode.attention(q[b:b + 1, t:t + 1], k_all, v_all, pos[b:b + 1, t:t + 1],
+                                                             rows[b:b + 1], window, scale)[0, 0]
+    finally:
+        torch.set_num_threads(threads)
+    for y in outs:
+        assert torch.equal(y, alone)
+    # A chunk split in two (as chunked prefill does) gives the same rows too.
+    if T > 1:
+        h = T // 2
+        first = torch.ops.fastdecode.attention(q[:, :h], k_all, v_all, pos[:, :h], rows, window, scale)
+        rest = torch.ops.fastdecode.attention(q[:, h:], k_all, v_all, pos[:, h:], rows, window, scale)
+        assert torch.equal(torch.cat([first, rest], dim=1), alone)
+
+
+def test_padding_rows_do_not_change_the_others():
+    """A batch with extra rows (another slot, repeated positions) leaves the first row's result alone."""
+    k_all, v_all = cache("float16", 3, 64, 3, 64, seed=3)
+    q = torch.randn(1, 8, 9, 64, generator=torch.Generator().manual_seed(4))
+    pos = torch.arange(30, 38)[None]
+    alone = torch.ops.fastdecode.attention(q, k_all, v_all, pos, torch.tensor([1]), 0, 0.125)
+    pad_q = torch.cat([q, torch.randn(2, 8, 9, 64)])
+    pad_pos = torch.cat([pos, torch.zeros(1, 8, dtype=torch.long), torch.full((1, 8), 63)])
+    batched = torch.ops.fastdecode.attention(pad_q, k_all, v_all, pad_pos, torch.tensor([1, 0, 2]), 0, 0.125)
+    assert torch.equal(batched[:1], alone)
+
+
+@pytest.mark.parametrize("kv", list(KV))
+@pytest.mark.parametrize("D", [64, 96])
+def test_a_head_is_the_same_in_any_group(kv, D):
+    """Heads sharing a kv head are reduced in groups (3 at a time, then 2, then 1),
+    in different lanes of one reduction: the same query as any head of any group
+    size gives the bits it gives as the only head."""
+    k_all, v_all = cache(kv, 1, 50, 1, D, seed=5)
+    g = torch.Generator().manual_seed(6)
+    q1 = torch.randn(1, 6, 1, D, generator=g)
+    pos, rows = torch.arange(40, 46)[None], torch.tensor([0])
+    one = torch.ops.fastdecode.attention(q1, k_all, v_all, pos, rows, 0, 0.3)
+    for n_rep in (2, 3, 4, 5, 7, 8):
+        y = torch.ops.fastdecode.attention(q1.expand(1, 6, n_rep, D).contiguous(), k_all, v_all, pos, rows, 0, 0.3)
+        for h in range(n_rep):
+            assert torch.equal(y[:, :, h:h + 1], one), (n_rep, h)
