@@ -117,6 +117,16 @@ def main() -> None:
     }
     if "llama.cpp" in rows:  # the same quantized file, two engines
         report["quantized_against_llama_cpp"] = per_token_gap(rows["fastdecode quantized (the file's)"], rows["llama.cpp"])
+    # A longer sample of the same gaps: every token of the shipped text's first 255-token window.
+    import fastdecode
+    text = (Path(fastdecode.__file__).parent / "data" / "perplexity.txt").read_text(encoding="utf-8")
+    long = [(tok.encode(text, add_special_tokens=False)[:255], 1)]
+    ref = transformers_scores(path, long)
+    report["text_window_against_transformers"] = {
+        k: {"mean_abs_nats_per_token": sum(abs(x - y) for x, y in zip(v[0], ref[0])) / len(ref[0])}
+        for k, v in {"fastdecode weights=float": fastdecode_scores(str(path), "float", long),
+                     "fastdecode quantized (the file's)": fastdecode_scores(str(path), "auto", long),
+                     **({"llama.cpp": llama_cpp_scores(path, long)} if "llama.cpp" in rows else {})}.items()}
     print(json.dumps(report, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
