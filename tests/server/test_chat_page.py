@@ -120,11 +120,27 @@ def test_stop_mid_reply_frees_the_slot(server, open_chat):
 
     aborted = metric(server.url, 'fastdecode_choices_finished_total{finish_reason="abort"}')
     chat = open_chat(server.url)
-    chat.no_eos(max_tokens=450)  # seconds of tokens: Stop lands mid-reply
+    chat.no_eos(max_tokens=450)
+    # Stop is clicked by the page itself on the reply's first text: a click from the test
+    # process could land after the last of the 450 tokens (the tiny model streams them in
+    # well under a second when the server has the cores to itself).
+    chat.page.evaluate("""() => {
+      window.stopClicked = false;
+      const seen = new MutationObserver(() => {
+        const body = document.querySelector('.msg.assistant .body');
+        const stop = document.querySelector('#stop');
+        if (!window.stopClicked && body && body.textContent.length > 0 && stop && !stop.hidden) {
+          window.stopClicked = true;
+          seen.disconnect();
+          stop.click();
+        }
+      });
+      seen.observe(document.body, {subtree: true, childList: true, characterData: true, attributes: true});
+    }""")
     chat.send("Count to a thousand")
     body = chat.page.locator(".msg.assistant .body")
     expect(body).not_to_be_empty()
-    chat.page.click("#stop")
+    assert chat.page.evaluate("window.stopClicked")
     expect(chat.page.locator(".msg.assistant .meta")).to_contain_text("stopped")
     assert body.inner_text()  # the partial reply stays
     assert wait_for_metric(server.url, "fastdecode_slots_in_use", 0) == 0
