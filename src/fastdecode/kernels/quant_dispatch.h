@@ -1,19 +1,17 @@
 // The tile shapes per instruction set and the layout switch, included after
 // quant_kernel.h in each per-ISA translation unit.
 
-// One activation row (batch-1 decode): 4 weight rows per tile. More rows: 4 x 4 on
-// VNNI's 32 registers, 4 x 2 on AVX2's 16.
-#if FD_VNNI
-constexpr int kCT = 4;
-#else
-constexpr int kCT = 2;
-#endif
+// Tiles, measured on Zen 4 (benchmarks/real_sizes.md). One activation row (batch-1 decode):
+// one weight row at a time, so that each core reads one sequential stream from DRAM (4 rows
+// side by side computed faster from cache but streamed slower, down to 9 GB/s a core for
+// q6k/q8 at K = 2048). More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still
+// no slower than 4 x 2 or 4 x 3, and faster for q6k).
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
 
 template <int L, typename S>
 static void run_layout(const Args& a, int64_t n0, int64_t n1) {
-  if (a.M == 1) rows<L, S, 4, 1>(a, n0, n1);
-  else rows<L, S, 4, kCT>(a, n0, n1);
+  if (a.M == 1) rows<L, S, 1, 1>(a, n0, n1);
+  else rows<L, S, 4, 4>(a, n0, n1);
 }
 
 static void dispatch(const Args& a, int64_t n0, int64_t n1) {

@@ -165,6 +165,18 @@ struct XRows {
 };
 
 #define FD_INLINE inline __attribute__((always_inline))
+#ifndef FD_AHEAD_BYTES
+#define FD_AHEAD_BYTES 8192
+#endif
+#ifndef FD_BURST_BYTES
+#define FD_BURST_BYTES 8192
+#endif
+#ifndef FD_STREAM_BYTES
+#define FD_STREAM_BYTES 2048
+#endif
+#ifndef FD_HINT
+#define FD_HINT _MM_HINT_NTA
+#endif
 
 // Group wg of R weight rows x group G of C activation rows from m, added to the float
 // accumulators (wg = G, or 0 for a tail copied into a TailBuf).
@@ -262,9 +274,10 @@ static FD_INLINE void group(const Row (&w)[R], int64_t wg, const XRows& x, int64
   }
 }
 
-// R weight rows from n x C activation rows from m: y[m + c, n + r].
+// R weight rows from n x C activation rows from m: y[m + c, n + r]. ahead > 0 (bytes, one
+// row: M = 1) or rows (R > 1): while streaming group G, prefetch the weights that far on.
 template <int L, typename S, int R, int C>
-static void tile(const Args& a, const XRows& x, int64_t n, int64_t m) {
+static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ahead) {
   __m256 acc[R][C], macc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = macc[r][c] = _mm256_setzero_ps();
@@ -272,7 +285,27 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m) {
   const int g = static_cast<int>(a.nb % 8);
   Row w[R];
   for (int r = 0; r < R; ++r) w[r] = row_at<L, S>(a, n + r);
-  for (int64_t G = 0; G < full; ++G) group<L, S, R, C>(w, G, x, m, G, acc, macc);
+  if (ahead) {
+    // One row: the bytes `ahead` further on in its (contiguous) stream. R rows: group G of
+    // the rows `ahead` rows further on.
+    Row p = R == 1 ? w[0] : row_at<L, S>(a, n + ahead);
+    int64_t qa = 0, qha = 0;
+    if constexpr (R == 1) {
+      qa = ahead;
+      qha = ahead * a.qhs / a.qs;
+    }
+    for (int64_t G = 0; G < full; ++G) {
+      for (int r = 0; r < R; ++r) {
+        const char* q = reinterpret_cast<const char*>(p.q + r * a.qs + G * kGroupBytes<L> + qa);
+        for (int64_t off = 0; off < kGroupBytes<L>; off += 64) _mm_prefetch(q + off, FD_HINT);
+        if constexpr (kHighBytes<L> > 0)
+          _mm_prefetch(reinterpret_cast<const char*>(p.qh + r * a.qhs + G * kHighBytes<L> + qha), FD_HINT);
+      }
+      group<L, S, R, C>(w, G, x, m, G, acc, macc);
+    }
+  } else {
+    for (int64_t G = 0; G < full; ++G) group<L, S, R, C>(w, G, x, m, G, acc, macc);
+  }
   if (g) {
     TailBuf t[R];
     Row tw[R];
@@ -288,40 +321,55 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m) {
 }
 
 template <int L, typename S, int R, int CT>
-static inline void tiles(int c, const Args& a, const XRows& x, int64_t n, int64_t m) {
+static inline void tiles(int c, const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ahead) {
   if constexpr (CT > 1) {
-    if (c < CT) return tiles<L, S, R, CT - 1>(c, a, x, n, m);
+    if (c < CT) return tiles<L, S, R, CT - 1>(c, a, x, n, m, ahead);
   }
-  tile<L, S, R, CT>(a, x, n, m);
+  tile<L, S, R, CT>(a, x, n, m, ahead);
 }
 
 static inline void prefetch(const void* p, int64_t bytes) {
-  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(static_cast<const char*>(p) + off, _MM_HINT_T0);
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(static_cast<const char*>(p) + off, FD_HINT);
 }
 
 // Rows [n0, n1) of y = x w^T for all M activation rows, in tiles of RT weight rows
 // (a remainder one at a time) x up to CT activation rows.
 template <int L, typename S, int RT, int CT>
 static void rows(const Args& a, int64_t n0, int64_t n1) {
-  constexpr int64_t kAhead = 16;  // rows: decode streams each weight byte once from DRAM
   constexpr int64_t kPanel = 64;  // activation rows that stay in L2 while the weight rows stream past
   const XRows x{a.xq, a.xd, a.xs, a.xsums, (a.nb + 7) / 8};
   constexpr int64_t es = kScaleBytes<L, S>;
+  // The first panel streams each weight byte once from DRAM, and one core's hardware
+  // prefetchers fall behind (measured on Zen 4, benchmarks/real_sizes.md): one row at a time
+  // (decode), its stream is prefetched FD_STREAM_BYTES ahead group by group; RT rows side by
+  // side, the tile FD_AHEAD_BYTES ahead, at once (a burst) where it is short, else group by group.
+  const int64_t row_bytes = a.qs + a.qhs;
+  const int64_t kAhead = RT == 1 ? std::max<int64_t>(1, FD_STREAM_BYTES / row_bytes)
+                                 : std::max<int64_t>(RT, FD_AHEAD_BYTES / row_bytes / RT * RT);
+  const bool burst = RT > 1 && RT * row_bytes <= FD_BURST_BYTES;
   for (int64_t m0 = 0; m0 < a.M; m0 += kPanel) {
     const int64_t m1 = std::min(a.M, m0 + kPanel);
     for (int64_t n = n0; n < n1;) {
       const int r = n + RT <= n1 ? RT : 1;
-      if (m0 == 0 && n + kAhead + r <= n1) {
+      const bool ahead = m0 == 0 && n + kAhead + r <= n1;
+      if (ahead) {  // the scales' streams (the weights' too in a burst)
         const int64_t na = n + kAhead;
-        prefetch(a.q + na * a.qs, r * a.qs);
-        if constexpr (kHighBytes<L> > 0) prefetch(a.qh + na * a.qhs, r * a.qhs);
+        if (burst) {
+          prefetch(a.q + na * a.qs, r * a.qs);
+          if constexpr (kHighBytes<L> > 0) prefetch(a.qh + na * a.qhs, r * a.qhs);
+        }
         prefetch(a.sc + es * na * a.scs, es * r * a.scs);
         if constexpr (kMins<L>) prefetch(a.mn + es * na * a.scs, es * r * a.scs);
+        if constexpr (kKQuant<L>) prefetch(a.d + na * (a.nb / 8), 2 * r * (a.nb / 8));
+        if constexpr (kKQuant<L> && L != kQ6K) prefetch(a.dmin + na * (a.nb / 8), 2 * r * (a.nb / 8));
       }
+      // In the first activation tile; RT == 1 streams through the rows' end (prefetches do not fault).
+      int64_t first = m0 != 0 || burst ? 0 : RT == 1 ? int64_t(FD_STREAM_BYTES) : ahead ? kAhead : 0;
       for (int64_t m = m0; m < m1;) {
         const int c = static_cast<int>(std::min<int64_t>(CT, m1 - m));
-        if (r == RT) tiles<L, S, RT, CT>(c, a, x, n, m);
-        else tiles<L, S, 1, CT>(c, a, x, n, m);
+        if (r == RT) tiles<L, S, RT, CT>(c, a, x, n, m, first);
+        else tiles<L, S, 1, CT>(c, a, x, n, m, RT == 1 ? first : 0);  // (bytes for one row)
+        first = 0;
         m += c;
       }
       n += r;
