@@ -2,11 +2,12 @@
 float32 one, 64 tokens on the golden prompts, and q8_0's perplexity against float32's
 on the shipped text, through the cached attention path.
 
-float16 K/V do not keep float32's 64 greedy tokens: on each golden prompt they part at a
-near tie of float32's top two (measured below: the gap between them, in logits, is at
-most 0.143; the q4 weights' int8 activations turn the K/V rounding into logit steps of
-that size), and float16 picks float32's second. The test asserts exactly that: the
-measured first differing token and a near tie there, so any other change shows.
+float16 K/V do not always keep float32's 64 greedy tokens: on two golden prompts they part
+at a near tie of float32's top two (measured below: the gap between them, in logits, is at
+most 0.050; the q4 weights' int8 activations turn the K/V rounding into logit steps of
+that size), and float16 picks float32's second; on the other two all 64 agree. The test
+asserts exactly that: the measured first differing token and a near tie there, or no
+difference, so any other change shows.
 """
 
 import importlib.util
@@ -25,9 +26,9 @@ pytestmark = pytest.mark.skipif(
 GOLDEN = json.loads((Path(__file__).parent / "smollm2_135m_instruct.json").read_text(encoding="utf-8"))
 NEW_TOKENS = 64
 # Per golden prompt: the first greedy token where float16 KV differs from float32 KV, and
-# float32's top-1 minus top-2 logit there (measured with the native kernels, which give
-# the same numbers on every x86 CPU; see test_golden.py).
-DIVERGES_AT = {"sentence": (8, 0.143), "code": (6, 0.013), "chat": (16, 0.080), "utf8": (2, 0.061)}
+# float32's top-1 minus top-2 logit there, or None where all 64 agree (measured with the
+# native kernels, which give the same numbers on every x86 CPU; see test_golden.py).
+DIVERGES_AT = {"sentence": (8, 0.050), "code": None, "chat": (16, 0.025), "utf8": None}
 NEAR_TIE = 0.15  # logits
 
 
@@ -52,7 +53,11 @@ def test_float16_kv_keeps_float32_kvs_greedy_tokens(llms, case):
             for kv in ("float32", "float16")}
     a, b = runs["float32"], runs["float16"]
     first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
-    want, margin = DIVERGES_AT[case["name"]]
+    measured = DIVERGES_AT[case["name"]]
+    if measured is None:
+        assert first is None, f"float16 KV now parts from float32 KV's greedy tokens at {first}; measured: never"
+        return
+    want, margin = measured
     assert first == want, f"float16 KV now parts from float32 KV's greedy tokens at {first}, measured: {want}"
     # There float32's top two are a near tie, and float16 took the second.
     seq = torch.tensor([ids + a[:first]])

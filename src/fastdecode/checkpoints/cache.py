@@ -10,7 +10,7 @@ the converted copy back takes a fraction of that. Each entry is a directory
         meta.json             format and layout versions, source, ModelArgs, file sizes,
                               which tensors are stored fused (read back as row views)
 
-keyed by (format version, absolute source path, size, mtime, dtype, weights). An
+keyed by (format version, layout version, absolute source path, size, mtime, dtype, weights). An
 entry packed for another layout version (`quant.LAYOUT_VERSION`) is rebuilt. An entry is
 written in a temporary directory and renamed into place, so a crash never
 leaves a half-written entry under its real name; meta.json records the sizes of
@@ -57,7 +57,9 @@ def clear_cache() -> Path:
 def entry_dir(source: Path, dtype: torch.dtype, weights: str = "float") -> Path:
     source = source.resolve()
     st = source.stat()
-    ident = f"{FORMAT_VERSION}|{source}|{st.st_size}|{st.st_mtime_ns}|{dtype}|{weights}"
+    # The layout version is in the key too, so that two versions of fastdecode sharing a
+    # cache keep one entry each instead of rebuilding each other's.
+    ident = f"{FORMAT_VERSION}|{LAYOUT_VERSION}|{source}|{st.st_size}|{st.st_mtime_ns}|{dtype}|{weights}"
     key = hashlib.sha256(ident.encode("utf-8")).hexdigest()[:16]
     return cache_root() / "converted" / f"{source.stem}-{key}"
 

@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 _HERE = Path(__file__).parent
 # Longest compile first, so that on two cores the short ones fill in beside ops.cpp.
 _SOURCES = ("ops.cpp", "quant_vnni.cpp", "quant_avx2.cpp", "attention.cpp", "math.cpp")
-_HEADERS = ("kernels.h", "quant_kernel.h", "simd.h")
+_HEADERS = ("kernels.h", "quant_kernel.h", "quant_dispatch.h", "simd.h")
 _CFLAGS = ("-fPIC", "-std=c++20", "-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-ffp-contract=off")
 _LDFLAGS = ("-shared", "-fopenmp")
 _LIBS = ("-lc10", "-ltorch_cpu", "-ltorch")

@@ -47,59 +47,42 @@ AttentionTiles attention_tiles(const AttentionArgs& a, int threads);
 // Runs tiles taken from `next` (shared by the threads that call it) until none are left.
 void attention_run(const AttentionArgs& a, const AttentionTiles& tiles, std::atomic<int64_t>& next);
 
-// The quantized matmuls (quant_kernel.h), once per instruction set.
+// The quantized matmuls (quant_kernel.h), once per instruction set. Layouts: quant/formats.py.
+enum Layout : int { kQ4 = 0, kQ8 = 1, kQ4K = 2, kQ5K = 3, kQ6K = 4, kQ5 = 5, kQ5S = 6 };
+
 struct QuantArgs {
-  const uint8_t* w;  // weight row 0; ws bytes per row
-  int64_t ws;
-  const void *d, *mn;  // [N, nb] scales and (q4) mins, float or fp16 bits (half); mn null for q8
-  int64_t nb;
-  const int8_t* xq;  // activations quantized by quantize_rows: [M, K] int8
-  const float *xd, *xs;  // [M, nb] block scales, scale * sum(q)
-  int64_t M, K;
-  float* y;  // [M, N]
-  int64_t N;
-};
-
-// Tiles of weight rows x activation rows, one rows<> instantiation of quant_kernel.h each.
-enum Tiles : int {
-  kTiles4x2 = 0,        // AVX2
-  kTiles4x1Narrow = 1,  // VNNI, one activation row: 256-bit tiles
-  kTiles8x2 = 2,        // VNNI, q4, two activation rows
-  kTiles4x8 = 3,        // VNNI
-};
-
-// The layouts beyond q4/q8 (quant/formats.py): q4k, q5k (q4's nibbles, per-32 uint8 scales
-// and mins, fp16 d and dmin per 256; q5k adds a high-bit plane), q6k (Q6_K's bytes), and
-// q5 / q5s (q4's nibbles plus q5k's high-bit plane, fp16 scales [and mins] per 32).
-enum KLayout : int { kQ4K = 0, kQ5K = 1, kQ6K = 2, kQ5 = 3, kQ5S = 4 };
-
-struct KQuantArgs {
-  const uint8_t* q;  // nibbles (q6k: ql), qs bytes per row
+  Layout layout;
+  bool half;  // q4, q8: scales (and mins) float16, else float32
+  const uint8_t* q;  // qweight, qs bytes per row
   int64_t qs;
-  const uint8_t* qh;  // high bits (q5k, q6k), qhs bytes per row
+  const uint8_t* qh;  // qhigh (q5k, q6k, q5, q5s), qhs bytes per row
   int64_t qhs;
-  const uint8_t* sc;  // uint8 [N, nb] (q6k: int8 [N, 2 nb]; q5, q5s: fp16 [N, nb]), scs elements per row
-  const uint8_t* mn;  // uint8 [N, nb] (q4k, q5k; q5: fp16 [N, nb])
+  const uint8_t *sc, *mn;  // per-block scales and minima (q4k/q5k: sc, mn; q6k: sc), scs elements per row
   int64_t scs;
-  const uint16_t *d, *dmin;  // fp16 bits [N, nb / 8]
-  int64_t nb;
-  const int8_t* xq;  // activations quantized by quantize_rows: [M, K] int8
-  const float *xd, *xs;  // [M, nb] block scales, scale * sum(q)
-  int64_t M, K;
+  const uint16_t *d, *dmin;  // the K-quants' float16 d, dmin [N, nb / 8]
+  int64_t nb;  // blocks of 32 per row: K / 32
+  // The activations from quantize_rows, each row padded to G = ceil(nb / 8) groups: int8 [M, G, 256]
+  // in the lane order, block scales and scale * sum(q) [M, G, 8], and the integer sums of each
+  // block's values 0..15 and 16..31 [M, G, 2, 8].
+  const int8_t* xq;
+  const float *xd, *xs;
+  const int32_t* xsums;
+  int64_t M;
   float* y;  // [M, N]
   int64_t N;
 };
 
 namespace avx2 {
-void krows(KLayout layout, const KQuantArgs& a, int64_t n0, int64_t n1);
-void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s);
-void rows(bool q4, bool half, Tiles tiles, const QuantArgs& a, int64_t n0, int64_t n1);
+void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s, int32_t* sums);
+void rows(const QuantArgs& a, int64_t n0, int64_t n1);
 }  // namespace avx2
 
 namespace vnni {
-void krows(KLayout layout, bool narrow, const KQuantArgs& a, int64_t n0, int64_t n1);
-void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s);
-void rows(bool q4, bool half, Tiles tiles, const QuantArgs& a, int64_t n0, int64_t n1);
+void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s, int32_t* sums);
+void rows(const QuantArgs& a, int64_t n0, int64_t n1);
 }  // namespace vnni
+
+// Weight rows per tile on each instruction set (ops.cpp splits rows across threads in whole tiles).
+constexpr int64_t kTileRows = 4;
 
 }  // namespace fd

@@ -121,18 +121,15 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // ---------------------------------------------------------------------------
 // Matmuls on block-quantized weights, for every M (decode, batches, prefill).
 //
-// Layouts (see fastdecode/quant/formats.py), K a multiple of 32, per weight row n:
-//   q4: qweight uint8 [N, K/2], 16 bytes of nibbles per block of 32 values;
-//       scales, mins [N, K/32] fp16 or fp32; w = scale * q + min, q in 0..15
-//   q8: qweight int8 [N, K]; scales [N, K/32] fp16 or fp32; w = scale * q
-// Activations are quantized once per call to int8 blocks of 32 (one scale per
-// block), as llama.cpp does, so the inner loop is an int8 dot product.
+// Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s), K a multiple of
+// 32, each row's blocks in groups of 8 lanes. Activations are quantized once per call to
+// int8 blocks of 32 (one scale per block), as llama.cpp does, so the inner loop is an
+// int8 dot product.
 //
-// Two instruction sets share one body (quant_kernel.h, compiled by
-// quant_avx2.cpp and quant_vnni.cpp): AVX2 (maddubs, 256-bit tiles) and
-// AVX-512 VNNI (dpbusd, 512-bit tiles holding two weight rows per register),
-// with the same float operations in the same order. Chosen at run time from
-// what the CPU reports; fastdecode_set_isa() forces one (tests run both).
+// Two instruction sets share one body (quant_kernel.h, compiled by quant_avx2.cpp and
+// quant_vnni.cpp): AVX2 (maddubs) and AVX-512 VNNI (vpdpbusd), with exact integer sums
+// and the same float operations in the same order. Chosen at run time from what the
+// CPU reports; fastdecode_set_isa() forces one (tests run both).
 
 enum Isa : int { kAvx2 = 1, kVnni = 2 };
 
@@ -156,46 +153,45 @@ int active_isa() {
 }
 
 struct Act {
-  at::Tensor q, d, s;  // int8 [M, K], float [M, K/32] scales, float [M, K/32] scale * sum(q)
+  at::Tensor q, d, s, sums;  // quantize_rows' outputs (kernels.h), rows padded to whole groups of 8 blocks
 };
 
 Act quantize(const at::Tensor& x) {
-  const int64_t M = x.size(0), K = x.size(1);
-  Act a{at::empty({M, K}, x.options().dtype(at::kChar)), at::empty({M, K / 32}, x.options()),
-        at::empty({M, K / 32}, x.options())};
+  const int64_t M = x.size(0), K = x.size(1), G = (K / 32 + 7) / 8;
+  Act a{at::empty({M, G * 256}, x.options().dtype(at::kChar)), at::empty({M, G * 8}, x.options()),
+        at::empty({M, G * 8}, x.options()), at::empty({M, G * 16}, x.options().dtype(at::kInt))};
   auto f = active_isa() == kVnni ? fd::vnni::quantize_rows : fd::avx2::quantize_rows;
   const float* xp = x.data_ptr<float>();
   int8_t* qp = a.q.data_ptr<int8_t>();
   float *dp = a.d.data_ptr<float>(), *sp = a.s.data_ptr<float>();
+  int32_t* up = a.sums.data_ptr<int32_t>();
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
-    f(xp + m0 * K, m1 - m0, K, qp + m0 * K, dp + m0 * (K / 32), sp + m0 * (K / 32));
+    f(xp + m0 * K, m1 - m0, K, qp + m0 * G * 256, dp + m0 * G * 8, sp + m0 * G * 8, up + m0 * G * 16);
   });
   return a;
 }
 
-void run(bool q4, const Act& a, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn, at::Tensor& y) {
-  const int64_t M = a.q.size(0), K = a.q.size(1), N = w.size(0), nb = K / 32;
-  const bool half = d.scalar_type() == at::kHalf;
-  const fd::QuantArgs args{static_cast<const uint8_t*>(w.data_ptr()), w.size(1), d.data_ptr(),
-                           mn ? mn->data_ptr() : nullptr, nb, a.q.data_ptr<int8_t>(), a.d.data_ptr<float>(),
-                           a.s.data_ptr<float>(), M, K, y.data_ptr<float>(), N};
+// y = x w^T for a packed weight described by `a` (its weight fields set): quantizes x,
+// then splits the weight rows across threads in whole tiles, at least 64 rows a chunk
+// (that splits even a 256-row projection across two cores).
+at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
+  const Act act = quantize(x.contiguous());
+  at::Tensor y = at::empty({x.size(0), N}, x.options());
+  a.xq = act.q.data_ptr<int8_t>();
+  a.xd = act.d.data_ptr<float>();
+  a.xs = act.s.data_ptr<float>();
+  a.xsums = act.sums.data_ptr<int32_t>();
+  a.M = x.size(0);
+  a.y = y.data_ptr<float>();
+  a.N = N;
   const bool vnni = active_isa() == kVnni;
-  // Tiles of RT weight rows, in chunks of at least 64 rows: that splits even
-  // the 192-row k/v projections across two cores. With two activation rows
-  // (q4) the VNNI path takes 8 weight rows at a time, for more independent
-  // accumulators (and activation loads shared by more rows).
-  auto split = [&](int64_t rt, fd::Tiles tiles) {
-    at::parallel_for(0, (N + rt - 1) / rt, 64 / rt, [&](int64_t t0, int64_t t1) {
-      const int64_t n0 = t0 * rt, n1 = std::min(N, t1 * rt);
-      if (vnni) fd::vnni::rows(q4, half, tiles, args, n0, n1);
-      else fd::avx2::rows(q4, half, tiles, args, n0, n1);
-    });
-  };
-  // One activation row (batch-1 decode) streams the weights best on 256-bit tiles.
-  if (vnni && M == 1) split(4, fd::kTiles4x1Narrow);
-  else if (vnni && q4 && M <= 2) split(8, fd::kTiles8x2);
-  else if (vnni) split(4, fd::kTiles4x8);
-  else split(4, fd::kTiles4x2);
+  constexpr int64_t rt = fd::kTileRows;
+  at::parallel_for(0, (N + rt - 1) / rt, 64 / rt, [&](int64_t t0, int64_t t1) {
+    const int64_t n0 = t0 * rt, n1 = std::min(N, t1 * rt);
+    if (vnni) fd::vnni::rows(a, n0, n1);
+    else fd::avx2::rows(a, n0, n1);
+  });
+  return y;
 }
 
 void check(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn, bool q4) {
@@ -220,10 +216,16 @@ void check(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const 
 
 at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn, bool q4) {
   check(x, w, d, mn, q4);
-  const Act a = quantize(x.contiguous());
-  at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
-  run(q4, a, w, d, q4 ? mn : nullptr, y);
-  return y;
+  fd::QuantArgs a{};
+  a.layout = q4 ? fd::kQ4 : fd::kQ8;
+  a.half = d.scalar_type() == at::kHalf;
+  a.q = static_cast<const uint8_t*>(w.data_ptr());
+  a.qs = w.size(1);
+  a.sc = static_cast<const uint8_t*>(d.data_ptr());
+  a.mn = mn ? static_cast<const uint8_t*>(mn->data_ptr()) : nullptr;
+  a.scs = d.size(1);
+  a.nb = x.size(1) / 32;
+  return launch(a, x, w.size(0));
 }
 
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
@@ -238,10 +240,13 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
 // The layouts beyond q4/q8 (quant/formats.py): q4k (qweight, sc, mn, d, dmin), q5k (+ qhigh),
 // q6k (qweight, qhigh, sc, d), K a multiple of 256; q5 (qweight, qhigh, scales, mins) and q5s
 // (qweight, qhigh, scales), K a multiple of 32.
-at::Tensor klinear(fd::KLayout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
+at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
                    const at::Tensor& sc, const at::Tensor* mn, const at::Tensor& d, const at::Tensor* dmin) {
-  static const char* names[] = {"q4k_linear", "q5k_linear", "q6k_linear", "q5_linear", "q5s_linear"};
-  const char* op = names[layout];
+  const char* op = layout == fd::kQ4K   ? "q4k_linear"
+                   : layout == fd::kQ5K ? "q5k_linear"
+                   : layout == fd::kQ6K ? "q6k_linear"
+                   : layout == fd::kQ5  ? "q5_linear"
+                                        : "q5s_linear";
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(), op,
               ": x must be a float32 CPU matrix [M, K]");
   const int64_t K = x.size(1), N = q.size(0), nb = K / 32;
@@ -256,7 +261,7 @@ at::Tensor klinear(fd::KLayout layout, const at::Tensor& x, const at::Tensor& q,
   };
   expect(&q, "qweight", at::kByte, K / 2);
   const bool q6 = layout == fd::kQ6K;
-  if (qh) expect(qh, "qhigh", at::kByte, q6 ? K / 4 : (nb + 7) / 8 * 32);
+  if (qh) expect(qh, "qhigh", at::kByte, q6 ? K / 4 : K / 8);
   if (q5) {
     expect(&sc, "scales", at::kHalf, nb);
     if (mn) expect(mn, "mins", at::kHalf, nb);
@@ -266,23 +271,20 @@ at::Tensor klinear(fd::KLayout layout, const at::Tensor& x, const at::Tensor& q,
     expect(&d, "d", at::kHalf, K / 256);
     if (dmin) expect(dmin, "dmin", at::kHalf, K / 256);
   }
-  const Act act = quantize(x.contiguous());
-  at::Tensor y = at::empty({x.size(0), N}, x.options());
-  const fd::KQuantArgs a{q.data_ptr<uint8_t>(), q.size(1), qh ? qh->data_ptr<uint8_t>() : nullptr,
-                         qh ? qh->size(1) : 0, static_cast<const uint8_t*>(sc.data_ptr()),
-                         mn ? static_cast<const uint8_t*>(mn->data_ptr()) : nullptr, sc.size(1),
-                         q5 ? nullptr : static_cast<const uint16_t*>(d.data_ptr()),
-                         dmin ? static_cast<const uint16_t*>(dmin->data_ptr()) : nullptr, nb,
-                         act.q.data_ptr<int8_t>(), act.d.data_ptr<float>(), act.s.data_ptr<float>(), x.size(0), K,
-                         y.data_ptr<float>(), N};
-  const bool vnni = active_isa() == kVnni;
-  const bool narrow = x.size(0) == 1;
-  at::parallel_for(0, (N + 3) / 4, 16, [&](int64_t t0, int64_t t1) {
-    const int64_t n0 = t0 * 4, n1 = std::min(N, t1 * 4);
-    if (vnni) fd::vnni::krows(layout, narrow, a, n0, n1);
-    else fd::avx2::krows(layout, a, n0, n1);
-  });
-  return y;
+  fd::QuantArgs a{};
+  a.layout = layout;
+  a.half = true;
+  a.q = q.data_ptr<uint8_t>();
+  a.qs = q.size(1);
+  a.qh = qh ? qh->data_ptr<uint8_t>() : nullptr;
+  a.qhs = qh ? qh->size(1) : 0;
+  a.sc = static_cast<const uint8_t*>(sc.data_ptr());
+  a.mn = mn ? static_cast<const uint8_t*>(mn->data_ptr()) : nullptr;
+  a.scs = sc.size(1);
+  a.d = q5 ? nullptr : static_cast<const uint16_t*>(d.data_ptr());
+  a.dmin = dmin ? static_cast<const uint16_t*>(dmin->data_ptr()) : nullptr;
+  a.nb = nb;
+  return launch(a, x, N);
 }
 
 at::Tensor q4k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& sc, const at::Tensor& mn,

@@ -2,8 +2,8 @@
 or block-quantized (`QuantLinear`), by output rows or by input columns.
 
 Rows of a block-quantized matrix are independent, so row slices are free; a
-column slice must fall on 32-value block boundaries, and a q4 slice is
-re-paired (its bytes hold blocks in pairs, formats.py), which is exact.
+column slice must fall on 32-value block boundaries, and its values are
+regrouped into the lane order of the narrower row (formats.py), which is exact.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import FastDecodeError
-from ..quant.formats import BLOCK, pack_nibbles, unpack_q4
+from ..quant.formats import BLOCK, pack_bytes, pack_nibbles, unpack_q4, unpack_q8
 from ..quant.linear import QuantLinear, _Packed
 
 Linear = Union[nn.Linear, QuantLinear]
@@ -47,12 +47,11 @@ def _packed_columns(linear: QuantLinear, start: int, n: int, name: str) -> dict[
     out = {"scales": linear.scales[:, b0:b0 + nb].clone()}
     if linear.mins is not None:
         out["mins"] = linear.mins[:, b0:b0 + nb].clone()
+    # A row's blocks are stored in groups of 8 (formats.py): unpack, slice, regroup.
     if linear.layout == "q8":
-        out["qweight"] = linear.qweight[:, start:start + n].clone()
+        out["qweight"] = pack_bytes(unpack_q8(linear.qweight.cpu())[:, start:start + n]).to(_device(linear))
     else:
-        # q4 bytes hold blocks in pairs (formats.py): unpack, slice, re-pair.
-        values = unpack_q4(linear.qweight.cpu())[:, start:start + n].reshape(linear.out_features, nb, BLOCK)
-        out["qweight"] = torch.from_numpy(pack_nibbles(values.numpy())).to(_device(linear))
+        out["qweight"] = pack_nibbles(unpack_q4(linear.qweight.cpu())[:, start:start + n]).to(_device(linear))
     return out
 
 

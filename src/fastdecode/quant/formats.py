@@ -2,49 +2,61 @@
 
 All layouts are row-major, one row per output feature, K (the input dimension)
 in blocks of 32 values; the kernels (`kernels/quant_kernel.h`) read them as is.
+
+**Lane order.** Within a row, the blocks go in groups of 8 (the last group may
+hold g < 8), one block per 32-bit lane of the kernels' 8-lane registers. A
+group's values are stored by sub-step: sub-step i (0..7) holds values
+4i..4i+3 of each of the group's blocks, block after block (4 g bytes of 8-bit
+values), so one 32-byte load gives the 8 lanes' next 4 values, and an integer
+dot product summed over the 8 sub-steps leaves each block's full sum in its
+own lane (`_order` is the permutation). Per-block scales stay in block order
+(8 contiguous per group). The packings of that value sequence, per group of g
+blocks (every group before the last is full, g = 8):
+
+    bytes:    8 sub-steps x 4g bytes (q8)
+    nibbles:  4 chunks x 4g bytes; chunk c holds sub-step c in its low nibbles
+              and sub-step c + 4 in its high ones (q4, q4k, q5k, q5, q5s, q6k's
+              low 4 bits), so sub-steps 0-3 are each block's values 0..15
+    plane5:   4g bytes; bit i of byte l is the fifth bit of sub-step i's byte l
+    plane6:   2 x 4g bytes; bits 2i', 2i' + 1 of byte l of half h are the top two
+              bits of sub-step 4h + i''s byte l
+
 Bits per weight count every byte stored:
 
     q4  (5 bpw with float16 scales and mins, 6 with float32)
-        qweight uint8 [N, K/2]   blocks in pairs: 32 bytes hold block 2p's values
-                                 in their low nibbles and block 2p+1's in their high
-                                 ones (one load, two masks, two blocks); an odd last
-                                 block has 16 bytes, values j and j+16 in byte j
+        qweight uint8 [N, K/2]   nibbles
         scales, mins [N, K/32]   float16 or float32;  w = scale * q + min, q in 0..15
     q8  (8.5 bpw)
-        qweight int8 [N, K]
+        qweight int8 [N, K]      bytes
         scales [N, K/32]         float16 or float32;  w = scale * q
-    q4k (4.625 bpw; Q4_K's own fields, unpacked to bytes; K a multiple of 256)
-        qweight uint8 [N, K/2]   q4's nibble pairs (Q4_K's qs bytes as they are)
+    q4k (4.625 bpw; Q4_K's fields unpacked to bytes; K a multiple of 256)
+        qweight uint8 [N, K/2]   nibbles
         sc, mn uint8 [N, K/32]   the 6-bit scale and min of each block of 32
         d, dmin float16 [N, K/256]    w = (d * sc) * q - (dmin * mn)
     q5k (5.625 bpw; Q5_K) q4k plus
-        qhigh uint8 [N, K/8]     each 256 values' 32 bytes: bit j of byte l is the
-                                 fifth bit of value 32 j + l (Q5_K's qh as it is);
-                                 q = nibble | bit << 4, in 0..31
-    q6k (6.5625 bpw; Q6_K's bytes as they are; K a multiple of 256)
-        qweight uint8 [N, K/2]   per 256 values Q6_K's ql (128 bytes): value
-                                 128 h + 32 g + l has its low 4 bits in byte
-                                 64 h + 32 (g % 2) + l, low nibble for g < 2
-        qhigh uint8 [N, K/4]     per 256 values Q6_K's qh (64 bytes): its top 2 bits
-                                 are bits 2g, 2g + 1 of byte 32 h + l
-        sc int8 [N, K/16]        one scale per 16 values
+        qhigh uint8 [N, K/8]     plane5; q = nibble | bit << 4, in 0..31
+    q6k (6.5625 bpw; Q6_K; K a multiple of 256)
+        qweight uint8 [N, K/2]   nibbles (the low 4 bits)
+        qhigh uint8 [N, K/4]     plane6 (the top 2 bits)
+        sc int8 [N, K/16]        one scale per 16 values; per group the 8 blocks'
+                                 first-half scales, then their second-half ones
         d float16 [N, K/256]     w = (d * sc) * (q - 32), q in 0..63
     q5  (6 bpw; Q5_1) q4's qweight, float16 scales and mins [N, K/32], and
-        qhigh uint8 [N, 32 ceil(K/256)]   q5k's plane (a last group of fewer than 8
-                                 blocks padded); w = scale * q + min, q in 0..31
+        qhigh uint8 [N, K/8]     plane5; w = scale * q + min, q in 0..31
     q5s (5.5 bpw; Q5_0) q5 without mins; w = scale * (q - 16)
 
 GGUF types and what they become (`GGUF_LAYOUTS`); "exact" means dequantizing
-the packed form gives bit-identical float32 values to dequantizing the file:
+the packed form gives bit-identical float32 values to dequantizing the file
+(every packing is a permutation of the file's values plus its scales):
 
     Q4_0  -> q4, float16 scales, min = -8 * scale      exact
-    Q4_1  -> q4, float16 scales and mins               exact (the same nibbles, re-paired)
-    Q4_K  -> q4k                                       exact (the same bytes, scales unpacked)
+    Q4_1  -> q4, float16 scales and mins               exact
+    Q4_K  -> q4k                                       exact (scales unpacked)
     Q5_K  -> q5k                                       exact
-    Q6_K  -> q6k                                       exact (the same bytes)
-    Q8_0  -> q8, float16 scales                        exact (the same bytes)
+    Q6_K  -> q6k                                       exact
+    Q8_0  -> q8, float16 scales                        exact
     Q5_0  -> q5s                                       exact (results equal the former
-                                                       q8 repack's: the same int32 lanes)
+                                                       q8 repack's: the same integer sums)
     Q5_1  -> q5                                        exact
     F32, F16, BF16                                     float (or int8/int4 on request)
 
@@ -54,6 +66,7 @@ rounded to float16 first) and q4 (min/max per block).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Optional
 
@@ -62,8 +75,9 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
-LAYOUT_VERSION = 4  # bump when a layout changes; cached conversions are rebuilt
+LAYOUT_VERSION = 5  # bump when a layout changes; cached conversions are rebuilt (5: lane order)
 BLOCK = 32
+GROUP = 8  # blocks per lane group (the kernels' 8 lanes)
 SUPER = 256  # the K-quants' super-blocks
 # Every packed tensor's suffix, in the order the ops take them.
 SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin")
@@ -127,7 +141,7 @@ def packed_shapes(layout: str, n: int, k: int) -> dict[str, tuple[int, ...]]:
     if layout == "q8":
         return {"qweight": (n, k), "scales": (n, nb)}
     if layout in ("q5", "q5s"):
-        out = {"qweight": (n, k // 2), "qhigh": (n, (nb + 7) // 8 * BLOCK), "scales": (n, nb), "mins": (n, nb)}
+        out = {"qweight": (n, k // 2), "qhigh": (n, k // 8), "scales": (n, nb), "mins": (n, nb)}
         if layout == "q5s":
             del out["mins"]
         return out
@@ -148,10 +162,133 @@ def bits_per_weight(layout: str, k: int = 4096, scale_dtype: torch.dtype = torch
     return 8 * nbytes / k
 
 
-# -- GGUF blocks -> layouts (numpy over raw bytes) --------------------------------------------
+# -- the lane order ---------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=256)
+def _order(nb: int) -> Tensor:
+    """Entry p: the row index (32 b + v) of the value stored p-th in the lane order."""
+    parts = []
+    for g0 in range(0, nb, GROUP):
+        b = torch.arange(g0, min(nb, g0 + GROUP))
+        idx = b[None, :, None] * BLOCK + 4 * torch.arange(8)[:, None, None] + torch.arange(4)[None, None, :]
+        parts.append(idx.reshape(-1))
+    return torch.cat(parts)
+
+
+def _positions(nb: int, device) -> Tensor:
+    """Entry r: where the lane order stores row value r (the inverse of _order), from tensor
+    arithmetic rather than a cached tensor, so that traced and exported graphs hold no constant."""
+    r = torch.arange(nb * BLOCK, device=device)
+    b, v = r // BLOCK, r % BLOCK
+    G, j = b // GROUP, b % GROUP
+    g = torch.clamp(nb - GROUP * G, max=GROUP)
+    return GROUP * BLOCK * G + 4 * g * (v // 4) + 4 * j + v % 4
+
+
+def _by_group(seq: Tensor, fn) -> Tensor:
+    """fn over each group of a lane-ordered row [..., K], viewed as [..., groups, 8 sub-steps, 4 g],
+    returning [..., groups, parts, 4 g] bytes; the groups' bytes concatenated [..., bytes]."""
+    lead, nb = seq.shape[:-1], seq.shape[-1] // BLOCK
+    full, g = nb // GROUP, nb % GROUP
+    out = []
+    if full:
+        out.append(fn(seq[..., :full * GROUP * BLOCK].reshape(*lead, full, 8, 4 * GROUP)).reshape(*lead, -1))
+    if g:
+        out.append(fn(seq[..., full * GROUP * BLOCK:].reshape(*lead, 1, 8, 4 * g)).reshape(*lead, -1))
+    return torch.cat(out, -1) if len(out) > 1 else out[0]
+
+
+def _from_groups(packed: Tensor, nb: int, parts: int, fn) -> Tensor:
+    """The inverse of _by_group: packed [..., bytes] with `parts` x 4 g bytes per group;
+    fn([..., groups, parts, 4 g]) -> [..., groups, 8, 4 g]; the lane-ordered row [..., K]."""
+    lead = packed.shape[:-1]
+    full, g = nb // GROUP, nb % GROUP
+    out = []
+    split = full * parts * 4 * GROUP
+    if full:
+        out.append(fn(packed[..., :split].reshape(*lead, full, parts, 4 * GROUP)).reshape(*lead, -1))
+    if g:
+        out.append(fn(packed[..., split:].reshape(*lead, 1, parts, 4 * g)).reshape(*lead, -1))
+    return torch.cat(out, -1) if len(out) > 1 else out[0]
+
+
+def to_lanes(values: Tensor) -> Tensor:
+    """Values [..., K] in row order -> the lane order (module docstring)."""
+    return values[..., _order(values.shape[-1] // BLOCK)]
+
+
+def from_lanes(seq: Tensor) -> Tensor:
+    return seq[..., _positions(seq.shape[-1] // BLOCK, seq.device)]
+
+
+def _shifts(n: int, step: int, device) -> Tensor:
+    return (step * torch.arange(n, dtype=torch.uint8, device=device)).reshape(n, 1)
+
+
+def pack_nibbles(values: Tensor) -> Tensor:
+    """Values 0..15 [..., K] (row order) -> nibbles uint8 [..., K/2]."""
+    seq = to_lanes(values.to(torch.uint8))
+    return _by_group(seq, lambda s: s[..., :4, :] | (s[..., 4:, :] << 4))
+
+
+def unpack_q4(qweight: Tensor) -> Tensor:
+    """Nibbles [..., K/2] -> values 0..15 [..., K] (uint8, row order)."""
+    nb = qweight.shape[-1] * 2 // BLOCK
+    return from_lanes(_from_groups(qweight, nb, 4, lambda b: torch.cat([b & 0x0F, b >> 4], dim=-2)))
+
+
+def pack_bytes(values: Tensor) -> Tensor:
+    """q8's int8 values [..., K] (row order) -> its qweight [..., K] (the lane order)."""
+    return to_lanes(values.to(torch.int8))
+
+
+def unpack_q8(qweight: Tensor) -> Tensor:
+    return from_lanes(qweight)
+
+
+def pack_plane5(bits: Tensor) -> Tensor:
+    """Fifth bits 0/1 [..., K] (row order) -> plane5 [..., K/8]."""
+    seq = to_lanes(bits.to(torch.uint8))
+    return _by_group(seq, lambda s: (s << _shifts(8, 1, s.device)).sum(-2, keepdim=True).to(torch.uint8))
+
+
+def unpack_high(qhigh: Tensor, nb: int) -> Tensor:
+    """plane5 [..., K/8] -> the fifth bits [..., K] (uint8 0/1, row order)."""
+    return from_lanes(_from_groups(qhigh, nb, 1, lambda b: (b >> _shifts(8, 1, b.device)) & 1))
+
+
+def pack_plane6(top: Tensor) -> Tensor:
+    """Top two bits 0..3 [..., K] (row order) -> plane6 [..., K/4]."""
+    def pack(s: Tensor) -> Tensor:
+        sh = _shifts(4, 2, s.device)
+        return torch.stack([(s[..., :4, :] << sh).sum(-2), (s[..., 4:, :] << sh).sum(-2)], dim=-2).to(torch.uint8)
+    return _by_group(to_lanes(top.to(torch.uint8)), pack)
+
+
+def unpack_top(qhigh: Tensor, nb: int) -> Tensor:
+    """plane6 [..., K/4] -> the top two bits [..., K] (uint8 0..3, row order)."""
+    def unpack(b: Tensor) -> Tensor:
+        v = (b.unsqueeze(-2) >> _shifts(4, 2, b.device)) & 3  # [..., 2, 4, 4g]: sub-step 4 h + i
+        return v.reshape(*b.shape[:-2], 8, b.shape[-1])
+    return from_lanes(_from_groups(qhigh, nb, 2, unpack))
+
+
+def _q6_sc_to_lanes(sc: Tensor) -> Tensor:
+    """Q6_K's scales per 16 values [..., K/16] -> per group: 8 first halves, then 8 second halves."""
+    lead = sc.shape[:-1]
+    return sc.reshape(*lead, -1, GROUP, 2).transpose(-1, -2).reshape(*lead, -1)
+
+
+def q6_scales_in_rows(sc: Tensor) -> Tensor:
+    """q6k's stored sc [..., K/16] -> the scale of each 16 values in row order."""
+    lead = sc.shape[:-1]
+    return sc.reshape(*lead, -1, 2, GROUP).transpose(-1, -2).reshape(*lead, -1)
+
+
+# -- GGUF blocks -> layouts -------------------------------------------------------------------
 
 def _f16(b: np.ndarray, at: int) -> np.ndarray:
-    return np.ascontiguousarray(b[:, at:at + 2]).view(np.float16)  # [n, 1]
+    return np.ascontiguousarray(b[:, at:at + 2]).view(np.float16)  # [blocks, 1]
 
 
 def _fp16_or_fp32(scales: np.ndarray, mins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -162,6 +299,90 @@ def _fp16_or_fp32(scales: np.ndarray, mins: np.ndarray) -> tuple[np.ndarray, np.
     return scales, mins
 
 
+def _nibble_values(qs: np.ndarray) -> np.ndarray:
+    """GGUF's 16 bytes per block of 32 (low nibbles: values 0..15, high: 16..31) -> [blocks, 32]."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def _fifth_bits(qh: np.ndarray) -> np.ndarray:
+    """Q5_0/Q5_1's qh, a little-endian uint32 per block, bit l for value l -> [blocks, 32]."""
+    return ((qh[:, :, None] >> np.arange(8, dtype=np.uint8)) & 1).reshape(-1, BLOCK)
+
+
+def _q4_k_fields(b: np.ndarray) -> dict[str, np.ndarray]:
+    """Q4_K/Q5_K super-blocks (with Q5_K's qh cut out): the 6-bit scales and mins of
+    the 8 blocks unpacked to a byte each, d, dmin, and the values' low 4 bits [S, 256]
+    (chunk c of 32 bytes holds block 2c in its low nibbles and 2c + 1 in its high ones)."""
+    s = b[:, 4:16]
+    lo, mid, hi = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    sc = np.concatenate([lo & 63, (hi & 0x0F) | ((lo >> 6) << 4)], axis=-1)
+    mn = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1)
+    qs = b[:, 16:144].reshape(-1, 4, 1, BLOCK)
+    low = np.concatenate([qs & 0x0F, qs >> 4], axis=2).reshape(-1, SUPER)
+    return {"low": low, "sc": sc, "mn": mn, "d": _f16(b, 0), "dmin": _f16(b, 2)}
+
+
+def _q6_k_values(b: np.ndarray) -> np.ndarray:
+    """Q6_K's values 0..63 [S, 256]: value 128 h + 32 g + l has its low 4 bits in ql byte
+    64 h + 32 (g % 2) + l (nibble g // 2), its top two in bits 2 g of qh byte 32 h + l."""
+    ql = b[:, 0:128].reshape(-1, 2, 2, BLOCK)
+    qh = b[:, 128:192].reshape(-1, 2, 1, BLOCK)
+    low = np.concatenate([ql & 0x0F, ql >> 4], axis=2)  # [S, h, g, l]
+    top = (qh >> (2 * np.arange(4, dtype=np.uint8)).reshape(4, 1)) & 3
+    return (low | (top << 4)).reshape(-1, SUPER)
+
+
+def _gguf_fields(b: np.ndarray, qtype: T, n: int) -> dict[str, np.ndarray]:
+    """A GGUF tensor's blocks -> its values [n, K] and scale fields [n, *] (numpy)."""
+    if qtype in (T.Q4_0, T.Q4_1, T.Q8_0, T.Q5_0, T.Q5_1):
+        if qtype == T.Q4_0:
+            d = _f16(b, 0).astype(np.float32)
+            s, m = _fp16_or_fp32(d, -8 * d)
+            out = {"values": _nibble_values(b[:, 2:18]), "scales": s, "mins": m}
+        elif qtype == T.Q4_1:
+            out = {"values": _nibble_values(b[:, 4:20]), "scales": _f16(b, 0), "mins": _f16(b, 2)}
+        elif qtype == T.Q8_0:
+            out = {"values": np.ascontiguousarray(b[:, 2:34]).view(np.int8), "scales": _f16(b, 0)}
+        else:
+            at = 2 if qtype == T.Q5_0 else 4
+            values = _nibble_values(b[:, at + 4:at + 20]) | (_fifth_bits(b[:, at:at + 4]) << 4)
+            out = {"values": values, "scales": _f16(b, 0)}
+            if qtype == T.Q5_1:
+                out["mins"] = _f16(b, 2)
+    elif qtype in (T.Q4_K, T.Q5_K):
+        if qtype == T.Q5_K:
+            qh = b[:, 16:48]
+            b = b[:, np.r_[0:16, 48:176]]
+        f = _q4_k_fields(b)
+        values = f.pop("low")
+        if qtype == T.Q5_K:  # bit j of qh byte l: the fifth bit of value 32 j + l
+            bits = (qh[:, None, :] >> np.arange(8, dtype=np.uint8).reshape(8, 1)) & 1
+            values = values | (bits.reshape(-1, SUPER) << 4)
+        out = {"values": values, **f}
+    else:  # Q6_K
+        out = {"values": _q6_k_values(b), "sc": b[:, 192:208].view(np.int8), "d": _f16(b, 208)}
+    return {name: np.ascontiguousarray(a).reshape(n, -1) for name, a in out.items()}
+
+
+def pack_fields(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A layout's tensors from a matrix's values [n, K] (row order; q8 signed, the others
+    unsigned as stored) and its scale fields in block order (q6k: sc per 16 values)."""
+    out = dict(fields)
+    if layout == "q8":
+        out["qweight"] = pack_bytes(values)
+    else:
+        out["qweight"] = pack_nibbles(values & 0x0F)
+    if layout in ("q5k", "q5", "q5s"):
+        out["qhigh"] = pack_plane5(values >> 4)
+    elif layout == "q6k":
+        out["qhigh"] = pack_plane6(values >> 4)
+        out["sc"] = _q6_sc_to_lanes(fields["sc"])
+    return {name: out[name].contiguous() for name in LAYOUT_TENSORS[layout]}
+
+
+_PACK_ROWS = 4096  # rows converted at a time: bounds the temporaries of a large table
+
+
 def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, Tensor]]:
     """The packed tensors of a GGUF tensor [n, k] of type `qtype`, or None if it has no native layout."""
     mapping = GGUF_LAYOUTS.get(qtype)
@@ -170,77 +391,18 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, T
     if mapping.layout in ("q4k", "q5k", "q6k") and k % SUPER:
         return None
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
-    b = raw.reshape(-1, block_bytes)
-    nb = k // BLOCK
-    if qtype == T.Q4_1:
-        out = {"qweight": _gguf_nibbles(b[:, 4:20], n, nb), "scales": _f16(b, 0), "mins": _f16(b, 2)}
-    elif qtype == T.Q4_0:
-        d = _f16(b, 0).astype(np.float32)
-        s, m = _fp16_or_fp32(d, -8 * d)
-        out = {"qweight": _gguf_nibbles(b[:, 2:18], n, nb), "scales": s, "mins": m}
-    elif qtype == T.Q4_K:
-        out = _q4_k(b, n)
-    elif qtype == T.Q5_K:
-        out = _q4_k(b[:, np.r_[0:16, 48:176]], n)
-        out["qhigh"] = b[:, 16:48]
-    elif qtype == T.Q6_K:
-        out = {"qweight": b[:, 0:128], "qhigh": b[:, 128:192], "sc": b[:, 192:208].view(np.int8),
-               "d": _f16(b, 208)}
-    elif qtype in (T.Q5_0, T.Q5_1):
-        at = 2 if qtype == T.Q5_0 else 4  # qh: the 32 fifth bits of the block, a little-endian uint32
-        bits = (b[:, at:at + 4, None] >> np.arange(8, dtype=np.uint8)) & 1  # [n nb, 4, 8]: bit j at 8 byte + bit
-        out = {"qweight": _gguf_nibbles(b[:, at + 4:at + 20], n, nb), "qhigh": _high_plane(bits.reshape(n, nb, BLOCK)),
-               "scales": _f16(b, 0)}
-        if qtype == T.Q5_1:
-            out["mins"] = _f16(b, 2)
-    elif qtype == T.Q8_0:
-        out = {"qweight": np.ascontiguousarray(b[:, 2:34]).view(np.int8), "scales": _f16(b, 0)}
-    else:  # pragma: no cover - GGUF_LAYOUTS and this function list the same types
-        return None
-    shapes = packed_shapes(mapping.layout, n, k)
-    return {name: torch.from_numpy(np.ascontiguousarray(a).reshape(shapes[name]).copy())
-            for name, a in out.items()}
-
-
-def _q4_k(b: np.ndarray, n: int) -> dict[str, np.ndarray]:
-    """Q4_K super-blocks of 256: the nibbles as they are (chunk c of 32 bytes holds
-    sub-block 2c in its low nibbles and 2c+1 in its high ones, as q4 pairs blocks),
-    the 12 bytes of 6-bit scales and mins unpacked to one byte each."""
-    s = b[:, 4:16]
-    lo, mid, hi = s[:, 0:4], s[:, 4:8], s[:, 8:12]
-    sc = np.concatenate([lo & 63, (hi & 0x0F) | ((lo >> 6) << 4)], axis=-1)
-    mn = np.concatenate([mid & 63, (hi >> 4) | ((mid >> 6) << 4)], axis=-1)
-    return {"qweight": b[:, 16:144], "sc": sc, "mn": mn, "d": _f16(b, 0), "dmin": _f16(b, 2)}
-
-
-def _high_plane(bits: np.ndarray) -> np.ndarray:
-    """Fifth bits [n, nb, 32] (0/1) -> q5's plane [n, ceil(nb/8) * 32]: bit j of byte l of
-    group g is the bit of value l of block 8 g + j (a last group of fewer blocks padded with 0)."""
-    n, nb, _ = bits.shape
-    groups = (nb + 7) // 8
-    padded = np.zeros((n, groups * 8, BLOCK), np.uint8)
-    padded[:, :nb] = bits
-    shifted = padded.reshape(n, groups, 8, BLOCK) << np.arange(8, dtype=np.uint8).reshape(8, 1)
-    return np.bitwise_or.reduce(shifted, axis=2).reshape(n, groups * BLOCK)
-
-
-def _gguf_nibbles(qs: np.ndarray, n: int, nb: int) -> np.ndarray:
-    """GGUF's 16 bytes per block (low nibbles: values 0..15, high: 16..31) -> our pairs."""
-    values = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(n, nb, BLOCK)
-    return pack_nibbles(values)
-
-
-def pack_nibbles(values: np.ndarray) -> np.ndarray:
-    """Values 0..15 [n, nb, 32] -> q4 bytes [n, nb * 16] (see the module docstring)."""
-    n, nb, _ = values.shape
-    values = values.astype(np.uint8)
-    pairs = nb // 2 * 2
-    paired = values[:, 0:pairs:2] | (values[:, 1:pairs:2] << 4)  # [n, nb/2, 32]
-    parts = [paired.reshape(n, -1)]
-    if nb % 2:
-        last = values[:, -1]
-        parts.append(last[:, :16] | (last[:, 16:] << 4))
-    return np.concatenate(parts, axis=1)
+    rows = raw.reshape(n, -1)
+    out: dict[str, Tensor] = {}
+    for r0 in range(0, n, _PACK_ROWS):
+        r1 = min(n, r0 + _PACK_ROWS)
+        f = _gguf_fields(rows[r0:r1].reshape(-1, block_bytes), qtype, r1 - r0)
+        values = torch.from_numpy(f.pop("values"))
+        part = pack_fields(mapping.layout, values, {name: torch.from_numpy(a) for name, a in f.items()})
+        if not out:
+            out = {name: torch.empty((n, *t.shape[1:]), dtype=t.dtype) for name, t in part.items()}
+        for name, t in part.items():
+            out[name][r0:r1] = t
+    return out
 
 
 # -- float -> layouts ------------------------------------------------------------------------
@@ -259,71 +421,37 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
         d = (wb.abs().amax(-1) / 127).to(torch.float16)
         inv = torch.where(d > 0, 1 / d.float(), torch.zeros_like(d, dtype=torch.float32))
         q = torch.round(wb * inv[..., None]).clamp(-127, 127).to(torch.int8)
-        return {"qweight": q.reshape(n, k), "scales": d}
+        return {"qweight": pack_bytes(q.reshape(n, k)), "scales": d}
     lo, hi = wb.amin(-1), wb.amax(-1)
     m = lo.to(torch.float16)
     d = ((hi - m.float()) / 15).to(torch.float16)
     inv = torch.where(d > 0, 1 / d.float(), torch.zeros_like(d, dtype=torch.float32))
     q = torch.round((wb - m.float()[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
-    packed = torch.from_numpy(pack_nibbles(q.numpy()))
-    return {"qweight": packed, "scales": d, "mins": m}
+    return {"qweight": pack_nibbles(q.reshape(n, k)), "scales": d, "mins": m}
 
 
 # -- layouts -> float (the reference) --------------------------------------------------------
 
-def unpack_q4(qweight: Tensor) -> Tensor:
-    """q4 bytes [..., K/2] -> values 0..15 [..., K] (uint8)."""
-    lead, nbytes = qweight.shape[:-1], qweight.shape[-1]
-    nb = nbytes // 16
-    pairs = nb // 2 * 2
-    parts = []
-    if pairs:
-        p = qweight[..., :pairs * 16].reshape(*lead, pairs // 2, 1, BLOCK)
-        parts.append(torch.cat([p & 0x0F, p >> 4], dim=-2).reshape(*lead, pairs * BLOCK))
-    if nb % 2:
-        last = qweight[..., pairs * 16:]
-        parts.append(torch.cat([last & 0x0F, last >> 4], dim=-1))
-    return torch.cat(parts, dim=-1) if len(parts) > 1 else parts[0]
-
-
-def unpack_high(qhigh: Tensor, nb: int) -> Tensor:
-    """q5k/q5 high-bit planes [..., 32 per 8 blocks] -> the fifth bits [..., nb * 32] (uint8 0/1)."""
-    lead = qhigh.shape[:-1]
-    g = qhigh.reshape(*lead, -1, 1, BLOCK)  # [..., groups, 1, 32]
-    shifts = torch.arange(8, dtype=torch.uint8, device=qhigh.device).reshape(8, 1)
-    bits = (g >> shifts) & 1  # [..., groups, 8 blocks, 32]
-    return bits.reshape(*lead, -1)[..., :nb * BLOCK]
-
-
-def unpack_q6k(qweight: Tensor, qhigh: Tensor) -> Tensor:
-    """q6k bytes -> values 0..63 [..., K] (uint8)."""
-    lead = qweight.shape[:-1]
-    ql = qweight.reshape(*lead, -1, 2, 1, 64)  # [..., super, half, 1, 64]
-    low = torch.cat([ql & 0x0F, ql >> 4], dim=-2).reshape(*lead, -1, 2, 4, BLOCK)  # group g = 2 * nibble + chunk
-    qh = qhigh.reshape(*lead, -1, 2, 1, BLOCK)
-    shifts = torch.tensor([0, 2, 4, 6], dtype=torch.uint8, device=qweight.device).reshape(4, 1)
-    high = (qh >> shifts) & 3
-    return (low | (high << 4)).reshape(*lead, -1)
-
-
 def kquant_values(t: dict[str, Tensor]) -> Tensor:
-    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s group [..., K] (uint8)."""
-    if "sc" in t and "mn" not in t:
-        return unpack_q6k(t["qweight"], t["qhigh"])
+    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s group [..., K] (uint8, row order)."""
     vals = unpack_q4(t["qweight"])
+    nb = vals.shape[-1] // BLOCK
+    if "sc" in t and "mn" not in t:  # q6k
+        return vals | (unpack_top(t["qhigh"], nb) << 4)
     if "qhigh" in t:
-        vals = vals | (unpack_high(t["qhigh"], vals.shape[-1] // BLOCK) << 4)
+        vals = vals | (unpack_high(t["qhigh"], nb) << 4)
     return vals
 
 
 def kquant_scales(t: dict[str, Tensor]) -> tuple[Tensor, Optional[Tensor]]:
     """q4k/q5k: float32 (d * sc, -(dmin * mn)) per block of 32 [..., K/32];
-    q6k: (d * sc per 16 values [..., K/16], None)."""
-    per = 16 if "mn" not in t else 8
+    q6k: (d * sc per 16 values [..., K/16], row order, None)."""
+    q6 = "mn" not in t
+    per = 16 if q6 else 8
     d = t["d"].float().repeat_interleave(per, dim=-1)
+    if q6:
+        return d * q6_scales_in_rows(t["sc"]).float(), None
     scale = d * t["sc"].float()
-    if "mn" not in t:
-        return scale, None
     return scale, -(t["dmin"].float().repeat_interleave(per, dim=-1) * t["mn"].float())
 
 
@@ -348,7 +476,7 @@ def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tens
             w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK) + mins[..., None]
         return w.reshape(shape).to(dtype)
     q = t["qweight"]
-    vals = unpack_q4(q) if q.dtype == torch.uint8 else q
+    vals = unpack_q4(q) if q.dtype == torch.uint8 else unpack_q8(q)
     shape = vals.shape
     vals = vals.reshape(*shape[:-1], -1, BLOCK).float()
     w = vals * t["scales"].float()[..., None]

@@ -1,16 +1,20 @@
 """The pure-PyTorch twin of the native quantized kernels, bit for bit.
 
-It repeats `kernels/quant_kernel.h` operation by operation: activations are
-quantized per row to int8 blocks of 32 (scale amax/127, round half to even);
-each block's integer dot product is split into 8 lanes, lane j the exact sum
-of values 4j..4j+3 (exact in float32 too); each lane is multiplied by the
-block's (w_scale * x_scale) and added to that lane of a float accumulator,
-blocks in order; the lanes are summed once, in the kernel's tree order, then
-the q4 minimum term (summed the kernel's way) is added. So native and
-reference give identical outputs, hence identical tokens.
+It repeats `kernels/quant_kernel.h` operation by operation. Activations are
+quantized per row to int8 blocks of 32 (scale amax/127, round half to even).
+For each (activation row m, weight row n) and block b, I_b is the exact integer
+dot product of the block's weight values and int8 activations (q6k: the sum
+over its two 16-value halves of the half's scale times the half's dot product of
+q - 32); then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
+8 g + j; a last group of fewer blocks adds +0 in its empty lanes), groups in order:
 
-Used on CPUs without AVX2, without a compiler, and in tests. It is slow: one
-pair of tensor ops per block.
+    acc[j] = acc[j] + I_b * (w_scale_b * x_scale_b)
+    macc[j] = macc[j] + w_min_b * (x_scale_b * sum(q_b))     (layouts with minima)
+
+and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. The integer
+sums are exact in float32 here (below 2^24), so their order does not matter.
+
+Used on CPUs without AVX2, without a compiler, and in tests. It is slow.
 """
 
 from __future__ import annotations
@@ -20,10 +24,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .formats import BLOCK, unpack_q4
+from .formats import BLOCK, GROUP, kquant_scales, kquant_values, q6_scales_in_rows, unpack_q4, unpack_q8
 
-_MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32, 8] lane sums per chunk of rows
-_LANES = 8
+_MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
 
 
 def quantize_activations(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -40,89 +43,68 @@ def _hsum8(acc: Tensor) -> Tensor:
     return (a[..., 0] + a[..., 2]) + (a[..., 1] + a[..., 3])
 
 
-def _min_term(mn: Tensor, xs: Tensor) -> Tensor:
-    """sum_b mn[n, b] * xs[m, b] -> [M, N], as the kernel orders it: 8 blocks per step
-    in lanes, the lanes' tree sum, then the remaining blocks one by one."""
-    nb = mn.shape[1]
-    full = nb // 8 * 8
-    lanes = torch.zeros(xs.shape[0], mn.shape[0], 8, device=xs.device)
-    for j in range(0, full, 8):
-        lanes = lanes + mn[None, :, j:j + 8] * xs[:, None, j:j + 8]
-    t = _hsum8(lanes)
-    for b in range(full, nb):
-        t = t + mn[None, :, b] * xs[:, None, b]
-    return t
+def _lanes(terms: Tensor) -> Tensor:
+    """Per-block float terms [m, N, nb] -> the kernels' lane sum: 8 lanes, groups in order, hsum."""
+    m, n, nb = terms.shape
+    groups = -(-nb // GROUP)
+    padded = torch.zeros(m, n, groups * GROUP, device=terms.device)
+    padded[..., :nb] = terms
+    padded = padded.reshape(m, n, groups, GROUP)
+    acc = torch.zeros(m, n, GROUP, device=terms.device)
+    for g in range(groups):
+        acc = acc + padded[:, :, g]
+    return _hsum8(acc)
+
+
+def _matmul(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], sc: Optional[Tensor]) -> Tensor:
+    """x [M, K]; w [N, nb, 32] signed integer weights (float32); ws [N, nb] float32 block scales;
+    mins [N, nb] or None; sc [N, nb, 2] (q6k: the halves' integer scales) or None."""
+    M = x.shape[0]
+    N, nb = ws.shape
+    q, d = quantize_activations(x)
+    xs = d * q.sum(-1)  # [M, nb]: the activation block's scale times its integer sum
+    rows = max(1, _MAX_ELEMENTS // (N * nb))
+    out = []
+    for m0 in range(0, M, rows):
+        qm = q[m0:m0 + rows]
+        if sc is None:
+            isum = torch.einsum("cbi,nbi->cnb", qm, w)  # exact integers
+        else:
+            halves = torch.einsum("cbhi,nbhi->cnbh", qm.reshape(*qm.shape[:2], 2, 16), w.reshape(N, nb, 2, 16))
+            isum = (halves * sc[None]).sum(-1)  # two exact products below 2^24, an exact sum
+        y = _lanes(isum * (ws[None] * d[m0:m0 + rows, None, :]))
+        if mins is not None:
+            y = y + _lanes(mins[None] * xs[m0:m0 + rows, None, :])
+        out.append(y)
+    return torch.cat(out)
 
 
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] = None) -> Tensor:
     """x [M, K] float -> [M, N] float32, for a q4 (mins given) or q8 weight."""
-    M, K = x.shape
-    N, nb = qweight.shape[0], K // BLOCK
-    q, d = quantize_activations(x)
-    w = (unpack_q4(qweight) if mins is not None else qweight).float().reshape(N, nb, BLOCK)
-    ws = scales.float()
-    xs = d * q.sum(-1)  # [M, nb]: the activation block's scale times its integer sum
-    rows = max(1, _MAX_ELEMENTS // (N * nb * _LANES))
-    w = w.reshape(N, nb, _LANES, BLOCK // _LANES)
-    out = []
-    for m0 in range(0, M, rows):
-        qm = q[m0:m0 + rows].reshape(-1, nb, _LANES, BLOCK // _LANES)
-        part = torch.einsum("cbli,nbli->cnbl", qm, w)  # [c, N, nb, 8] lane sums, exact integers
-        scale = ws[None] * d[m0:m0 + rows, None, :]  # [c, N, nb]
-        lanes = torch.zeros(qm.shape[0], N, _LANES, device=x.device)
-        for b in range(nb):
-            lanes = lanes + part[:, :, b] * scale[:, :, b, None]
-        y = _hsum8(lanes)
-        if mins is not None:
-            y = y + _min_term(mins.float(), xs[m0:m0 + rows])
-        out.append(y)
-    return torch.cat(out)
+    N, K = qweight.shape[0], x.shape[1]
+    vals = unpack_q4(qweight) if mins is not None else unpack_q8(qweight)
+    w = vals.float().reshape(N, K // BLOCK, BLOCK)
+    return _matmul(x, w, scales.float(), None if mins is None else mins.float(), None)
 
 
 def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5 or q5s weight group `t`, as the kernels compute it.
 
-    q5 is q4 with a fifth bit, q5s q8 with values q - 16 (the kernel's lane is
-    sum q x - 16 sum x, the same exact integer).
-
-    q4k/q5k are q4 with each block's float32 scale d * sc and minimum -(dmin * mn)
-    formed from the stored bytes (exact products, the values an fp32 q4 repack
-    would store), so the operations are `qlinear`'s. q6k: lane j of block b is
-    sc * (sum q x - 32 sum x) over values 4j..4j+3 (sc: the 16-value sub-block's
-    scale, exact in int32), times (d * x_scale) per block, added lane by lane.
+    q5 is q4 with a fifth bit, q5s q8 with values q - 16; q4k/q5k are q4 with each
+    block's float32 scale d * sc and minimum -(dmin * mn) formed from the stored bytes
+    (exact products, the values an fp32 q4 repack would store), so the operations are
+    `qlinear`'s. q6k: I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi (q - 32) x, its
+    block scale the super-block's d.
     """
-    from .formats import kquant_scales, kquant_values
-
-    M, K = x.shape
-    N, nb = t["qweight"].shape[0], K // BLOCK
-    q, d = quantize_activations(x)
-    vals = kquant_values(t).float()
-    q6 = "sc" in t and "mn" not in t
+    N, K = t["qweight"].shape[0], x.shape[1]
+    nb = K // BLOCK
+    vals = kquant_values(t).float().reshape(N, nb, BLOCK)
     if "scales" in t:  # q5 (as qlinear's q4) and q5s (as q8, with q - 16)
-        w = (vals - (0 if "mins" in t else 16)).reshape(N, nb, _LANES, BLOCK // _LANES)
-        ws, mins = t["scales"].float(), (t["mins"].float() if "mins" in t else None)
-    elif q6:
-        w = (vals - 32).reshape(N, nb, _LANES, BLOCK // _LANES)
-        sc = t["sc"].float().reshape(N, nb, 2, 1).expand(N, nb, 2, _LANES // 2).reshape(N, nb, _LANES)
-        ws = t["d"].float().repeat_interleave(8, dim=-1)  # [N, nb]: the super-block scale of each block
-        mins = None
-    else:
-        w = vals.reshape(N, nb, _LANES, BLOCK // _LANES)
-        ws, mins = kquant_scales(t)
-    xs = d * q.sum(-1)
-    rows = max(1, _MAX_ELEMENTS // (N * nb * _LANES))
-    out = []
-    for m0 in range(0, M, rows):
-        qm = q[m0:m0 + rows].reshape(-1, nb, _LANES, BLOCK // _LANES)
-        part = torch.einsum("cbli,nbli->cnbl", qm, w)  # exact integers
-        if q6:
-            part = part * sc[None]  # still exact: |sc * lane| < 2^22
-        scale = ws[None] * d[m0:m0 + rows, None, :]
-        lanes = torch.zeros(qm.shape[0], N, _LANES, device=x.device)
-        for b in range(nb):
-            lanes = lanes + part[:, :, b] * scale[:, :, b, None]
-        y = _hsum8(lanes)
-        if mins is not None:
-            y = y + _min_term(mins, xs[m0:m0 + rows])
-        out.append(y)
-    return torch.cat(out)
+        mins = t["mins"].float() if "mins" in t else None
+        return _matmul(x, vals - (0 if mins is not None else 16), t["scales"].float(), mins, None)
+    if "mn" not in t:  # q6k
+        sc = q6_scales_in_rows(t["sc"]).float().reshape(N, nb, 2)
+        ws = t["d"].float().repeat_interleave(GROUP, dim=-1)  # each block's super-block d
+        return _matmul(x, vals - 32, ws, None, sc)
+    ws, mins = kquant_scales(t)
+    return _matmul(x, vals, ws, mins, None)

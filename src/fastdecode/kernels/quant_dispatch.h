@@ -1,0 +1,27 @@
+// The tile shapes per instruction set and the layout switch, included after
+// quant_kernel.h in each per-ISA translation unit.
+
+// Tiles, measured on Zen 4 (benchmarks/real_sizes.md). One activation row (batch-1 decode):
+// one weight row at a time, so that each core reads one sequential stream from DRAM (4 rows
+// side by side computed faster from cache but streamed slower, down to 9 GB/s a core for
+// q6k/q8 at K = 2048). More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still
+// no slower than 4 x 2 or 4 x 3, and faster for q6k).
+static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
+
+template <int L, typename S>
+static void run_layout(const Args& a, int64_t n0, int64_t n1) {
+  if (a.M == 1) rows<L, S, 1, 1>(a, n0, n1);
+  else rows<L, S, 4, 4>(a, n0, n1);
+}
+
+static void dispatch(const Args& a, int64_t n0, int64_t n1) {
+  switch (a.layout) {
+    case kQ4: return a.half ? run_layout<kQ4, uint16_t>(a, n0, n1) : run_layout<kQ4, float>(a, n0, n1);
+    case kQ8: return a.half ? run_layout<kQ8, uint16_t>(a, n0, n1) : run_layout<kQ8, float>(a, n0, n1);
+    case kQ4K: return run_layout<kQ4K, uint16_t>(a, n0, n1);
+    case kQ5K: return run_layout<kQ5K, uint16_t>(a, n0, n1);
+    case kQ6K: return run_layout<kQ6K, uint16_t>(a, n0, n1);
+    case kQ5: return run_layout<kQ5, uint16_t>(a, n0, n1);
+    case kQ5S: return run_layout<kQ5S, uint16_t>(a, n0, n1);
+  }
+}
