@@ -57,7 +57,7 @@ class _PromptKeys:
 
 
 # Per-request fields of the Python API and the server, not command-line keys.
-API_ONLY_KEYS = ("logit_bias", "logprobs", "prompt_logprobs")
+API_ONLY_KEYS = ("logit_bias", "logprobs", "prompt_logprobs", "prompt_logprob_ranks")
 
 GenerateSettings = dataclasses.make_dataclass(
     "GenerateSettings",
