@@ -65,6 +65,43 @@ def test_across_chunks_and_in_a_batch(chunked):
         assert a.token_ids == b.token_ids
 
 
+def test_mixed_requests_in_one_chunk(whole, monkeypatch):
+    # One prefill group holds requests with different k, one without ranks and one not scored:
+    # each gets what it asked for (the chunk's logprobs are computed once, for all of them).
+    from fastdecode.engine.stream import RequestStream
+    from fastdecode.engine import GenerationConfig
+
+    prompts = [tokens(30, 5), tokens(30, 6), tokens(30, 7), tokens(30, 8)]
+    params = [SamplingParams(temperature=0, prompt_logprobs=3), SamplingParams(temperature=0, prompt_logprobs=1),
+              SamplingParams(temperature=0, prompt_logprobs=0, prompt_logprob_ranks=False),
+              SamplingParams(temperature=0)]
+    runner = whole.engine.runner
+    groups, inner = [], runner._prompt_logprobs
+    monkeypatch.setattr(runner, "_prompt_logprobs", lambda reqs, logits: groups.append(len(reqs)) or inner(reqs, logits))
+    s = RequestStream(whole.engine).submit(prompts, params, GenerationConfig(max_new_tokens=1))
+    while not all(r.finished for r in s.requests):
+        s.next_step()
+    assert groups == [3]  # the three scored requests in one chunk
+    got = [r.prompt_logprobs for r in s.requests]
+    check(whole, prompts[0], got[0], 3)
+    check(whole, prompts[1], got[1], 1)
+    assert got[3] is None
+    assert all(e.rank is None for e in got[2][1:])
+    ranked = whole.generate([prompts[2]], temperature=0, max_new_tokens=1, prompt_logprobs=0)[0].prompt_logprobs
+    assert [(e.token_id, round(e.logprob, 4)) for e in got[2][1:]] == \
+           [(e.token_id, round(e.logprob, 4)) for e in ranked[1:]]
+
+
+def test_without_ranks_the_same_logprobs(whole):
+    ids = tokens(40, 9)
+    a = whole.generate([ids], temperature=0, max_new_tokens=1, prompt_logprobs=2)[0].prompt_logprobs
+    b = whole.generate([ids], temperature=0, max_new_tokens=1, prompt_logprobs=2,
+                       prompt_logprob_ranks=False)[0].prompt_logprobs
+    assert a[0] is None and b[0] is None
+    assert [(e.token_id, e.logprob, e.top) for e in a[1:]] == [(e.token_id, e.logprob, e.top) for e in b[1:]]
+    assert all(e.rank is None for e in b[1:]) and all(e.rank >= 1 for e in a[1:])
+
+
 def test_no_prefix_reuse(chunked):
     ids = tokens(30, 4)
     chunked.generate([ids], temperature=0, max_new_tokens=1)  # leaves the prompt in a slot
@@ -77,6 +114,8 @@ def test_validation():
     for bad in (-1, 21, 1.5, True):
         with pytest.raises(FastDecodeError, match="prompt_logprobs"):
             SamplingParams(prompt_logprobs=bad)
+    with pytest.raises(FastDecodeError, match="prompt_logprob_ranks"):
+        SamplingParams(prompt_logprob_ranks=1)
 
 
 def test_completion_tokens_count_the_eos(tiny_llm):

@@ -75,7 +75,7 @@ class _ConstraintKeys:
 
 # Per-request fields of the Python API and the server, not command-line keys
 # (the constraint comes from _ConstraintKeys).
-API_ONLY_KEYS = ("logit_bias", "logprobs", "prompt_logprobs", "constraint")
+API_ONLY_KEYS = ("logit_bias", "logprobs", "prompt_logprobs", "prompt_logprob_ranks", "constraint")
 
 GenerateSettings = dataclasses.make_dataclass(
     "GenerateSettings",

@@ -74,9 +74,10 @@ class Runner:
         scored = [i for i, r in enumerate(reqs) if r.prompt_logprobs is not None]
         if scored:  # every position's logits [G, n, V], for this chunk only
             every = self._step(tokens, pos, reqs, last_only=False)
-            for i, lps in zip(scored, self._prompt_logprobs([reqs[i] for i in scored], every[scored])):
+            logits = every[:, -1].clone()  # _prompt_logprobs overwrites its rows of `every`
+            mine = every if len(scored) == len(reqs) else every[scored]
+            for i, lps in zip(scored, self._prompt_logprobs([reqs[i] for i in scored], mine)):
                 outs[i].prompt_logprobs = lps
-            logits = every[:, -1]
         else:
             logits = self._step(tokens, pos, reqs)  # [G, V]
         mirror = [i for i, r in enumerate(reqs) if isinstance(r.spec, DraftModelRow)]
@@ -93,27 +94,42 @@ class Runner:
 
     def _prompt_logprobs(self, reqs: Sequence[Request], logits: Tensor) -> list[list[TokenLogprob]]:
         """Position j of a chunk predicts the prompt token after it: the raw log_softmax's
-        logprob of that token, its rank and the top alternatives, per request."""
-        n = logits.shape[1]
-        out = []
+        logprob of that token, its rank (for requests that ask for it) and the top
+        alternatives, per request. All the chunk's requests at once: one log_softmax,
+        gather and topk over logits [G, n, V], which it overwrites with the logprobs
+        (on CPU: a fresh [G, n, V] output costs more in page faults than the op itself)."""
+        G, n, V = logits.shape
+        targets = [r.prompt[r.prefilled + 1:r.prefilled + 1 + n] for r in reqs]  # the last prompt token predicts nothing
+        out: list[list[TokenLogprob]] = [[] for _ in reqs]
+        if not any(targets):
+            return out
         with torch.inference_mode():
-            for i, r in enumerate(reqs):
-                start = r.prefilled
-                targets = r.prompt[start + 1:start + 1 + n]  # the last prompt token predicts nothing
-                out.append([])
-                if not targets:
-                    continue
-                logp = torch.log_softmax(logits[i, :len(targets)].float(), dim=-1)  # [m, V]
-                tgt = self._tensor(targets)
-                chosen = logp.gather(-1, tgt[:, None])  # [m, 1]
-                ranks = (logp > chosen).sum(-1) + 1
-                k = r.params.prompt_logprobs
-                top = torch.topk(logp, k, dim=-1) if k else None
-                chosen, ranks = chosen[:, 0].tolist(), ranks.tolist()
-                top_v, top_i = (top.values.tolist(), top.indices.tolist()) if top is not None else (None, None)
-                for j, t in enumerate(targets):
-                    alts = list(zip(top_i[j], top_v[j])) if top is not None else []
-                    out[-1].append(TokenLogprob(t, chosen[j], alts, rank=ranks[j]))
+            flat = logits.reshape(G * n, V)
+            if flat.dtype == torch.float32 and flat.device.type == "cpu" and flat.is_contiguous():
+                logp = torch._log_softmax(flat, -1, False, out=flat)  # in place: same values as log_softmax
+            else:
+                logp = torch.log_softmax(flat.float(), dim=-1)
+            # Rows past a request's last target (its final chunk) get target 0 and are dropped below.
+            tgt = self._tensor([t + [0] * (n - len(t)) for t in targets]).view(G * n, 1)
+            chosen_t = logp.gather(-1, tgt)  # [G*n, 1]
+            chosen = chosen_t[:, 0].tolist()
+            ranks: list = [None] * (G * n)
+            ranked = [i for i, r in enumerate(reqs) if targets[i] and r.params.prompt_logprob_ranks]
+            for i in ranked:  # a pass over [m, V] per request: only where the output needs the rank
+                a, b = i * n, i * n + len(targets[i])
+                above = (logp[a:b] > chosen_t[a:b]).view(torch.uint8)  # summed as bytes: no int64 copy
+                ranks[a:b] = (above.sum(-1, dtype=torch.int32) + 1).tolist()
+            tops: dict[int, tuple[list, list]] = {}  # per k: the alternatives of every row
+            for k in {r.params.prompt_logprobs for r in reqs} - {0}:
+                # max is topk for k=1 (a third of its time), its index the first of equal maxima
+                top = logp.max(-1, keepdim=True) if k == 1 else torch.topk(logp, k, dim=-1)
+                tops[k] = (top.indices.tolist(), top.values.tolist())
+        for i, (r, ts) in enumerate(zip(reqs, targets)):
+            k = r.params.prompt_logprobs
+            ids, vals = tops.get(k, (None, None))
+            base = i * n
+            out[i] = [TokenLogprob(t, chosen[base + j], list(zip(ids[base + j], vals[base + j])) if k else [],
+                                   rank=ranks[base + j]) for j, t in enumerate(ts)]
         return out
 
     def decode(self, reqs: Sequence[Request], drafts: Sequence[tuple[list[int], int]]) -> list[RowOutput]:

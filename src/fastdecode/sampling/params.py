@@ -37,6 +37,9 @@ class SamplingParams:
         cached prompt prefixes.
     constraint: None, or what the output must match (a JSON schema, regex, choice or
         grammar; see fastdecode.structured): other tokens are masked out of each step.
+    prompt_logprob_ranks: with prompt_logprobs, also each prompt token's rank
+        (TokenLogprob.rank: 1 + the tokens strictly more likely), a pass over the
+        vocabulary per position; False leaves rank None (echo's output has no rank).
     """
 
     temperature: float = 0.8
@@ -51,6 +54,7 @@ class SamplingParams:
     logprobs: Optional[int] = None
     prompt_logprobs: Optional[int] = None
     constraint: Optional[Constraint] = None
+    prompt_logprob_ranks: bool = True
 
     def __post_init__(self) -> None:
         def number(name: str) -> float:
@@ -82,6 +86,8 @@ class SamplingParams:
                 if isinstance(v, bool) or not isinstance(v, int):
                     raise FastDecodeError(f"{name} must be an integer 0..{MAX_LOGPROBS} or None, got {v!r}")
                 check(name, 0 <= v <= MAX_LOGPROBS, f"an integer 0..{MAX_LOGPROBS}, or None")
+        if not isinstance(self.prompt_logprob_ranks, bool):
+            raise FastDecodeError(f"prompt_logprob_ranks must be True or False, got {self.prompt_logprob_ranks!r}")
         if self.logit_bias is not None:
             object.__setattr__(self, "logit_bias", _bias_pairs(self.logit_bias) or None)
         if self.constraint is not None and not isinstance(self.constraint, Constraint):

@@ -124,7 +124,9 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
         # The engine computes prompt logprobs once, with as many alternatives as either use needs.
         wants = [k for k in (logprobs if echo else None, req.prompt_logprobs) if k is not None]
         scored = max(wants) if wants else None
-        params = [_sampling(req, seed, logprobs, scored, constraint) for _ in prompts for seed in seeds]
+        # Ranks only for vLLM's prompt_logprobs: echo's output has none.
+        ranks = req.prompt_logprobs is not None
+        params = [_sampling(req, seed, logprobs, scored, constraint, ranks) for _ in prompts for seed in seeds]
     except FastDecodeError as e:
         raise from_fastdecode(e, names) from None
     return Job(prompts, n, params, config, logprobs, echo=echo, drop=drop, prompt_logprobs=req.prompt_logprobs)
@@ -132,7 +134,7 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
 
 def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Optional[int],
               logprobs: Optional[int], prompt_logprobs: Optional[int] = None,
-              constraint: Optional[Constraint] = None) -> SamplingParams:
+              constraint: Optional[Constraint] = None, ranks: bool = True) -> SamplingParams:
     def given(value, default):
         return default if value is None else value
 
@@ -142,7 +144,7 @@ def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Option
         min_p=given(req.min_p, 0.0), repetition_penalty=given(req.repetition_penalty, 1.0),
         frequency_penalty=given(req.frequency_penalty, 0.0), presence_penalty=given(req.presence_penalty, 0.0),
         seed=seed, logit_bias=req.logit_bias or None, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
-        constraint=constraint)
+        constraint=constraint, prompt_logprob_ranks=ranks)
 
 
 def _max_tokens(prompts: list[list[int]], context: int, limit: Optional[int], asked: Optional[int],
