@@ -1,5 +1,5 @@
 #!/bin/bash
-# Run from the kernels checkout; main at /work/main. Caches are per tree: the conversion key omits LAYOUT_VERSION.
+# Run from the kernels checkout; main at /work/main. Caches are per tree (the conversion key did not include LAYOUT_VERSION when this ran).
 export FASTDECODE_NO_PACKAGE=1
 lscpu | grep "Model name"; date +%T
 for f in llama-1b-Q4_K_M llama-1b-Q4_0 llama-3b-Q4_K_M; do
