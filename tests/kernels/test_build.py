@@ -198,13 +198,14 @@ def test_unwritable_cache_is_one_line_and_the_reference_path_works(fresh, monkey
 def test_compile_error_gives_the_compilers_first_error_line(fresh, monkeypatch, tmp_path):
     src = tmp_path / "src"
     shutil.copytree(kernels._HERE, src, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
-    (src / "ops.cpp").write_text("int f() { return undeclared_name; }\n")  # fails at once
+    first = kernels._SOURCES[0]  # started first, and fails at once
+    (src / first).write_text("int f() { return undeclared_name; }\n")
     monkeypatch.setattr(kernels, "_HERE", src)
     monkeypatch.setattr(kernels, "_lib", None)
     monkeypatch.setenv("FASTDECODE_CACHE", str(tmp_path / "cache"))
     t0 = time.monotonic()
     assert kernels.load_kernels() is False
-    assert kernels.unavailable_reason == (f"build failed: {src / 'ops.cpp'}:1:18: error: "
+    assert kernels.unavailable_reason == (f"build failed: {src / first}:1:18: error: "
                                           "'undeclared_name' was not declared in this scope")
     assert time.monotonic() - t0 < 5  # the other compilers are stopped, not waited for
     assert list((tmp_path / "cache" / "kernels").iterdir()) == []
