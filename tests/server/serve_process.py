@@ -52,6 +52,13 @@ class ServeProcess:
         self.stop()
         raise RuntimeError(f"server not ready after {timeout} s:\n{self.log()}")
 
+    def openai(self, asynchronous: bool = False, **options):
+        """The official client on this server (no retries: a failure shows at once)."""
+        import openai
+
+        cls = openai.AsyncOpenAI if asynchronous else openai.OpenAI
+        return cls(base_url=self.url + "/v1", **{"api_key": "unused", "max_retries": 0, **options})
+
     def log(self) -> str:
         if not self._log.closed:
             self._log.flush()

@@ -22,11 +22,11 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    return server.openai()
 
 
 def aclient(server):
-    return openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    return server.openai(asynchronous=True, timeout=60)
 
 
 def metric(server, name):

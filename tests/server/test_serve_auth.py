@@ -44,12 +44,12 @@ def test_the_key_is_checked_before_the_body_is_read(server):
 
 
 def test_openai_client_with_and_without_the_key(server):
-    bad = openai.OpenAI(base_url=server.url + "/v1", api_key="nope", max_retries=0)
+    bad = server.openai(api_key="nope")
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
     with pytest.raises(openai.AuthenticationError):
         bad.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
-    good = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0)
+    good = server.openai(api_key=KEY)
     assert [m.id for m in good.models.list().data] == ["tiny"]
     out = good.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     assert out.choices[0].finish_reason in ("stop", "length")

@@ -9,7 +9,6 @@ import sys
 import time
 
 import httpx
-import openai
 from serve_process import NO_EOS, ROOT, ServeProcess, error_of
 
 
@@ -65,7 +64,7 @@ async def _drain(server):
             reasons += [x.finish_reason for x in chunk.choices if x.finish_reason]
         return reasons
 
-    async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0) as c:
+    async with server.openai(asynchronous=True) as c:
         seen = asyncio.Queue()
         first = asyncio.ensure_future(stream(c, 24, seen))
         for _ in range(2):  # the role chunk, then a token: it holds the slot

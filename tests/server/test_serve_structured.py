@@ -10,7 +10,6 @@ from typing import Literal
 
 import httpx
 import jsonschema
-import openai
 import pydantic
 import pytest
 from serve_process import error_of, serve
@@ -41,7 +40,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0)
+    return server.openai()
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    return server.openai(timeout=120)
 
 
 def valid_calls(message, names=tuple(SCHEMAS)):
