@@ -53,6 +53,8 @@ template <int L>
 constexpr int kRun = (L == kQ4 || L == kQ4K) ? 8 : L == kQ8 ? 1 : L == kQ6K ? 2 : 4;
 #endif
 
+#define FD_INLINE inline __attribute__((always_inline))
+
 static inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 static inline __m256i nib() { return _mm256_set1_epi8(0x0F); }
 
@@ -82,43 +84,54 @@ static inline Row row_at(const Args& a, int64_t n) {
              (kKQuant<L> && L != kQ6K) ? a.dmin + n * (a.nb / 8) : nullptr};
 }
 
-// A last group of g < 8 blocks (q4, q8, q5, q5s only: the K-quants' K is a multiple of 256),
-// copied into full-group strides with zeros in the empty lanes; read as group 0 of the Row.
-struct TailBuf {
-  alignas(32) uint8_t q[256], qh[32], sc[32], mn[32];
-};
+// A last group of g < 8 blocks (q4, q8, q5, q5s only: the K-quants' K is a multiple of 256)
+// is stored packed: its 32-byte units hold 4 g bytes each, one 4-byte lane per block. It is
+// read with masked loads, so the empty lanes hold zeros, as the twin's zero padding does.
+static FD_INLINE __m256i lanes_below(int g) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(g), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
 
-template <int L, typename S>
-static inline Row tail_row(const Row& src, int64_t G, int g, TailBuf& t) {
-  constexpr int64_t es = kScaleBytes<L, S>;
-  std::memset(&t, 0, sizeof t);
-  constexpr int chunks = L == kQ8 ? 8 : 4;
-  for (int c = 0; c < chunks; ++c) std::memcpy(t.q + 32 * c, src.q + G * kGroupBytes<L> + 4 * g * c, 4 * g);
-  if constexpr (kPlane5<L>) std::memcpy(t.qh, src.qh + G * kHighBytes<L>, 4 * g);
-  std::memcpy(t.sc, src.sc + es * G * 8, es * g);
-  if constexpr (kMins<L>) std::memcpy(t.mn, src.mn + es * G * 8, es * g);
-  return Row{t.q, t.qh, t.sc, t.mn, nullptr, nullptr};
+// 32-byte unit i of a row's group: a full group's, or a tail's (T) g lanes.
+template <bool T>
+static FD_INLINE __m256i wload(const uint8_t* q, int i, int g) {
+  if constexpr (T) return _mm256_maskload_epi32(reinterpret_cast<const int*>(q + 4 * g * i), lanes_below(g));
+  else return load32(q + 32 * i);
+}
+
+// The 8 per-block scales (or minima) at p; a tail's g of them, the other lanes 0.
+template <typename S, bool T>
+static FD_INLINE __m256 scales8_at(const void* p, int g) {
+  if constexpr (!T) {
+    return scales8<S>(p);
+  } else if constexpr (sizeof(S) == 4) {
+    return _mm256_maskload_ps(static_cast<const float*>(p), lanes_below(g));
+  } else {  // g halves: their 32-bit pairs, the odd one's upper half cleared
+    const __m128i pairs = _mm_cmpgt_epi32(_mm_set1_epi32((g + 1) / 2), _mm_setr_epi32(0, 1, 2, 3));
+    const __m128i halves = _mm_cmpgt_epi16(_mm_set1_epi16(static_cast<short>(g)), _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7));
+    const __m128i v = _mm_maskload_epi32(static_cast<const int*>(p), pairs);
+    return _mm256_cvtph_ps(_mm_and_si128(v, halves));
+  }
 }
 
 // Sub-steps c and c + 4 (c = 0..3) of a row's group as 8 lanes of 4 bytes: unsigned
 // values (q8: VNNI w ^ 0x80, i.e. w + 128; AVX2 the signed bytes).
-template <int L, int c>
-static inline __attribute__((always_inline)) void wchunk(const uint8_t* q, const uint8_t* qh, __m256i& lo,
-                                                         __m256i& hi) {
+template <int L, int c, bool T>
+static FD_INLINE void wchunk(const uint8_t* q, const uint8_t* qh, int g, __m256i& lo, __m256i& hi) {
+  static_assert(!(T && kKQuant<L>), "the K-quants have no tail groups");
   if constexpr (L == kQ8) {
-    lo = load32(q + 32 * c);
-    hi = load32(q + 32 * (c + 4));
+    lo = wload<T>(q, c, g);
+    hi = wload<T>(q, c + 4, g);
 #if FD_VNNI
     const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
     lo = _mm256_xor_si256(lo, flip);
     hi = _mm256_xor_si256(hi, flip);
 #endif
   } else {
-    const __m256i v = load32(q + 32 * c);
+    const __m256i v = wload<T>(q, c, g);
     lo = _mm256_and_si256(v, nib());
     hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib());
     if constexpr (kPlane5<L>) {  // bit i of each byte: the fifth bit of sub-step i, moved to bit 4
-      const __m256i p = load32(qh), b4 = _mm256_set1_epi8(0x10);
+      const __m256i p = wload<T>(qh, 0, g), b4 = _mm256_set1_epi8(0x10);
       lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(p, 4 - c), b4));
       hi = _mm256_or_si256(hi, _mm256_and_si256(c ? _mm256_srli_epi16(p, c) : p, b4));
     } else if constexpr (L == kQ6K) {  // bits 2c, 2c + 1 of half h: the top bits of sub-step 4h + c, moved to 4, 5
@@ -135,22 +148,22 @@ static inline __attribute__((always_inline)) void wchunk(const uint8_t* q, const
 }
 
 // The 8 blocks' weight scales (and minima) of group G of a row.
-template <int L, typename S>
-static inline __m256 wscales(const Row& w, int64_t G) {
+template <int L, typename S, bool T>
+static inline __m256 wscales(const Row& w, int64_t G, int g) {
   constexpr int64_t es = kScaleBytes<L, S>;
   if constexpr (L == kQ6K) return _mm256_set1_ps(_cvtsh_ss(w.d[G]));
   else if constexpr (kKQuant<L>) return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), bytes8_ps(w.sc + 8 * G));
-  else if constexpr (L == kQ5 || L == kQ5S) return scales8<uint16_t>(w.sc + es * 8 * G);
-  else return scales8<S>(w.sc + es * 8 * G);
+  else if constexpr (L == kQ5 || L == kQ5S) return scales8_at<uint16_t, T>(w.sc + es * 8 * G, g);
+  else return scales8_at<S, T>(w.sc + es * 8 * G, g);
 }
 
-template <int L, typename S>
-static inline __m256 wmins(const Row& w, int64_t G) {
+template <int L, typename S, bool T>
+static inline __m256 wmins(const Row& w, int64_t G, int g) {
   constexpr int64_t es = kScaleBytes<L, S>;
   if constexpr (kKQuant<L>)  // -(dmin * mn), as (-dmin) * mn: the same bits
     return _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(w.dmin[G])), bytes8_ps(w.mn + 8 * G));
-  else if constexpr (L == kQ5) return scales8<uint16_t>(w.mn + es * 8 * G);
-  else return scales8<S>(w.mn + es * 8 * G);
+  else if constexpr (L == kQ5) return scales8_at<uint16_t, T>(w.mn + es * 8 * G, g);
+  else return scales8_at<S, T>(w.mn + es * 8 * G, g);
 }
 
 // Activation rows: the lane-ordered int8 values, the block scales, scale * sum(q) and the
@@ -164,7 +177,6 @@ struct XRows {
   int64_t at(int64_t m, int64_t G) const { return (m * gx + G) * 8; }
 };
 
-#define FD_INLINE inline __attribute__((always_inline))
 #ifndef FD_AHEAD_BYTES
 #define FD_AHEAD_BYTES 8192
 #endif
@@ -178,11 +190,11 @@ struct XRows {
 #define FD_HINT _MM_HINT_NTA
 #endif
 
-// Group wg of R weight rows x group G of C activation rows from m, added to the float
-// accumulators (wg = G, or 0 for a tail copied into a TailBuf).
-template <int L, typename S, int R, int C>
-static FD_INLINE void group(const Row (&w)[R], int64_t wg, const XRows& x, int64_t m, int64_t G,
-                            __m256 (&acc)[R][C], __m256 (&macc)[R][C]) {
+// Group G of R weight rows x the same group of C activation rows from m, added to the
+// float accumulators; T: the rows' last group, of g < 8 blocks.
+template <int L, typename S, int R, int C, bool T = false>
+static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_t G,
+                            __m256 (&acc)[R][C], __m256 (&macc)[R][C], int g = 8) {
   constexpr bool split = L == kQ6K;  // the halves' sums kept apart for their scales
   __m256i ilo[R][C], ihi[R][C];
   for (int r = 0; r < R; ++r)
@@ -194,8 +206,8 @@ static FD_INLINE void group(const Row (&w)[R], int64_t wg, const XRows& x, int64
   auto chunk = [&]<int ch>() __attribute__((always_inline)) {
     __m256i lo[R], hi[R];
     for (int r = 0; r < R; ++r)
-      wchunk<L, ch>(w[r].q + wg * kGroupBytes<L>, kHighBytes<L> > 0 ? w[r].qh + wg * kHighBytes<L> : nullptr,
-                    lo[r], hi[r]);
+      wchunk<L, ch, T>(w[r].q + G * kGroupBytes<L>, kHighBytes<L> > 0 ? w[r].qh + G * kHighBytes<L> : nullptr,
+                       g, lo[r], hi[r]);
     for (int c = 0; c < C; ++c) {
       const int8_t* xp = x.qrow(m + c, G);
       const __m256i xlo = load32(xp + 32 * ch), xhi = load32(xp + 32 * (ch + 4));
@@ -242,10 +254,10 @@ static FD_INLINE void group(const Row (&w)[R], int64_t wg, const XRows& x, int64
   __m256 ws[R], mv[R];
   __m256i sclo[R], schi[R];
   for (int r = 0; r < R; ++r) {
-    ws[r] = wscales<L, S>(w[r], wg);
-    if constexpr (kMins<L>) mv[r] = wmins<L, S>(w[r], wg);
+    ws[r] = wscales<L, S, T>(w[r], G, g);
+    if constexpr (kMins<L>) mv[r] = wmins<L, S, T>(w[r], G, g);
     if constexpr (L == kQ6K) {
-      const uint8_t* sc = w[r].sc + 16 * wg;
+      const uint8_t* sc = w[r].sc + 16 * G;
       sclo[r] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
       schi[r] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)));
     }
@@ -301,16 +313,13 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
         if constexpr (kHighBytes<L> > 0)
           _mm_prefetch(reinterpret_cast<const char*>(p.qh + r * a.qhs + G * kHighBytes<L> + qha), FD_HINT);
       }
-      group<L, S, R, C>(w, G, x, m, G, acc, macc);
+      group<L, S, R, C>(w, x, m, G, acc, macc);
     }
   } else {
-    for (int64_t G = 0; G < full; ++G) group<L, S, R, C>(w, G, x, m, G, acc, macc);
+    for (int64_t G = 0; G < full; ++G) group<L, S, R, C>(w, x, m, G, acc, macc);
   }
-  if (g) {
-    TailBuf t[R];
-    Row tw[R];
-    for (int r = 0; r < R; ++r) tw[r] = tail_row<L, S>(w[r], full, g, t[r]);
-    group<L, S, R, C>(tw, 0, x, m, full, acc, macc);
+  if constexpr (!kKQuant<L>) {  // the K-quants' K is a multiple of 256
+    if (g) group<L, S, R, C, true>(w, x, m, full, acc, macc, g);
   }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) {
