@@ -1,6 +1,7 @@
 """Loglikelihood speed alone (no lm-eval run): batches of 8 prompts x 100 token ids, as
 lm-eval's local-completions sends them (echo, logprobs=1, max_tokens=1, temperature 0),
-against the prefill rate of the same prompts through the Python API.
+against the prefill rate of the same prompts through the Python API, and against
+`fastdecode bench`'s prefill figure (one 512-token prompt at batch 1: 512 / TTFT).
 
     python benchmarks/lm_eval/speed.py [--model NAME] [--rounds 3] [--batches 3] [--profile api|torch]
 
@@ -83,6 +84,12 @@ def main() -> int:
         for b in bs:
             llm.generate(b, max_new_tokens=1, temperature=0)
 
+    # `fastdecode bench`'s prefill figure: one 512-token prompt at batch 1, B * P / TTFT
+    long_prompt = [random.Random(1).randrange(100, llm.args.vocab_size) for _ in range(512)]
+
+    def bench_shape():
+        llm.generate([long_prompt], max_new_tokens=1, temperature=0)
+
     def scored():
         for b in bs:
             llm.generate(b, max_new_tokens=1, temperature=0, prompt_logprobs=1)
@@ -116,8 +123,11 @@ def main() -> int:
               "load_before": os.getloadavg(), "tokens_per_round": ntok}
     try:
         served(), plain(), scored()  # warm
+        bench_shape()
         t = {"api_prefill": [], "api_prompt_logprobs": [], "server_echo": []}
+        bench_s = []
         for _ in range(a.rounds):
+            bench_s.append(timed(bench_shape)[0])
             t["api_prefill"].append(timed(plain))
             t["api_prompt_logprobs"].append(timed(scored))
             t["server_echo"].append(timed(served, server.pid))
@@ -127,11 +137,15 @@ def main() -> int:
     report["load_after"] = os.getloadavg()
     report["wall_s"] = {k: [w for w, _ in v] for k, v in t.items()}
     report["cpu_s"] = {k: [c for _, c in v] for k, v in t.items()}
+    report["bench_shape_prefill_s"] = bench_s
+    report["bench_shape_prefill_tokens_per_s"] = len(long_prompt) / statistics.median(bench_s)
     for kind, col in (("wall", 0), ("cpu", 1)):
         rate = {k: ntok / statistics.median(x[col] for x in v) for k, v in t.items()}
         report[f"tokens_per_{kind}_s"] = rate
         report[f"ratio_server_echo_{kind}"] = rate["server_echo"] / rate["api_prefill"]
         report[f"ratio_api_prompt_logprobs_{kind}"] = rate["api_prompt_logprobs"] / rate["api_prefill"]
+    report["ratio_server_echo_vs_bench_shape_wall"] = (report["tokens_per_wall_s"]["server_echo"]
+                                                       / report["bench_shape_prefill_tokens_per_s"])
     print(json.dumps(report, indent=1))
     if a.out:
         Path(a.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

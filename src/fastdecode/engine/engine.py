@@ -48,6 +48,7 @@ from ..structured import start_state, vocab_for
 from ..text.tokenizer import Tokenizer
 from .draft import DraftModel, DraftProposer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
+from .malloc import keep_freed_blocks, share_main_arena
 from .prefix_cache import PrefixIndex
 from .runner import RowOutput, Runner
 from .stream import RequestStream
@@ -93,6 +94,8 @@ class Engine:
             self.draft = DraftProposer(draft, model.args.vocab_size, max_batch_size, max_seq_len)
             self._setup_caches(draft.model, cache)
         self.runner = Runner(model, steps, max_batch_size, max_seq_len, draft=self.draft)
+        if model.device.type == "cpu":  # a scored chunk's logits [prefill_chunk, V] float32, reused each step
+            keep_freed_blocks(prefill_chunk * model.args.vocab_size * 4 * 5 // 4)
         self._lock = threading.RLock()  # held for a whole step
         self._busy = BusyFlag()
         self._inbox: deque[Request] = deque()  # submitted, not yet seen by a step (append is atomic)
@@ -452,6 +455,7 @@ class EngineThread(threading.Thread):
 
     def __init__(self, load_llm: Callable[[], Any], name: str = "fastdecode-engine",
                  on_loaded: Optional[Callable[[Any, Optional[BaseException]], None]] = None):
+        share_main_arena()  # before this thread's first allocation: see malloc.py
         super().__init__(name=name, daemon=True)
         self._load, self._on_loaded = load_llm, on_loaded
         self.llm = None
