@@ -167,3 +167,22 @@ def test_mixed_layout_group_runs_each_part_on_its_kernel(tmp_path):
     if q.kernels.quant != "reference":
         set_native(q.model, False)
         assert torch.equal(logits(q), a)
+
+
+def test_mixed_layout_parts_loaded_from_the_cache_share_no_storage(tmp_path):
+    """Q4_1 q/k and Q5_1 v store qweight and scales with one dtype and row width, so the cache
+    entry keeps each fused across q, k and v. The SplitLinear's parts built from its row views
+    must not share a storage: an exported layer's inputs may not alias (torch.export's nested
+    regions refuse them, which left Q4_K_M files, Q4_K q/k with Q6_K v, without a package)."""
+    from fastdecode.quant.linear import SplitLinear
+
+    quant = {**QUANT, "blk.0.attn_v.weight": T.Q5_1}
+    path = write_gguf(tmp_path / "mixed5.gguf", gguf_tensors(hf_model()), quant=quant)
+    first = fastdecode.load(str(path), weights="auto")
+    again = fastdecode.load(str(path), weights="auto")
+    assert again.from_cache
+    wqkv = again.model.layers[0].attention.wqkv
+    assert isinstance(wqkv, SplitLinear) and [p.layout for p in wqkv.parts] == ["q4", "q5"]
+    storages = [{t.untyped_storage().data_ptr() for t in p.packed().values()} for p in wqkv.parts]
+    assert not storages[0] & storages[1]
+    assert torch.equal(logits(again), logits(first))
