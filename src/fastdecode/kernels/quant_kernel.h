@@ -15,8 +15,8 @@
 // groups in order. Every (m, n) runs these float operations in this order
 // whatever the tile shape, M, thread count or instruction set, so results do
 // not depend on them, and the PyTorch twin in quant/reference.py gives the
-// same bits. A last group of g < 8 blocks is copied into a zero-padded group
-// (the activations are padded with zeros), so its empty lanes add +0.
+// same bits. A last group of g < 8 blocks is read with masked loads (and the
+// activations are padded with zeros), so its empty lanes add +0.
 //
 // I_b per layout (q: the stored unsigned values; x: int8 activations):
 //   q4, q4k (0..15), q5, q5k (0..31): sum q x
