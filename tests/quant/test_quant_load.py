@@ -186,3 +186,22 @@ def test_mixed_layout_parts_loaded_from_the_cache_share_no_storage(tmp_path):
     storages = [{t.untyped_storage().data_ptr() for t in p.packed().values()} for p in wqkv.parts]
     assert not storages[0] & storages[1]
     assert torch.equal(logits(again), logits(first))
+
+
+def test_exported_package_with_quantized_weights(quant_gguf, tmp_path):
+    """A package exported from packed weights runs them, greedy tokens equal to the eager
+    steps', and refuses a model whose layouts differ. On the tiny model of five packed types:
+    the default model's 30 layers took 122 s to export for the same check."""
+    from fastdecode.compile.aot import export_package
+
+    quant = fastdecode.load(str(quant_gguf), weights="auto", compiled=None, max_seq_len=64, max_batch_size=2)
+    path = tmp_path / "q.pt2"
+    meta = export_package(quant.model, path)
+    assert set(meta["layouts"].split(",")) >= {"q4", "q8"}
+    llm = fastdecode.load(str(quant_gguf), weights="auto", compiled=str(path), max_seq_len=64, max_batch_size=2)
+    for prompt in ([1, 5, 9, 40], [7, 3, 11]):
+        def greedy(m):
+            return m.generate([prompt], max_new_tokens=8, temperature=0, ignore_eos=True)[0].token_ids
+        assert greedy(llm) == greedy(quant)
+    with pytest.raises(fastdecode.FastDecodeError, match="layouts"):
+        fastdecode.load(str(quant_gguf), weights="float", compiled=str(path), max_seq_len=64)

@@ -125,16 +125,3 @@ def test_compiled_equals_eager_without_recompiles(quant, cache_dir):
     eager = quant.generate(PROMPTS, max_new_tokens=8, temperature=0, ignore_eos=True)
     assert [c.token_ids for c in batch] == [c.token_ids for c in eager]
     assert counters["stats"]["unique_graphs"] == before
-
-
-def test_exported_package_with_quantized_weights(quant, cache_dir, tmp_path):
-    from fastdecode.compile.aot import export_package
-
-    path = tmp_path / "q.pt2"
-    meta = export_package(quant.model, path)
-    assert meta["layouts"] == "float,q4,q8" or meta["layouts"] == "q4,q8"
-    llm = fastdecode.load(weights="auto", compiled=str(path), max_seq_len=256, max_batch_size=4)
-    for prompt in PROMPTS[:2]:
-        assert greedy(llm, prompt) == greedy(quant, prompt)
-    with pytest.raises(fastdecode.FastDecodeError, match="layouts"):
-        fastdecode.load(weights="float", compiled=str(path), max_seq_len=256)
