@@ -86,7 +86,7 @@ def test_auto_means_no_package_where_none_applies(monkeypatch):
     monkeypatch.delenv("FASTDECODE_NO_PACKAGE", raising=False)
     assert LoadOptions().package == "auto"
     assert LoadOptions(compile="decode").package == "auto"
-    for kwargs in (dict(compile="generate"), dict(cache="dynamic"), dict(compiled=None)):
+    for kwargs in (dict(compile="generate"), dict(cache="dynamic"), dict(compiled=None), dict(compiled="none")):
         assert LoadOptions(**kwargs).package is None, kwargs
     monkeypatch.setenv("FASTDECODE_NO_PACKAGE", "1")
     assert LoadOptions().package is None

@@ -121,6 +121,8 @@ class LoadOptions:
             _positive("max_seq_len", self.max_seq_len)
         if isinstance(self.compiled, os.PathLike):
             set_(self, "compiled", os.fspath(self.compiled))
+        if isinstance(self.compiled, str) and self.compiled.lower() == "none":  # as the CLI's compiled=none
+            set_(self, "compiled", None)
         if self.compiled is not None and not isinstance(self.compiled, str):
             raise FastDecodeError(f"compiled={self.compiled!r} is not valid; accepted: a .pt2 path, auto or none")
         package = self.package
