@@ -199,9 +199,10 @@ def test_exported_package_with_quantized_weights(quant_gguf, tmp_path):
     meta = export_package(quant.model, path)
     assert set(meta["layouts"].split(",")) >= {"q4", "q8"}
     llm = fastdecode.load(str(quant_gguf), weights="auto", compiled=str(path), max_seq_len=64, max_batch_size=2)
+    def greedy(m, prompt):
+        return m.generate([prompt], max_new_tokens=8, temperature=0, ignore_eos=True)[0].token_ids
+
     for prompt in ([1, 5, 9, 40], [7, 3, 11]):
-        def greedy(m):
-            return m.generate([prompt], max_new_tokens=8, temperature=0, ignore_eos=True)[0].token_ids
-        assert greedy(llm) == greedy(quant)
+        assert greedy(llm, prompt) == greedy(quant, prompt)
     with pytest.raises(fastdecode.FastDecodeError, match="layouts"):
         fastdecode.load(str(quant_gguf), weights="float", compiled=str(path), max_seq_len=64)

@@ -87,13 +87,12 @@ def build_model(args: ModelArgs, state_dict: dict[str, Tensor], dtype: torch.dty
                     runs.append([i])
             modules = []
             # The cache entry may store the parts' tensors fused (same dtype and row width,
-            # e.g. q4k's and q6k's qweight): a part that would share a storage with an earlier
-            # one gets its own copy, as an exported layer's inputs must not alias each other.
+            # e.g. q4k's and q6k's qweight): a tensor that would share a storage with one already
+            # placed gets its own copy, as an exported layer's inputs must not alias each other.
             storages: set[int] = set()
             for j, run in enumerate(runs):
                 group = [parts[i] for i in run]
                 _widen_mixed_scales(state_dict, group)
-                mine: set[int] = set()
                 for s in SUFFIXES:
                     keys = [f"{p}.{s}" for p in group]
                     if keys[0] in state_dict:
@@ -102,9 +101,8 @@ def build_model(args: ModelArgs, state_dict: dict[str, Tensor], dtype: torch.dty
                         t = torch.cat(ts) if view is None else view
                         if t.untyped_storage().data_ptr() in storages:
                             t = t.clone()
-                        mine.add(t.untyped_storage().data_ptr())
+                        storages.add(t.untyped_storage().data_ptr())
                         state_dict[f"{path}.parts.{j}.{s}"] = t
-                storages |= mine
                 modules.append(_new_linear(_packed(state_dict, f"{path}.parts.{j}"), False))
             setattr(parent, name, SplitLinear(modules, bias=old.bias is not None, device="meta"))
             continue
