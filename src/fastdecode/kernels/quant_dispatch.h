@@ -1,16 +1,24 @@
 // The tile shapes per instruction set and the layout switch, included after
 // quant_kernel.h in each per-ISA translation unit.
 
-// Tiles, measured on Zen 4 (benchmarks/real_sizes.md). One activation row (batch-1 decode):
-// one weight row at a time, so that each core reads one sequential stream from DRAM (4 rows
-// side by side computed faster from cache but streamed slower, down to 9 GB/s a core for
-// q6k/q8 at K = 2048). More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still
-// no slower than 4 x 2 or 4 x 3, and faster for q6k).
+// Tiles, measured on Zen 4 (benchmarks/real_sizes.md, benchmarks/batch_tiles.md). One
+// activation row (batch-1 decode): one weight row at a time, so that each core reads one
+// sequential stream from DRAM (4 rows side by side computed faster from cache but streamed
+// slower, down to 9 GB/s a core for q6k/q8 at K = 2048). A decode batch (M <= kFewRows) whose
+// quantized activations fit L1 (K <= kFewK): still one weight row at a time, streamed as at
+// M = 1, against kFewCols activation rows, so each weight byte is read and unpacked once per
+// call (4 x 4 tiles read 4 rows' streams side by side at ~5 GB/s a core; one row at a time
+// was 1.5-2.6x faster at M = 8, K = 2048, and slower at K = 8192, where 8 activation rows
+// overflow L1). More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still no slower
+// than 4 x 2 or 4 x 3, and faster for q6k).
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
+constexpr int64_t kFewRows = 8, kFewK = 4096;
+constexpr int kFewCols = FD_VNNI ? 8 : 4;  // VNNI's 32 registers hold 8 rows' sums; AVX2 spills past 4
 
 template <int L, typename S>
 static void run_layout(const Args& a, int64_t n0, int64_t n1) {
   if (a.M == 1) rows<L, S, 1, 1>(a, n0, n1);
+  else if (a.M <= kFewRows && 32 * a.nb <= kFewK) rows<L, S, 1, kFewCols>(a, n0, n1);
   else rows<L, S, 4, 4>(a, n0, n1);
 }
 

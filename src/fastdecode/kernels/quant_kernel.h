@@ -329,12 +329,21 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
     }
 }
 
+// c <= CT activation rows. CT = 8 has only the C = 8 tile: fewer rows go at most 4 at a time
+// (tiles of C <= 4 exist anyway; C = 5..7 would add compile time to every first run).
 template <int L, typename S, int R, int CT>
 static inline void tiles(int c, const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ahead) {
-  if constexpr (CT > 1) {
+  if constexpr (CT == 8) {
+    if (c < 8) return tiles<L, S, R, 4>(c, a, x, n, m, ahead);
+  } else if constexpr (CT > 1) {
     if (c < CT) return tiles<L, S, R, CT - 1>(c, a, x, n, m, ahead);
   }
   tile<L, S, R, CT>(a, x, n, m, ahead);
+}
+
+template <int CT>
+static inline int tile_cols(int64_t left) {
+  return static_cast<int>(CT == 8 && left < 8 ? std::min<int64_t>(4, left) : std::min<int64_t>(CT, left));
 }
 
 static inline void prefetch(const void* p, int64_t bytes) {
@@ -375,7 +384,7 @@ static void rows(const Args& a, int64_t n0, int64_t n1) {
       // In the first activation tile; RT == 1 streams through the rows' end (prefetches do not fault).
       int64_t first = m0 != 0 || burst ? 0 : RT == 1 ? int64_t(FD_STREAM_BYTES) : ahead ? kAhead : 0;
       for (int64_t m = m0; m < m1;) {
-        const int c = static_cast<int>(std::min<int64_t>(CT, m1 - m));
+        const int c = tile_cols<CT>(m1 - m);
         if (r == RT) tiles<L, S, RT, CT>(c, a, x, n, m, first);
         else tiles<L, S, 1, CT>(c, a, x, n, m, RT == 1 ? first : 0);  // (bytes for one row)
         first = 0;
