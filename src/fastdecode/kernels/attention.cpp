@@ -23,13 +23,17 @@
 // V is loaded and converted to float32 once for the three, each head's scores
 // come 4 keys at a time (12 independent FMA chains, then one transposing
 // reduction for 8 scores instead of an hsum per key), and its y accumulates in
-// registers. A tile is a few such tokens, which take the keys block by block,
-// so a block read from memory serves the others from L1/L2. Threads take tiles
-// from a shared counter, so a busy core takes fewer.
+// registers. A tile is up to 16 such tokens, which take the keys block by block,
+// so a block read from memory serves the others from L1/L2; for q8_0, whose
+// dequantizing load costs more than the FMAs it feeds, a tile of 2+ tokens first
+// converts each block to float32 once and all its tokens read that (the same
+// values, so the same result). Threads take tiles from a shared counter, so a busy
+// core takes fewer; attention_tiles sizes them to balance the threads.
 #include <immintrin.h>
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels.h"
@@ -205,10 +209,11 @@ struct Row {
 };
 
 // Scores of R rows that share their keys (one token's heads; rs[0]'s first and n) for
-// keys [c0, c1), J at a time from lo + J m (lo: the tile's first key).
+// keys [c0, c1) (key j at kb + (j - k0) ks), J at a time from lo + J m (lo: the tile's
+// first key).
 template <class Fmt, int R>
-void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t lo, int64_t c0, int64_t c1, int64_t D,
-             __m256 scale) {
+void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t k0, int64_t lo, int64_t c0, int64_t c1,
+             int64_t D, __m256 scale) {
   constexpr int J = kKeys<R>;
   const int64_t r0 = std::max(c0, rs->first), r1 = std::min(c1, rs->first + rs->n);
   const float* q[R];
@@ -221,7 +226,7 @@ void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t lo, i
     else qk<Fmt, R, J>(q, k, D, scale, s, j0, j1);
   };
   auto partial = [&](int64_t g) {  // lanes outside [r0, r1) repeat a key inside and are dropped
-    for (int j = 0; j < J; ++j) k[j] = kb + std::clamp(g + j, r0, r1 - 1) * ks;
+    for (int j = 0; j < J; ++j) k[j] = kb + (std::clamp(g + j, r0, r1 - 1) - k0) * ks;
     group(g, static_cast<int>(std::max<int64_t>(0, r0 - g)), static_cast<int>(std::min<int64_t>(J, r1 - g)));
   };
   int64_t g = r0 - (r0 - lo) % J;
@@ -230,20 +235,20 @@ void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t lo, i
     g += J;
   }
   for (; g + J <= r1; g += J) {
-    for (int j = 0; j < J; ++j) k[j] = kb + (g + j) * ks;
+    for (int j = 0; j < J; ++j) k[j] = kb + (g + j - k0) * ks;
     group(g, 0, J);
   }
   if (g < r1) partial(g);
 }
 
-// y += p v for R rows that share their keys, over keys [r0, r1).
+// y += p v for R rows that share their keys, over keys [r0, r1) (key j at vb + (j - k0) vs).
 template <class Fmt, int R>
-void pv_rows(const Row* rs, const typename Fmt::T* vb, int64_t vs, int64_t r0, int64_t r1, int64_t D) {
+void pv_rows(const Row* rs, const typename Fmt::T* vb, int64_t vs, int64_t k0, int64_t r0, int64_t r1, int64_t D) {
   constexpr int64_t W = 8 * kChunks<R>;
   float* y[R];
   const float* p[R];
   for (int r = 0; r < R; ++r) y[r] = rs[r].y, p[r] = rs[r].s + (r0 - rs->first);
-  const typename Fmt::T* v = vb + r0 * vs;
+  const typename Fmt::T* v = vb + (r0 - k0) * vs;
   for (int64_t d0 = 0; d0 < D; d0 += W) {
     if (d0 + W <= D) pv<Fmt, R, kChunks<R>>(y, p, v, vs, d0, r1 - r0);
     else pv_rest<Fmt, R>((D - d0) / 8, y, p, v, vs, d0, r1 - r0);
@@ -287,8 +292,22 @@ float softmax(Row& r) {
 
 struct Buffers {
   std::vector<Row> rows;
-  std::vector<float> s, inv;
+  std::vector<float> s, inv, kv;  // kv: one block of K or V as float32 (kCopy)
 };
+
+// Formats converted to float32 a block at a time for tiles of 2+ tokens: q8_0, whose
+// load (a scale, widening, a conversion and a multiply per 8 values) otherwise costs
+// more than the FMAs it feeds (measured 1.4-1.7x on 18 tokens; float16 and bfloat16
+// loads are cheap enough that the copy measured no faster).
+template <class Fmt>
+constexpr bool kCopy = std::is_same_v<Fmt, Q8_0>;
+
+// Rows [c0, c1) of K or V (format Fmt, row j at p + j ks) as float32 rows D apart in out.
+template <class Fmt>
+void to_f32(const typename Fmt::T* p, int64_t ks, int64_t c0, int64_t c1, int64_t D, float* out) {
+  for (int64_t j = c0; j < c1; ++j)
+    for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(out + (j - c0) * D + d, Fmt::load(p + j * ks, d));
+}
 
 // The keys of [j0, j1) that some row visits.
 void block_span(const std::vector<Row>& rows, int64_t j0, int64_t j1, int64_t& lo, int64_t& hi) {
@@ -329,23 +348,38 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
                              buf.s.data() + buf.rows.size() * cap, first, L - first});
   }
   const int64_t n_rows = static_cast<int64_t>(buf.rows.size());
-  // Keys per block: 16 KB of K or V, which the tile's tokens read in turn from L1/L2.
-  const int64_t jb = std::max<int64_t>(16, 16384 / Fmt::row_bytes(D) / 8 * 8);
+  // Keys per block: 16 KB of K or V as the rows read it, which the tile's tokens read
+  // in turn from L1/L2. A format whose loads cost more than the FMAs they feed (q8_0)
+  // is first converted, a block at a time, into float32 rows for all the tile's tokens
+  // (the same values, so the same result as loading them one chunk at a time).
+  const bool copy = kCopy<Fmt> && t1 - t0 > 1;
+  const int64_t jb = std::max<int64_t>(16, 16384 / (copy ? 4 * D : Fmt::row_bytes(D)) / 8 * 8);
+  if (copy) buf.kv.resize(jb * D);
   const __m256 scale = _mm256_set1_ps(a.scale);
 
-  for (int64_t j0 = lo; j0 < hi; j0 += jb) {
-    int64_t c0, c1;
-    block_span(buf.rows, j0, std::min(hi, j0 + jb), c0, c1);
-    for (int64_t r = 0; r < n_rows && c0 < c1; r += nh) {
+  // The scores of keys [c0, c1) of K (format U, key j at kp + (j - k0) st) for every token.
+  auto scores = [&]<class U>(const typename U::T* kp, int64_t st, int64_t k0, int64_t c0, int64_t c1) {
+    for (int64_t r = 0; r < n_rows; r += nh) {
       const Row* rs = &buf.rows[r];
       if (std::max(c0, rs->first) >= std::min(c1, rs->first + rs->n)) continue;
       head_groups(nh, [&](int64_t h, int64_t m) {
         switch (m) {
-          case 3: return qk_rows<Fmt, 3>(rs + h, kb, ks, lo, c0, c1, D, scale);
-          case 2: return qk_rows<Fmt, 2>(rs + h, kb, ks, lo, c0, c1, D, scale);
-          default: return qk_rows<Fmt, 1>(rs + h, kb, ks, lo, c0, c1, D, scale);
+          case 3: return qk_rows<U, 3>(rs + h, kp, st, k0, lo, c0, c1, D, scale);
+          case 2: return qk_rows<U, 2>(rs + h, kp, st, k0, lo, c0, c1, D, scale);
+          default: return qk_rows<U, 1>(rs + h, kp, st, k0, lo, c0, c1, D, scale);
         }
       });
+    }
+  };
+  for (int64_t j0 = lo; j0 < hi; j0 += jb) {
+    int64_t c0, c1;
+    block_span(buf.rows, j0, std::min(hi, j0 + jb), c0, c1);
+    if (c0 >= c1) continue;
+    if (copy) {
+      to_f32<Fmt>(kb, ks, c0, c1, D, buf.kv.data());
+      scores.template operator()<F32>(buf.kv.data(), D, c0, c0, c1);
+    } else {
+      scores.template operator()<Fmt>(kb, ks, 0, c0, c1);
     }
   }
   buf.inv.resize(n_rows);
@@ -353,20 +387,31 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
     buf.inv[r] = softmax(buf.rows[r]);
     std::fill(buf.rows[r].y, buf.rows[r].y + D, 0.f);
   }
-  // y = sum_j p_j v_j, block by block into y (float32, so stopping between blocks is exact).
-  for (int64_t j0 = lo; j0 < hi; j0 += jb) {
-    const int64_t j1 = std::min(hi, j0 + jb);
+  // y = sum_j p_j v_j, block by block into y (float32, so stopping between blocks is exact):
+  // each token's keys of [c0, c1) of V (format U, key j at vp + (j - k0) st).
+  auto values = [&]<class U>(const typename U::T* vp, int64_t st, int64_t k0, int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < n_rows; r += nh) {
       const Row* rs = &buf.rows[r];
-      const int64_t r0 = std::max(j0, rs->first), r1 = std::min(j1, rs->first + rs->n);
+      const int64_t r0 = std::max(c0, rs->first), r1 = std::min(c1, rs->first + rs->n);
       if (r0 >= r1) continue;
       head_groups(nh, [&](int64_t h, int64_t m) {
         switch (m) {
-          case 3: return pv_rows<Fmt, 3>(rs + h, vb, ks, r0, r1, D);
-          case 2: return pv_rows<Fmt, 2>(rs + h, vb, ks, r0, r1, D);
-          default: return pv_rows<Fmt, 1>(rs + h, vb, ks, r0, r1, D);
+          case 3: return pv_rows<U, 3>(rs + h, vp, st, k0, r0, r1, D);
+          case 2: return pv_rows<U, 2>(rs + h, vp, st, k0, r0, r1, D);
+          default: return pv_rows<U, 1>(rs + h, vp, st, k0, r0, r1, D);
         }
       });
+    }
+  };
+  for (int64_t j0 = lo; j0 < hi; j0 += jb) {
+    int64_t c0, c1;
+    block_span(buf.rows, j0, std::min(hi, j0 + jb), c0, c1);
+    if (c0 >= c1) continue;
+    if (copy) {
+      to_f32<Fmt>(vb, ks, c0, c1, D, buf.kv.data());
+      values.template operator()<F32>(buf.kv.data(), D, c0, c0, c1);
+    } else {
+      values.template operator()<Fmt>(vb, ks, 0, c0, c1);
     }
   }
   for (int64_t r = 0; r < n_rows; ++r) {
@@ -385,13 +430,19 @@ void run(const Args& a, const fd::AttentionTiles& p, std::atomic<int64_t>& next)
 }  // namespace
 
 fd::AttentionTiles fd::attention_tiles(const AttentionArgs& a, int threads) {
-  // Two tokens per tile: on one thread 2 to 16 ran alike (a tile's tokens read each
-  // K/V block from L1/L2 after the first), and small tiles even out the threads'
-  // shares; one when two leave under four tiles per thread.
-  const int64_t groups = a.B * a.Hkv;
-  int64_t blocks = (a.T + 1) / 2;
-  while (blocks < a.T && groups * blocks < 4 * static_cast<int64_t>(threads)) ++blocks;
-  AttentionTiles p{(a.T + blocks - 1) / blocks, 0};
+  // More tokens per tile share each K/V block read from memory (and q8_0's conversion),
+  // up to a cap that keeps the tile's scores (tokens x heads x L floats) within 512 KB
+  // of L2. Among the splits under the cap, the one whose busiest thread has the least
+  // work, counting a tile's own cost (its reads, conversions) as one more token.
+  const int64_t groups = a.B * a.Hkv, nh = a.H / a.Hkv, th = std::max(1, threads);
+  const int64_t cap = std::clamp<int64_t>(131072 / (nh * std::max<int64_t>(a.L, 1)), 1, 16);
+  AttentionTiles p{a.T, 0};
+  int64_t best = std::numeric_limits<int64_t>::max();
+  for (int64_t blocks = (a.T + cap - 1) / cap; blocks <= a.T; ++blocks) {
+    const int64_t tokens = (a.T + blocks - 1) / blocks, tiles = groups * ((a.T + tokens - 1) / tokens);
+    const int64_t cost = (tiles + th - 1) / th * (tokens + 1);
+    if (cost < best) best = cost, p.tokens = tokens;
+  }
   p.count = groups * ((a.T + p.tokens - 1) / p.tokens);
   return p;
 }
