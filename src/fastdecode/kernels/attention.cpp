@@ -23,12 +23,12 @@
 // V is loaded and converted to float32 once for the three, each head's scores
 // come 4 keys at a time (12 independent FMA chains, then one transposing
 // reduction for 8 scores instead of an hsum per key), and its y accumulates in
-// registers. A tile is up to 16 such tokens, which take the keys block by block,
-// so a block read from memory serves the others from L1/L2; for q8_0, whose
+// registers. A tile is a few such tokens, which take the keys block by block,
+// so a block read from memory serves the others from L1/L2. For q8_0, whose
 // dequantizing load costs more than the FMAs it feeds, a tile of 2+ tokens first
 // converts each block to float32 once and all its tokens read that (the same
-// values, so the same result). Threads take tiles from a shared counter, so a busy
-// core takes fewer; attention_tiles sizes them to balance the threads.
+// values, so the same result), and its tiles are larger (up to 16 tokens) to share
+// that. Threads take tiles from a shared counter, so a busy core takes fewer.
 #include <immintrin.h>
 #include <algorithm>
 #include <cstring>
@@ -430,11 +430,22 @@ void run(const Args& a, const fd::AttentionTiles& p, std::atomic<int64_t>& next)
 }  // namespace
 
 fd::AttentionTiles fd::attention_tiles(const AttentionArgs& a, int threads) {
-  // More tokens per tile share each K/V block read from memory (and q8_0's conversion),
+  const int64_t groups = a.B * a.Hkv;
+  if (a.kv != kKvQ8_0) {
+    // Two tokens per tile: on one thread 2 to 16 ran alike (a tile's tokens read each
+    // K/V block from L1/L2 after the first), and small tiles even out the threads'
+    // shares; one when two leave under four tiles per thread.
+    int64_t blocks = (a.T + 1) / 2;
+    while (blocks < a.T && groups * blocks < 4 * static_cast<int64_t>(threads)) ++blocks;
+    AttentionTiles p{(a.T + blocks - 1) / blocks, 0};
+    p.count = groups * ((a.T + p.tokens - 1) / p.tokens);
+    return p;
+  }
+  // q8_0 converts each K/V block once per tile (tile, kCopy), so more tokens share that,
   // up to a cap that keeps the tile's scores (tokens x heads x L floats) within 512 KB
   // of L2. Among the splits under the cap, the one whose busiest thread has the least
-  // work, counting a tile's own cost (its reads, conversions) as one more token.
-  const int64_t groups = a.B * a.Hkv, nh = a.H / a.Hkv, th = std::max(1, threads);
+  // work, counting a tile's conversion as one more token.
+  const int64_t nh = a.H / a.Hkv, th = std::max(1, threads);
   const int64_t cap = std::clamp<int64_t>(131072 / (nh * std::max<int64_t>(a.L, 1)), 1, 16);
   AttentionTiles p{a.T, 0};
   int64_t best = std::numeric_limits<int64_t>::max();
