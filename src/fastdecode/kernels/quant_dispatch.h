@@ -8,7 +8,7 @@
 // quantized activations fit L1 (K <= kFewK): still one weight row at a time, streamed as at
 // M = 1, against kFewCols activation rows, so each weight byte is read and unpacked once per
 // call (4 x 4 tiles read 4 rows' streams side by side at ~5 GB/s a core; one row at a time
-// was 1.5-2.6x faster at M = 8, K = 2048, and slower at K = 8192, where 8 activation rows
+// was 1.3-2.8x faster at M = 8, K = 2048, and slower at K = 8192, where 8 activation rows
 // overflow L1). More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still no slower
 // than 4 x 2 or 4 x 3, and faster for q6k).
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
