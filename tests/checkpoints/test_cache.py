@@ -43,6 +43,28 @@ def test_second_load_comes_from_the_cache(tiny_gguf):
         t1.bos_id, t1.eos_ids, t1.pad_id, t1.add_bos, t1.chat_template)
 
 
+def mapped_ranges(path):
+    """The address ranges at which this process maps `path` (/proc/self/maps)."""
+    real, out = os.path.realpath(path), []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].strip() == real:
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                out.append((lo, hi))
+    return out
+
+
+def test_first_load_runs_from_the_memory_mapped_entry(tiny_gguf):
+    """A conversion's own tensors are dropped for the entry it wrote, so that a first run
+    does not hold the weights twice (the converted copy and the file's pages)."""
+    first = load(tiny_gguf)
+    ranges = mapped_ranges(first.cache_path / "model.safetensors")
+    assert ranges
+    for k, v in first.state_dict.items():
+        assert any(lo <= v.data_ptr() < hi for lo, hi in ranges), k
+
+
 def test_key_covers_dtype_and_file_changes(tiny_gguf):
     load(tiny_gguf)
     load(tiny_gguf, dtype=torch.bfloat16)

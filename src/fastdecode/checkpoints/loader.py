@@ -113,6 +113,12 @@ def _load_gguf(path: Path, dtype: torch.dtype, use_cache: bool, weights: str) ->
     written = cache.write_entry(directory, path, entry)
     if written:
         log.info("cached converted copy of %s at %s", path.name, directory)
+        # Run from the memory-mapped copy just written, as a warm load does, so that the
+        # converted tensors can be freed (the caller hands their pages back to the OS).
+        try:
+            entry = cache.read_entry(directory, path) or entry
+        except cache.CorruptEntry:
+            pass
     return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                       cache_path=directory if written else None, weights_summary=entry.weights_summary)
 

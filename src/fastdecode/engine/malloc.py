@@ -12,11 +12,16 @@ pages: the process keeps up to twice the largest step block free instead.
 A thread other than the main one gets an arena of its own, whose heaps (64 MiB at most)
 are unmapped as soon as they empty, whatever the thresholds; the server's engine thread
 therefore shares the main arena (`share_main_arena`, before that thread starts).
+
+The opposite holds after a one-off burst, such as converting a checkpoint on its first
+load: its freed blocks would stay resident for the whole run, next to the memory-mapped
+copy that replaced them (`release_free_memory`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 from typing import Callable, Optional
 
@@ -57,3 +62,15 @@ def keep_freed_blocks(largest: int) -> bool:
         return False
     _applied = size
     return True
+
+
+def release_free_memory() -> bool:
+    """Hand the free pages of every arena back to the OS (glibc's malloc_trim), after
+    collecting reference cycles that may still hold large tensors. False elsewhere."""
+    try:
+        f = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    f.argtypes, f.restype = [ctypes.c_size_t], ctypes.c_int
+    gc.collect()
+    return bool(f(0))
