@@ -357,6 +357,21 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   if (copy) buf.kv.resize(jb * D);
   const __m256 scale = _mm256_set1_ps(a.scale);
 
+  // f over each block of keys [c0, c1) that some row visits, read from src (K or V) as
+  // stored, or (copy) first converted to float32 rows D apart.
+  auto each_block = [&](const T* src, auto&& f) {
+    for (int64_t j0 = lo; j0 < hi; j0 += jb) {
+      int64_t c0, c1;
+      block_span(buf.rows, j0, std::min(hi, j0 + jb), c0, c1);
+      if (c0 >= c1) continue;
+      if (copy) {
+        to_f32<Fmt>(src, ks, c0, c1, D, buf.kv.data());
+        f.template operator()<F32>(buf.kv.data(), D, c0, c0, c1);
+      } else {
+        f.template operator()<Fmt>(src, ks, 0, c0, c1);
+      }
+    }
+  };
   // The scores of keys [c0, c1) of K (format U, key j at kp + (j - k0) st) for every token.
   auto scores = [&]<class U>(const typename U::T* kp, int64_t st, int64_t k0, int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < n_rows; r += nh) {
@@ -371,17 +386,7 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       });
     }
   };
-  for (int64_t j0 = lo; j0 < hi; j0 += jb) {
-    int64_t c0, c1;
-    block_span(buf.rows, j0, std::min(hi, j0 + jb), c0, c1);
-    if (c0 >= c1) continue;
-    if (copy) {
-      to_f32<Fmt>(kb, ks, c0, c1, D, buf.kv.data());
-      scores.template operator()<F32>(buf.kv.data(), D, c0, c0, c1);
-    } else {
-      scores.template operator()<Fmt>(kb, ks, 0, c0, c1);
-    }
-  }
+  each_block(kb, scores);
   buf.inv.resize(n_rows);
   for (int64_t r = 0; r < n_rows; ++r) {
     buf.inv[r] = softmax(buf.rows[r]);
@@ -403,17 +408,7 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       });
     }
   };
-  for (int64_t j0 = lo; j0 < hi; j0 += jb) {
-    int64_t c0, c1;
-    block_span(buf.rows, j0, std::min(hi, j0 + jb), c0, c1);
-    if (c0 >= c1) continue;
-    if (copy) {
-      to_f32<Fmt>(vb, ks, c0, c1, D, buf.kv.data());
-      values.template operator()<F32>(buf.kv.data(), D, c0, c0, c1);
-    } else {
-      values.template operator()<Fmt>(vb, ks, 0, c0, c1);
-    }
-  }
+  each_block(vb, values);
   for (int64_t r = 0; r < n_rows; ++r) {
     float* y = buf.rows[r].y;
     const __m256 iv = _mm256_set1_ps(buf.inv[r]);
