@@ -426,28 +426,28 @@ void run(const Args& a, const fd::AttentionTiles& p, std::atomic<int64_t>& next)
 
 fd::AttentionTiles fd::attention_tiles(const AttentionArgs& a, int threads) {
   const int64_t groups = a.B * a.Hkv;
+  AttentionTiles p{0, 0};
   if (a.kv != kKvQ8_0) {
     // Two tokens per tile: on one thread 2 to 16 ran alike (a tile's tokens read each
     // K/V block from L1/L2 after the first), and small tiles even out the threads'
     // shares; one when two leave under four tiles per thread.
     int64_t blocks = (a.T + 1) / 2;
     while (blocks < a.T && groups * blocks < 4 * static_cast<int64_t>(threads)) ++blocks;
-    AttentionTiles p{(a.T + blocks - 1) / blocks, 0};
-    p.count = groups * ((a.T + p.tokens - 1) / p.tokens);
-    return p;
-  }
-  // q8_0 converts each K/V block once per tile (tile, kCopy), so more tokens share that,
-  // up to a cap that keeps the tile's scores (tokens x heads x L floats) within 512 KB
-  // of L2. Among the splits under the cap, the one whose busiest thread has the least
-  // work, counting a tile's conversion as one more token.
-  const int64_t nh = a.H / a.Hkv, th = std::max(1, threads);
-  const int64_t cap = std::clamp<int64_t>(131072 / (nh * std::max<int64_t>(a.L, 1)), 1, 16);
-  AttentionTiles p{a.T, 0};
-  int64_t best = std::numeric_limits<int64_t>::max();
-  for (int64_t blocks = (a.T + cap - 1) / cap; blocks <= a.T; ++blocks) {
-    const int64_t tokens = (a.T + blocks - 1) / blocks, tiles = groups * ((a.T + tokens - 1) / tokens);
-    const int64_t cost = (tiles + th - 1) / th * (tokens + 1);
-    if (cost < best) best = cost, p.tokens = tokens;
+    p.tokens = (a.T + blocks - 1) / blocks;
+  } else {
+    // q8_0 converts each K/V block once per tile (tile, kCopy), so more tokens share that,
+    // up to a cap that keeps the tile's scores (tokens x heads x L floats) within 512 KB
+    // of L2. Among the splits under the cap, the one whose busiest thread has the least
+    // work, counting a tile's conversion as one more token.
+    const int64_t nh = a.H / a.Hkv, th = std::max(1, threads);
+    const int64_t cap = std::clamp<int64_t>(131072 / (nh * std::max<int64_t>(a.L, 1)), 1, 16);
+    int64_t best = std::numeric_limits<int64_t>::max();
+    p.tokens = a.T;
+    for (int64_t blocks = (a.T + cap - 1) / cap; blocks <= a.T; ++blocks) {
+      const int64_t tokens = (a.T + blocks - 1) / blocks, tiles = groups * ((a.T + tokens - 1) / tokens);
+      const int64_t cost = (tiles + th - 1) / th * (tokens + 1);
+      if (cost < best) best = cost, p.tokens = tokens;
+    }
   }
   p.count = groups * ((a.T + p.tokens - 1) / p.tokens);
   return p;
