@@ -68,7 +68,7 @@ def test_gemma3_gguf_quantized_runs_the_engine_past_the_window(tmp_path):
     path = write_gguf(tmp_path / "q.gguf", tensors, arch="gemma3", n_layers=3, extra=GEMMA3_META, quant=quant)
     # float32 KV, as the cache-free forward keeps k/v
     llm = fastdecode.load(str(path), max_seq_len=128, max_batch_size=2, kv_dtype="float32")
-    assert "Q8_0->q8" in llm.weights_summary and "Q4_0->q4" in llm.weights_summary
+    assert "Q8_0->q8" in llm.weights_summary and "Q4_0->q4s" in llm.weights_summary
     prompt = TOKENS[0].tolist()
     got = llm.generate([prompt], max_new_tokens=16, min_new_tokens=16, temperature=0)[0].token_ids
     ids = list(prompt)

@@ -83,7 +83,7 @@ def test_kernel_matches_dequantized_matmul(isa, qtype, n):
         assert torch.equal(y, ref)
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q8_0, T.Q4_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q4_1, T.Q8_0, T.Q4_K], ids=lambda t: t.name)
 def test_row_result_does_not_depend_on_m(isa, qtype):
     """A row's output is bit-identical whether it is computed alone or in a batch (M = 1..64)."""
     n, k = 70, 512

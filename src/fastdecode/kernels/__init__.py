@@ -358,6 +358,10 @@ def _register_fakes() -> None:
     def _(x, qweight, qhigh, scales):
         return x.new_empty(x.shape[0], qweight.shape[0])
 
+    @torch.library.register_fake("fastdecode::q4s_linear")
+    def _(x, qweight, scales):
+        return x.new_empty(x.shape[0], qweight.shape[0])
+
     @torch.library.register_fake("fastdecode::attention")
     def _(q, k, v, input_pos, rows, window, scale):
         return q.new_empty(q.shape)

@@ -48,11 +48,11 @@ AttentionTiles attention_tiles(const AttentionArgs& a, int threads);
 void attention_run(const AttentionArgs& a, const AttentionTiles& tiles, std::atomic<int64_t>& next);
 
 // The quantized matmuls (quant_kernel.h), once per instruction set. Layouts: quant/formats.py.
-enum Layout : int { kQ4 = 0, kQ8 = 1, kQ4K = 2, kQ5K = 3, kQ6K = 4, kQ5 = 5, kQ5S = 6 };
+enum Layout : int { kQ4 = 0, kQ8 = 1, kQ4K = 2, kQ5K = 3, kQ6K = 4, kQ5 = 5, kQ5S = 6, kQ4S = 7 };
 
 struct QuantArgs {
   Layout layout;
-  bool half;  // q4, q8: scales (and mins) float16, else float32
+  bool half;  // q4, q8: scales (and mins) float16, else float32 (the other layouts: float16)
   const uint8_t* q;  // qweight, qs bytes per row
   int64_t qs;
   const uint8_t* qh;  // qhigh (q5k, q6k, q5, q5s), qhs bytes per row

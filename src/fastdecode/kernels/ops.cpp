@@ -121,7 +121,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // ---------------------------------------------------------------------------
 // Matmuls on block-quantized weights, for every M (decode, batches, prefill).
 //
-// Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s), K a multiple of
+// Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s, q4s), K a multiple of
 // 32, each row's blocks in groups of 8 lanes. Activations are quantized once per call to
 // int8 blocks of 32 (one scale per block), as llama.cpp does, so the inner loop is an
 // int8 dot product.
@@ -238,19 +238,20 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
 }
 
 // The layouts beyond q4/q8 (quant/formats.py): q4k (qweight, sc, mn, d, dmin), q5k (+ qhigh),
-// q6k (qweight, qhigh, sc, d), K a multiple of 256; q5 (qweight, qhigh, scales, mins) and q5s
-// (qweight, qhigh, scales), K a multiple of 32.
+// q6k (qweight, qhigh, sc, d), K a multiple of 256; q5 (qweight, qhigh, scales, mins), q5s
+// (qweight, qhigh, scales) and q4s (qweight, scales), K a multiple of 32.
 at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
                    const at::Tensor& sc, const at::Tensor* mn, const at::Tensor& d, const at::Tensor* dmin) {
   const char* op = layout == fd::kQ4K   ? "q4k_linear"
                    : layout == fd::kQ5K ? "q5k_linear"
                    : layout == fd::kQ6K ? "q6k_linear"
                    : layout == fd::kQ5  ? "q5_linear"
-                                        : "q5s_linear";
+                   : layout == fd::kQ5S ? "q5s_linear"
+                                        : "q4s_linear";
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(), op,
               ": x must be a float32 CPU matrix [M, K]");
   const int64_t K = x.size(1), N = q.size(0), nb = K / 32;
-  const bool q5 = layout == fd::kQ5 || layout == fd::kQ5S;
+  const bool q5 = layout == fd::kQ5 || layout == fd::kQ5S || layout == fd::kQ4S;  // float16 scales per block
   const int64_t mult = q5 ? 32 : 256;
   TORCH_CHECK(K % mult == 0, op, ": K=", K, " must be a multiple of ", mult);
   auto expect = [&](const at::Tensor* t, const char* name, at::ScalarType dtype, int64_t cols) {
@@ -310,6 +311,10 @@ at::Tensor q5_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
 at::Tensor q5s_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qhigh,
                       const at::Tensor& scales) {
   return klinear(fd::kQ5S, x, qweight, &qhigh, scales, nullptr, scales, nullptr);
+}
+
+at::Tensor q4s_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales) {
+  return klinear(fd::kQ4S, x, qweight, nullptr, scales, nullptr, scales, nullptr);
 }
 
 }  // namespace
@@ -407,6 +412,11 @@ extern "C" AOTITorchError aoti_torch_cpu_q5s_linear(AtenTensorHandle x, AtenTens
       { *ret0 = new_tensor_handle(q5s_linear(FD_T(x), FD_T(w), FD_T(qh), FD_T(s))); });
 }
 
+extern "C" AOTITorchError aoti_torch_cpu_q4s_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle s,
+                                                    AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ *ret0 = new_tensor_handle(q4s_linear(FD_T(x), FD_T(w), FD_T(s))); });
+}
+
 #undef FD_T
 
 TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
@@ -418,6 +428,7 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("q6k_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor sc, Tensor d) -> Tensor");
   m.def("q5_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor scales, Tensor mins) -> Tensor");
   m.def("q5s_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor scales) -> Tensor");
+  m.def("q4s_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale) -> Tensor");
 }
@@ -431,6 +442,7 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("q6k_linear", &q6k_linear);
   m.impl("q5_linear", &q5_linear);
   m.impl("q5s_linear", &q5s_linear);
+  m.impl("q4s_linear", &q4s_linear);
   m.impl("rms_norm", &rms_norm);
   m.impl("attention", &attention);
 }

@@ -31,5 +31,6 @@ static void dispatch(const Args& a, int64_t n0, int64_t n1) {
     case kQ6K: return run_layout<kQ6K, uint16_t>(a, n0, n1);
     case kQ5: return run_layout<kQ5, uint16_t>(a, n0, n1);
     case kQ5S: return run_layout<kQ5S, uint16_t>(a, n0, n1);
+    case kQ4S: return run_layout<kQ4S, uint16_t>(a, n0, n1);
   }
 }

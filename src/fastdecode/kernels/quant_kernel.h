@@ -20,7 +20,7 @@
 //
 // I_b per layout (q: the stored unsigned values; x: int8 activations):
 //   q4, q4k (0..15), q5, q5k (0..31): sum q x
-//   q5s: sum q x - 16 sum x;  q8 (signed w): sum w x
+//   q4s: sum q x - 8 sum x;  q5s: sum q x - 16 sum x;  q8 (signed w): sum w x
 //   q6k: sc_lo (sum_lo q x - 32 sum_lo x) + sc_hi (sum_hi q x - 32 sum_hi x) over the
 //        block's two 16-value halves (sub-steps 0-3 and 4-7): |I_b| < 2^24.
 
@@ -29,7 +29,7 @@
 
 using Args = ::fd::QuantArgs;
 constexpr int kQ4 = ::fd::kQ4, kQ8 = ::fd::kQ8, kQ4K = ::fd::kQ4K, kQ5K = ::fd::kQ5K, kQ6K = ::fd::kQ6K,
-              kQ5 = ::fd::kQ5, kQ5S = ::fd::kQ5S;
+              kQ5 = ::fd::kQ5, kQ5S = ::fd::kQ5S, kQ4S = ::fd::kQ4S;
 
 template <int L>
 constexpr bool kPlane5 = L == kQ5K || L == kQ5 || L == kQ5S;
@@ -43,14 +43,17 @@ constexpr int64_t kGroupBytes = L == kQ8 ? 256 : 128;
 template <int L>
 constexpr int64_t kHighBytes = L == kQ6K ? 64 : kPlane5<L> ? 32 : 0;
 template <int L, typename S>
-constexpr int64_t kScaleBytes = (L == kQ4 || L == kQ8) ? sizeof(S) : (L == kQ5 || L == kQ5S) ? 2 : 1;
+constexpr int64_t kScaleBytes = (L == kQ4 || L == kQ8) ? sizeof(S) : (L == kQ5 || L == kQ5S || L == kQ4S) ? 2 : 1;
+// Layouts whose values are offset (q - 8, q - 16): the activations' block sums take the offset.
+template <int L>
+constexpr int kOffsetShift = L == kQ4S ? 3 : L == kQ5S ? 4 : 0;
 template <int L>
 constexpr int64_t kScalesPerGroup = L == kQ6K ? 16 : 8;
 #if !FD_VNNI
 // AVX2: maddubs's int16 pair sums are added in int16 for this many sub-steps before
 // madd widens them (each pair is at most 2 * qmax * 127; the run stays below 2^15).
 template <int L>
-constexpr int kRun = (L == kQ4 || L == kQ4K) ? 8 : L == kQ8 ? 1 : L == kQ6K ? 2 : 4;
+constexpr int kRun = (L == kQ4 || L == kQ4S || L == kQ4K) ? 8 : L == kQ8 ? 1 : L == kQ6K ? 2 : 4;
 #endif
 
 #define FD_INLINE inline __attribute__((always_inline))
@@ -84,7 +87,7 @@ static inline Row row_at(const Args& a, int64_t n) {
              (kKQuant<L> && L != kQ6K) ? a.dmin + n * (a.nb / 8) : nullptr};
 }
 
-// A last group of g < 8 blocks (q4, q8, q5, q5s only: the K-quants' K is a multiple of 256)
+// A last group of g < 8 blocks (q4, q4s, q8, q5, q5s only: the K-quants' K is a multiple of 256)
 // is stored packed: its 32-byte units hold 4 g bytes each, one 4-byte lane per block. It is
 // read with masked loads, so the empty lanes hold zeros, as the twin's zero padding does.
 static FD_INLINE __m256i lanes_below(int g) {
@@ -153,7 +156,7 @@ static inline __m256 wscales(const Row& w, int64_t G, int g) {
   constexpr int64_t es = kScaleBytes<L, S>;
   if constexpr (L == kQ6K) return _mm256_set1_ps(_cvtsh_ss(w.d[G]));
   else if constexpr (kKQuant<L>) return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), bytes8_ps(w.sc + 8 * G));
-  else if constexpr (L == kQ5 || L == kQ5S) return scales8_at<uint16_t, T>(w.sc + es * 8 * G, g);
+  else if constexpr (L == kQ5 || L == kQ5S || L == kQ4S) return scales8_at<uint16_t, T>(w.sc + es * 8 * G, g);
   else return scales8_at<S, T>(w.sc + es * 8 * G, g);
 }
 
@@ -266,7 +269,7 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
     const int64_t at = x.at(m + c, G);
     const __m256 xd = _mm256_loadu_ps(x.d + at);
     __m256i slo = _mm256_setzero_si256(), shi = slo;
-    if constexpr (L == kQ6K || L == kQ5S || (L == kQ8 && FD_VNNI)) {
+    if constexpr (L == kQ6K || kOffsetShift<L> > 0 || (L == kQ8 && FD_VNNI)) {
       slo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums + 2 * at));
       shi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums + 2 * at + 8));
     }
@@ -275,8 +278,8 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
       if constexpr (L == kQ6K) {
         I = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(ilo[r][c], _mm256_slli_epi32(slo, 5)), sclo[r]),
                              _mm256_mullo_epi32(_mm256_sub_epi32(ihi[r][c], _mm256_slli_epi32(shi, 5)), schi[r]));
-      } else if constexpr (L == kQ5S) {
-        I = _mm256_sub_epi32(I, _mm256_slli_epi32(_mm256_add_epi32(slo, shi), 4));
+      } else if constexpr (kOffsetShift<L> > 0) {
+        I = _mm256_sub_epi32(I, _mm256_slli_epi32(_mm256_add_epi32(slo, shi), kOffsetShift<L>));
       } else if constexpr (L == kQ8 && FD_VNNI) {
         I = _mm256_sub_epi32(I, _mm256_slli_epi32(_mm256_add_epi32(slo, shi), 7));
       }

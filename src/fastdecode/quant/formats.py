@@ -15,7 +15,7 @@ blocks (every group before the last is full, g = 8):
 
     bytes:    8 sub-steps x 4g bytes (q8)
     nibbles:  4 chunks x 4g bytes; chunk c holds sub-step c in its low nibbles
-              and sub-step c + 4 in its high ones (q4, q4k, q5k, q5, q5s, q6k's
+              and sub-step c + 4 in its high ones (q4, q4s, q4k, q5k, q5, q5s, q6k's
               low 4 bits), so sub-steps 0-3 are each block's values 0..15
     plane5:   4g bytes; bit i of byte l is the fifth bit of sub-step i's byte l
     plane6:   2 x 4g bytes; bits 2i', 2i' + 1 of byte l of half h are the top two
@@ -44,12 +44,14 @@ Bits per weight count every byte stored:
     q5  (6 bpw; Q5_1) q4's qweight, float16 scales and mins [N, K/32], and
         qhigh uint8 [N, K/8]     plane5; w = scale * q + min, q in 0..31
     q5s (5.5 bpw; Q5_0) q5 without mins; w = scale * (q - 16)
+    q4s (4.5 bpw; Q4_0) q4 without mins, float16 scales; w = scale * (q - 8)
 
 GGUF types and what they become (`GGUF_LAYOUTS`); "exact" means dequantizing
 the packed form gives bit-identical float32 values to dequantizing the file
 (every packing is a permutation of the file's values plus its scales):
 
-    Q4_0  -> q4, float16 scales, min = -8 * scale      exact
+    Q4_0  -> q4s                                       exact (the kernels take the -8 through
+                                                       the activations' block sums, as for q5s)
     Q4_1  -> q4, float16 scales and mins               exact
     Q4_K  -> q4k                                       exact (scales unpacked)
     Q5_K  -> q5k                                       exact
@@ -75,7 +77,8 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
-LAYOUT_VERSION = 5  # bump when a layout changes; cached conversions are rebuilt (5: lane order)
+# Bump when a layout changes; cached conversions are rebuilt (5: lane order; 6: Q4_0 as q4s).
+LAYOUT_VERSION = 6
 BLOCK = 32
 GROUP = 8  # blocks per lane group (the kernels' 8 lanes)
 SUPER = 256  # the K-quants' super-blocks
@@ -90,6 +93,7 @@ LAYOUT_TENSORS: dict[str, tuple[str, ...]] = {
     "q6k": ("qweight", "qhigh", "sc", "d"),
     "q5": ("qweight", "qhigh", "scales", "mins"),
     "q5s": ("qweight", "qhigh", "scales"),
+    "q4s": ("qweight", "scales"),
 }
 # The K-quant layouts' tensors have fixed dtypes (q4/q8 scales are float16 or float32).
 _DTYPES = {"qhigh": torch.uint8, "sc": torch.uint8, "mn": torch.uint8, "d": torch.float16, "dmin": torch.float16}
@@ -102,7 +106,7 @@ class Mapping:
 
 
 GGUF_LAYOUTS: dict[T, Mapping] = {
-    T.Q4_0: Mapping("q4", True), T.Q4_1: Mapping("q4", True), T.Q4_K: Mapping("q4k", True),
+    T.Q4_0: Mapping("q4s", True), T.Q4_1: Mapping("q4", True), T.Q4_K: Mapping("q4k", True),
     T.Q8_0: Mapping("q8", True), T.Q5_0: Mapping("q5s", True),
     T.Q5_1: Mapping("q5", True), T.Q5_K: Mapping("q5k", True), T.Q6_K: Mapping("q6k", True),
 }
@@ -110,20 +114,20 @@ GGUF_LAYOUTS: dict[T, Mapping] = {
 
 def layout_of(tensors: dict[str, Tensor]) -> str:
     """The layout of a packed tensor group, from which tensors it has (and qweight's dtype)."""
-    for layout in ("q5k", "q4k", "q6k", "q5", "q5s"):
+    for layout in ("q5k", "q4k", "q6k", "q5", "q5s", "q4"):
         if set(LAYOUT_TENSORS[layout]) == set(tensors):
             return layout
-    return "q4" if tensors["qweight"].dtype == torch.uint8 else "q8"
+    return "q4s" if tensors["qweight"].dtype == torch.uint8 else "q8"
 
 
 def tensor_dtypes(layout: str, scale_dtype: Optional[torch.dtype] = None) -> dict[str, torch.dtype]:
-    """Each tensor's dtype in `layout` (scale_dtype: q4/q8's scales and mins)."""
+    """Each tensor's dtype in `layout` (scale_dtype: q4/q8's scales and mins; the others' are float16)."""
     out = {}
     for name in LAYOUT_TENSORS[layout]:
         if name == "qweight":
             out[name] = torch.int8 if layout == "q8" else torch.uint8
         elif name in ("scales", "mins"):
-            out[name] = scale_dtype or torch.float16
+            out[name] = (scale_dtype if layout in ("q4", "q8") else None) or torch.float16
         else:
             out[name] = torch.int8 if (layout, name) == ("q6k", "sc") else _DTYPES[name]
     return out
@@ -140,6 +144,8 @@ def packed_shapes(layout: str, n: int, k: int) -> dict[str, tuple[int, ...]]:
         return {"qweight": (n, k // 2), "scales": (n, nb), "mins": (n, nb)}
     if layout == "q8":
         return {"qweight": (n, k), "scales": (n, nb)}
+    if layout == "q4s":
+        return {"qweight": (n, k // 2), "scales": (n, nb)}
     if layout in ("q5", "q5s"):
         out = {"qweight": (n, k // 2), "qhigh": (n, k // 8), "scales": (n, nb), "mins": (n, nb)}
         if layout == "q5s":
@@ -291,14 +297,6 @@ def _f16(b: np.ndarray, at: int) -> np.ndarray:
     return np.ascontiguousarray(b[:, at:at + 2]).view(np.float16)  # [blocks, 1]
 
 
-def _fp16_or_fp32(scales: np.ndarray, mins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Float32 arrays -> float16 when that is exact for both, else kept float32."""
-    s16, m16 = scales.astype(np.float16), mins.astype(np.float16)
-    if np.array_equal(s16.astype(np.float32), scales) and np.array_equal(m16.astype(np.float32), mins):
-        return s16, m16
-    return scales, mins
-
-
 def _nibble_values(qs: np.ndarray) -> np.ndarray:
     """GGUF's 16 bytes per block of 32 (low nibbles: values 0..15, high: 16..31) -> [blocks, 32]."""
     return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
@@ -336,9 +334,7 @@ def _gguf_fields(b: np.ndarray, qtype: T, n: int) -> dict[str, np.ndarray]:
     """A GGUF tensor's blocks -> its values [n, K] and scale fields [n, *] (numpy)."""
     if qtype in (T.Q4_0, T.Q4_1, T.Q8_0, T.Q5_0, T.Q5_1):
         if qtype == T.Q4_0:
-            d = _f16(b, 0).astype(np.float32)
-            s, m = _fp16_or_fp32(d, -8 * d)
-            out = {"values": _nibble_values(b[:, 2:18]), "scales": s, "mins": m}
+            out = {"values": _nibble_values(b[:, 2:18]), "scales": _f16(b, 0)}
         elif qtype == T.Q4_1:
             out = {"values": _nibble_values(b[:, 4:20]), "scales": _f16(b, 0), "mins": _f16(b, 2)}
         elif qtype == T.Q8_0:
@@ -433,7 +429,7 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
 # -- layouts -> float (the reference) --------------------------------------------------------
 
 def kquant_values(t: dict[str, Tensor]) -> Tensor:
-    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s group [..., K] (uint8, row order)."""
+    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s/q4s group [..., K] (uint8, row order)."""
     vals = unpack_q4(t["qweight"])
     nb = vals.shape[-1] // BLOCK
     if "sc" in t and "mn" not in t:  # q6k
@@ -455,16 +451,25 @@ def kquant_scales(t: dict[str, Tensor]) -> tuple[Tensor, Optional[Tensor]]:
     return scale, -(t["dmin"].float().repeat_interleave(per, dim=-1) * t["mn"].float())
 
 
+def value_offset(t: dict[str, Tensor]) -> int:
+    """What the stored values of a packed group are offset by: q5s 16, q4s 8, the rest 0
+    (their zero point is a min, or they are signed)."""
+    if "mins" in t or "scales" not in t or t["qweight"].dtype != torch.uint8:
+        return 0
+    return 16 if "qhigh" in t else 8
+
+
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
     """Packed rows [..., K] back to float (float32 math, then `dtype`)."""
-    if "qhigh" in t and "scales" in t:  # q5: scale * q + min; q5s: scale * (q - 16)
+    offset = value_offset(t)
+    if offset or ("qhigh" in t and "scales" in t):  # q5: scale * q + min; q5s, q4s: scale * (q - offset)
         vals = kquant_values(t)
         shape = vals.shape
         v = vals.float().reshape(*shape[:-1], -1, BLOCK)
         if "mins" in t:
             w = t["scales"].float()[..., None] * v + t["mins"].float()[..., None]
         else:
-            w = t["scales"].float()[..., None] * (v - 16)
+            w = t["scales"].float()[..., None] * (v - offset)
         return w.reshape(shape).to(dtype)
     if "d" in t:  # q4k, q5k, q6k: the gguf package's operations, in its order
         vals = kquant_values(t)

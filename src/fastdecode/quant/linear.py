@@ -1,8 +1,8 @@
 """Modules whose weights stay block-quantized: `QuantLinear`, `QuantEmbedding`, `SplitLinear`.
 
 The first two hold the packed tensors of `formats.py` as buffers (the layout's
-`LAYOUT_TENSORS`: qweight, scales and, for q4, mins; the K-quant layouts'
-qweight, qhigh, sc, mn, d, dmin), so the state dict is the packed form.
+`LAYOUT_TENSORS`: qweight, scales and, for q4, mins; the other layouts' qweight,
+qhigh, scales, sc, mn, d, dmin as they have them), so the state dict is the packed form.
 `native` picks the C++ kernel or its PyTorch twin (`reference.qlinear`,
 `reference.klinear`); the transform in `transform.py` sets it once, at load.
 `SplitLinear` runs a fused group (wqkv, w13) whose parts have different
@@ -21,7 +21,7 @@ from .formats import LAYOUT_TENSORS, dequantize, packed_shapes, tensor_dtypes
 
 # The op each layout's matmul calls (torch.ops.fastdecode.<op>).
 LAYOUT_OPS = {"q4": "q4_linear", "q8": "q8_linear", "q4k": "q4k_linear", "q5k": "q5k_linear", "q6k": "q6k_linear",
-              "q5": "q5_linear", "q5s": "q5s_linear"}
+              "q5": "q5_linear", "q5s": "q5s_linear", "q4s": "q4s_linear"}
 
 
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor], native: bool) -> Tensor:
@@ -59,8 +59,8 @@ class _Packed(nn.Module):
         self.scale_dtype = dtypes.get("scales", torch.float16)
         for name, shape in packed_shapes(layout, n, k).items():
             self.register_buffer(name, torch.empty(shape, dtype=dtypes[name], device=device))
-        if layout == "q8":
-            self.mins = None
+        if layout in ("q8", "q4s"):
+            self.mins = None  # (tensor parallelism slices scales and mins alike)
 
     def packed(self) -> dict[str, Tensor]:
         return {name: getattr(self, name) for name in self.names}

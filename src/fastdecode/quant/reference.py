@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .formats import BLOCK, GROUP, kquant_scales, kquant_values, q6_scales_in_rows, unpack_q4, unpack_q8
+from .formats import BLOCK, GROUP, kquant_scales, kquant_values, q6_scales_in_rows, unpack_q4, unpack_q8, value_offset
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
 
@@ -88,9 +88,10 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] =
 
 
 def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
-    """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5 or q5s weight group `t`, as the kernels compute it.
+    """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s or q4s weight group `t`, as the kernels
+    compute it.
 
-    q5 is q4 with a fifth bit, q5s q8 with values q - 16; q4k/q5k are q4 with each
+    q5 is q4 with a fifth bit, q5s and q4s q8 with values q - 16 and q - 8; q4k/q5k are q4 with each
     block's float32 scale d * sc and minimum -(dmin * mn) formed from the stored bytes
     (exact products, the values an fp32 q4 repack would store), so the operations are
     `qlinear`'s. q6k: I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi (q - 32) x, its
@@ -99,9 +100,9 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     N, K = t["qweight"].shape[0], x.shape[1]
     nb = K // BLOCK
     vals = kquant_values(t).float().reshape(N, nb, BLOCK)
-    if "scales" in t:  # q5 (as qlinear's q4) and q5s (as q8, with q - 16)
+    if "scales" in t:  # q5 (as qlinear's q4), q5s and q4s (as q8, with q - 16 and q - 8)
         mins = t["mins"].float() if "mins" in t else None
-        return _matmul(x, vals - (0 if mins is not None else 16), t["scales"].float(), mins, None)
+        return _matmul(x, vals - value_offset(t), t["scales"].float(), mins, None)
     if "mn" not in t:  # q6k
         sc = q6_scales_in_rows(t["sc"]).float().reshape(N, nb, 2)
         ws = t["d"].float().repeat_interleave(GROUP, dim=-1)  # each block's super-block d
