@@ -126,10 +126,12 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
 def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama", n_layers: int = 2,
                quant: Optional[dict[str, "gguf.GGMLQuantizationType"]] = None, tokens: Optional[list[str]] = None,
                add_bos: Optional[bool] = False, tokenizer_model: str = "gpt2", extra: Optional[dict] = None,
-               head_dim: int = 16) -> Path:
+               head_dim: int = 16, dim: int = 64, hidden_dim: int = 96, n_heads: int = 4,
+               n_kv_heads: int = 2) -> Path:
     """Write a tiny GGUF: llama-style metadata, a byte-level tokenizer and `tensors`.
 
-    `quant` maps tensor names to a type to store them in (quantized with gguf.quants).
+    `quant` maps tensor names to a type to store them in (quantized with gguf.quants; a
+    uint8 array is taken as that type's blocks already, [rows, bytes per row]).
     """
     from gguf import GGMLQuantizationType as T
     from gguf import quants
@@ -137,10 +139,10 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
     w = gguf.GGUFWriter(str(path), arch)
     w.add_uint32(f"{arch}.block_count", n_layers)
     w.add_uint32(f"{arch}.context_length", 128)
-    w.add_uint32(f"{arch}.embedding_length", 64)
-    w.add_uint32(f"{arch}.feed_forward_length", 96)
-    w.add_uint32(f"{arch}.attention.head_count", 4)
-    w.add_uint32(f"{arch}.attention.head_count_kv", 2)
+    w.add_uint32(f"{arch}.embedding_length", dim)
+    w.add_uint32(f"{arch}.feed_forward_length", hidden_dim)
+    w.add_uint32(f"{arch}.attention.head_count", n_heads)
+    w.add_uint32(f"{arch}.attention.head_count_kv", n_kv_heads)
     w.add_float32(f"{arch}.rope.freq_base", 10000.0)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
     w.add_uint32(f"{arch}.rope.dimension_count", head_dim)
@@ -174,6 +176,8 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
             w.add_tensor(name, a.astype(np.float32))
         elif qtype == T.F16:
             w.add_tensor(name, a.astype(np.float16))
+        elif a.dtype == np.uint8:
+            w.add_tensor(name, a, raw_dtype=qtype)
         else:
             w.add_tensor(name, quants.quantize(a.astype(np.float32), qtype), raw_dtype=qtype)
     w.write_header_to_file()

@@ -4,11 +4,15 @@ Parsing a GGUF's metadata and dequantizing its tensors takes seconds; reading
 the converted copy back takes a fraction of that. Each entry is a directory
 
     <root>/converted/<file stem>-<key>/
-        model.safetensors     weights in the requested dtype, or packed for the
-                              quantized kernels (weights="auto"), our key names
-        tokenizer_state.json  the tokenizer plus BOS/EOS/chat settings
-        meta.json             format and layout versions, source, ModelArgs, file sizes,
-                              which tensors are stored fused (read back as row views)
+        model-NNNNN.safetensors  weights in the requested dtype, or packed for the
+                                 quantized kernels (weights="auto"), our key names; one
+                                 file per part of the conversion (a layer, then the rest),
+                                 each written as soon as it is converted, so a conversion
+                                 holds one part in memory, not the model
+        tokenizer_state.json     the tokenizer plus BOS/EOS/chat settings
+        meta.json                format and layout versions, source, ModelArgs, the files
+                                 and their sizes, which tensors are stored fused (read
+                                 back as row views); written last
 
 keyed by (format version, layout version, absolute source path, size, mtime, dtype, weights). An
 entry packed for another layout version (`quant.LAYOUT_VERSION`) is rebuilt. An entry is
@@ -29,7 +33,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Iterable, Optional
 
 import torch
 from safetensors import SafetensorError
@@ -42,8 +46,9 @@ from ..quant.formats import LAYOUT_VERSION, SUFFIXES
 from .hf_tokenizer import HFTokenizer
 from .keys import check_state_dict
 
-FORMAT_VERSION = 2  # 2: the matrices the model fuses are stored fused ("fused" in meta.json)
-_FILES = ("model.safetensors", "tokenizer_state.json")
+# 2: the matrices the model fuses are stored fused ("fused" in meta.json); 3: one weights file per part
+FORMAT_VERSION = 3
+_TOKENIZER = "tokenizer_state.json"
 log = logging.getLogger("fastdecode.checkpoints")
 
 
@@ -88,15 +93,17 @@ def read_entry(directory: Path, source: Path) -> Optional[Entry]:
         if meta.get("layout_version") != LAYOUT_VERSION:
             raise CorruptEntry(f"packed for kernel layout version {meta.get('layout_version')}, "
                                f"this fastdecode uses {LAYOUT_VERSION}")
-        for name in _FILES:
+        for name, expected in meta["sizes"].items():
             size = (directory / name).stat().st_size
-            if size != meta["sizes"][name]:
-                raise CorruptEntry(f"{name} has {size} bytes, expected {meta['sizes'][name]}")
+            if size != expected:
+                raise CorruptEntry(f"{name} has {size} bytes, expected {expected}")
         args = ModelArgs.from_dict(meta["args"])
-        state_dict = load_file(str(directory / "model.safetensors"))  # memory-mapped, not read
+        state_dict = {}
+        for name in meta["weights"]:
+            state_dict.update(load_file(str(directory / name)))  # memory-mapped, not read
         _split_fused(state_dict, meta.get("fused", {}))
         check_state_dict(state_dict, args, str(directory))
-        tokenizer = _read_tokenizer(directory / "tokenizer_state.json")
+        tokenizer = _read_tokenizer(directory / _TOKENIZER)
     except CorruptEntry:
         raise
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError, SafetensorError) as e:
@@ -113,8 +120,13 @@ def _read_tokenizer(path: Path) -> HFTokenizer:
         raise CorruptEntry(f"{path.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
 
 
-def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
-    """Write `entry` atomically; False (with a warning) if the cache is not writable."""
+def write_entry(directory: Path, source: Path, args: ModelArgs, tokenizer: HFTokenizer,
+                parts: Iterable[dict[str, torch.Tensor]], summary: Callable[[], str] = lambda: "") -> bool:
+    """Write an entry atomically, one weights file per item of `parts` (each written, then
+    dropped, before the next is asked for); `summary()` is read once they are all written.
+    The tensors' names and shapes are checked (`check_state_dict`) before the entry is
+    named, so an entry that is in place is whole. False (with a warning) if the cache is
+    not writable; `parts` may then be partly consumed."""
     root = directory.parent
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -125,18 +137,27 @@ def write_entry(directory: Path, source: Path, entry: Entry) -> bool:
                     "folder", root, e.strerror or e)
         return False
     try:
-        state = {k: v.detach().to("cpu").contiguous() for k, v in entry.state_dict.items()}
-        fused = _fuse_groups(state, entry.args.n_layers)
-        save_file(state, str(tmp / "model.safetensors"))
-        (tmp / "tokenizer_state.json").write_text(json.dumps(entry.tokenizer.to_dict()), encoding="utf-8")
+        weights, fused, shapes = [], {}, {}
+        for part in parts:
+            state = {k: v.detach().to("cpu").contiguous() for k, v in part.items()}
+            del part
+            shapes.update({k: torch.empty(v.shape, dtype=v.dtype, device="meta") for k, v in state.items()})
+            fused.update(_fuse_groups(state, args.n_layers))
+            name = f"model-{len(weights):05d}.safetensors"
+            save_file(state, str(tmp / name))
+            del state
+            weights.append(name)
+        check_state_dict(shapes, args, str(source))
+        (tmp / _TOKENIZER).write_text(json.dumps(tokenizer.to_dict()), encoding="utf-8")
         meta = {
             "format": FORMAT_VERSION,
             "layout_version": LAYOUT_VERSION,
-            "weights_summary": entry.weights_summary,
+            "weights_summary": summary(),
             "source": str(source.resolve()),
-            "args": dataclasses.asdict(entry.args),
+            "args": dataclasses.asdict(args),
+            "weights": weights,
             "fused": fused,
-            "sizes": {name: (tmp / name).stat().st_size for name in _FILES},
+            "sizes": {name: (tmp / name).stat().st_size for name in (*weights, _TOKENIZER)},
             "created": time.time(),
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")

@@ -7,6 +7,7 @@ and the problem for the rest.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 from pathlib import Path
@@ -20,6 +21,7 @@ from ..errors import FastDecodeError
 from . import dequant
 
 GGUF_MAGIC = b"GGUF"
+_MADV_DONTNEED = 4  # Linux
 
 
 class GGUFFile:
@@ -73,6 +75,15 @@ class GGUFFile:
         t = self.tensors[name]
         raw = self._reader.data[t.data_offset:t.data_offset + t.n_bytes]
         return raw, GGMLQuantizationType(int(t.tensor_type)), tuple(reversed([int(d) for d in t.shape]))
+
+    def drop_pages(self) -> None:
+        """Unmap the file's pages that reading has brought into this process (they stay in
+        the OS's page cache), so that converting tensor by tensor does not end up holding
+        the whole file; later reads map them in again."""
+        data = self._reader.data
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        libc.madvise(data.ctypes.data, data.nbytes, _MADV_DONTNEED)  # advice only: a failure changes nothing
 
     def check_tensor_types(self) -> None:
         """Fail on the first tensor whose type we cannot decode."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
@@ -188,40 +188,72 @@ def gguf_state_dict(f: GGUFFile, args: ModelArgs, dtype: torch.dtype,
     types with a native layout packed (see quant/formats.py) and dequantizes
     the rest; "int8"/"int4" quantize a float file's matrices.
     """
-    f.check_tensor_types()
-    names = [n for n in f.tensors if n not in _SKIPPED]
-    unknown = [n for n in names if our_name(n) is None]
-    if unknown:
-        raise FastDecodeError(f"{f.path}: unexpected tensor {unknown[0]!r} for a {f.get('general.architecture')} model")
-    permuted = f.get("general.architecture") == "llama"
-    out: dict[str, torch.Tensor] = {}
     kinds: Counter[str] = Counter()
-    for name in names:
-        raw, qtype, shape = f.raw(name)
-        key = our_name(name)
-        packed = None
-        if weights == "auto" and len(shape) == 2:
-            packed = pack_gguf(raw, qtype, *shape)
-        if weights in ("int8", "int4") and len(shape) == 2 and qtype.name not in ("F32", "F16", "BF16"):
-            raise FastDecodeError(f"{f.path}: weights={weights} quantizes float checkpoints, but {name} is already "
-                                  f"{qtype.name}; use weights=auto (keeps the file's quantization) or float")
-        if packed is not None:
-            kinds[f"{qtype.name}->{GGUF_LAYOUTS[qtype].layout}"] += 1
-            base = key.removesuffix(".weight")
-            for suffix, t in packed.items():
-                out[f"{base}.{suffix}"] = _unpermute(t, name, args) if permuted else t
-        else:
-            note = " (dequantized: no native layout)" if weights == "auto" and qtype in GGUF_LAYOUTS else ""
-            kinds[f"{qtype.name}->float{note}" if len(shape) == 2 else qtype.name] += 1
-            t = f.tensor(name, dtype)
-            out[key] = (_unpermute(t, name, args) if permuted else t).contiguous()
-    summary = ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+    out: dict[str, torch.Tensor] = {}
+    for part in gguf_shards(f, args, dtype, weights, kinds):
+        out.update(part)
+    summary = summarize(kinds)
     if weights in ("int8", "int4"):
         from ..quant import quantize_state_dict
 
         quantize_state_dict(out, args, weights, str(f.path))
         summary += f"; quantized to {weights} at load"
     return out, summary
+
+
+def summarize(kinds: Counter) -> str:
+    """What became of each tensor type, e.g. "F32 x33, Q4_K->q4k x96, Q6_K->q6k x17"."""
+    return ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+
+
+def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
+                kinds: Counter) -> Iterator[dict[str, torch.Tensor]]:
+    """The file's tensors converted one layer at a time (the layers in file order, then the
+    rest), so that a caller writing each part out holds one layer at a time. Counts what
+    became of each tensor type in `kinds`. Names and types are all checked before the first
+    part is converted. int8/int4 are not applied here (`gguf_state_dict` does it)."""
+    f.check_tensor_types()
+    names = [n for n in f.tensors if n not in _SKIPPED]
+    unknown = [n for n in names if our_name(n) is None]
+    if unknown:
+        raise FastDecodeError(f"{f.path}: unexpected tensor {unknown[0]!r} for a {f.get('general.architecture')} model")
+    if weights in ("int8", "int4"):
+        for name in names:
+            _, qtype, shape = f.raw(name)
+            if len(shape) == 2 and qtype.name not in ("F32", "F16", "BF16"):
+                raise FastDecodeError(f"{f.path}: weights={weights} quantizes float checkpoints, but {name} is "
+                                      f"already {qtype.name}; use weights=auto (keeps the file's quantization) "
+                                      "or float")
+    groups: dict[Optional[int], list[str]] = {}
+    for name in names:
+        m = _LAYER_RE.match(name)
+        groups.setdefault(int(m.group(1)) if m else None, []).append(name)
+    if None in groups:  # the embedding, the final norm and the head last
+        groups[None] = groups.pop(None)
+    permuted = f.get("general.architecture") == "llama"
+    for group in groups.values():
+        out: dict[str, torch.Tensor] = {}
+        for name in group:
+            out.update(_convert(f, name, args, dtype, weights, permuted, kinds))
+        yield out
+        del out  # the caller has written it out
+        f.drop_pages()
+
+
+def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weights: str, permuted: bool,
+             kinds: Counter) -> dict[str, torch.Tensor]:
+    """One GGUF tensor under our key names: its packed tensors, or one float tensor."""
+    raw, qtype, shape = f.raw(name)
+    key = our_name(name)
+    packed = pack_gguf(raw, qtype, *shape) if weights == "auto" and len(shape) == 2 else None
+    if packed is not None:
+        kinds[f"{qtype.name}->{GGUF_LAYOUTS[qtype].layout}"] += 1
+        base = key.removesuffix(".weight")
+        return {f"{base}.{suffix}": _unpermute(t, name, args) if permuted else t for suffix, t in packed.items()}
+    note = " (dequantized: no native layout)" if weights == "auto" and qtype in GGUF_LAYOUTS else ""
+    kinds[f"{qtype.name}->float{note}" if len(shape) == 2 else qtype.name] += 1
+    t = f.tensor(name, dtype)
+    return {key: (_unpermute(t, name, args) if permuted else t).contiguous()}
 
 
 def _unpermute(t: torch.Tensor, name: str, args: ModelArgs) -> torch.Tensor:

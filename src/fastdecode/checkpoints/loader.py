@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
@@ -16,7 +17,7 @@ from ..errors import FastDecodeError
 from ..text.tokenizer import Tokenizer
 from . import cache
 from .gguf_file import GGUFFile
-from .gguf_loader import gguf_model_args, gguf_state_dict
+from .gguf_loader import gguf_model_args, gguf_shards, gguf_state_dict, summarize
 from .gguf_tokenizer import tokenizer_from_gguf
 from .hf_loader import hf_model_args, hf_state_dict, read_config
 from .hf_tokenizer import tokenizer_from_hf_dir
@@ -85,11 +86,17 @@ def _load_hf(directory: Path, dtype: torch.dtype):
     return args, state_dict, tokenizer
 
 
-def _convert_gguf(path: Path, dtype: torch.dtype, weights: str) -> cache.Entry:
+def _open_gguf(path: Path) -> tuple[GGUFFile, ModelArgs, Tokenizer]:
     f = GGUFFile(path)
     args = gguf_model_args(f)
     tokenizer = tokenizer_from_gguf(f)
     _check_vocab(args, tokenizer, path)
+    return f, args, tokenizer
+
+
+def _convert_gguf(path: Path, dtype: torch.dtype, weights: str) -> cache.Entry:
+    """The whole conversion in memory (no cache, or one that could not be written)."""
+    f, args, tokenizer = _open_gguf(path)
     state_dict, summary = gguf_state_dict(f, args, dtype, weights)
     check_state_dict(state_dict, args, str(path))
     return cache.Entry(args, state_dict, tokenizer, summary)
@@ -109,18 +116,32 @@ def _load_gguf(path: Path, dtype: torch.dtype, use_cache: bool, weights: str) ->
     if entry is not None:
         return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                           cache_path=directory, from_cache=True, weights_summary=entry.weights_summary)
-    entry = _convert_gguf(path, dtype, weights)
-    written = cache.write_entry(directory, path, entry)
+    if weights in ("auto", "float"):
+        # Converted a layer at a time, each written out before the next, then run from the
+        # memory-mapped entry as a warm load does: the conversion never holds the model.
+        f, args, tokenizer = _open_gguf(path)
+        kinds: Counter[str] = Counter()
+        entry = None
+        written = cache.write_entry(directory, path, args, tokenizer, gguf_shards(f, args, dtype, weights, kinds),
+                                    lambda: summarize(kinds))
+    else:  # int8/int4 quantize the whole state dict at once
+        entry = _convert_gguf(path, dtype, weights)
+        written = cache.write_entry(directory, path, entry.args, entry.tokenizer, [entry.state_dict],
+                                    lambda: entry.weights_summary)
     if written:
         log.info("cached converted copy of %s at %s", path.name, directory)
-        # Run from the memory-mapped copy just written, as a warm load does, so that the
-        # converted tensors can be freed (the caller hands their pages back to the OS).
         try:
-            entry = cache.read_entry(directory, path) or entry
-        except cache.CorruptEntry:
-            pass
+            cached = cache.read_entry(directory, path)
+        except cache.CorruptEntry as e:
+            cache.discard(directory, str(e))
+            cached = None
+        if cached is not None:
+            return Checkpoint(cached.args, cached.state_dict, cached.tokenizer, str(path), 0.0, "gguf",
+                              cache_path=directory, weights_summary=cached.weights_summary)
+    if entry is None:  # the entry was not written, and the streamed conversion's tensors are gone
+        entry = _convert_gguf(path, dtype, weights)
     return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
-                      cache_path=directory if written else None, weights_summary=entry.weights_summary)
+                      weights_summary=entry.weights_summary)
 
 
 def _check_vocab(args: ModelArgs, tok: Tokenizer, source: Path) -> None:
