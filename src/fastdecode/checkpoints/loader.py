@@ -108,11 +108,7 @@ def _load_gguf(path: Path, dtype: torch.dtype, use_cache: bool, weights: str) ->
         return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                           weights_summary=entry.weights_summary)
     directory = cache.entry_dir(path, dtype, weights)
-    try:
-        entry = cache.read_entry(directory, path)
-    except cache.CorruptEntry as e:
-        cache.discard(directory, str(e))
-        entry = None
+    entry = _read_or_discard(directory, path)
     if entry is not None:
         return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                           cache_path=directory, from_cache=True, weights_summary=entry.weights_summary)
@@ -130,11 +126,7 @@ def _load_gguf(path: Path, dtype: torch.dtype, use_cache: bool, weights: str) ->
                                     lambda: entry.weights_summary)
     if written:
         log.info("cached converted copy of %s at %s", path.name, directory)
-        try:
-            cached = cache.read_entry(directory, path)
-        except cache.CorruptEntry as e:
-            cache.discard(directory, str(e))
-            cached = None
+        cached = _read_or_discard(directory, path)
         if cached is not None:
             return Checkpoint(cached.args, cached.state_dict, cached.tokenizer, str(path), 0.0, "gguf",
                               cache_path=directory, weights_summary=cached.weights_summary)
@@ -142,6 +134,15 @@ def _load_gguf(path: Path, dtype: torch.dtype, use_cache: bool, weights: str) ->
         entry = _convert_gguf(path, dtype, weights)
     return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                       weights_summary=entry.weights_summary)
+
+
+def _read_or_discard(directory: Path, source: Path) -> Optional[cache.Entry]:
+    """The cache entry at `directory`, or None if there is none or it failed a check (then deleted)."""
+    try:
+        return cache.read_entry(directory, source)
+    except cache.CorruptEntry as e:
+        cache.discard(directory, str(e))
+        return None
 
 
 def _check_vocab(args: ModelArgs, tok: Tokenizer, source: Path) -> None:
