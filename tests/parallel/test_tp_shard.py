@@ -54,7 +54,7 @@ def test_divisibility():
 def _quant_linear(layout: str, n: int, k: int) -> QuantLinear:
     w = torch.randn(n, k, generator=torch.Generator().manual_seed(0))
     packed = quantize(w, layout)
-    lin = QuantLinear(k, n, layout, packed["scales"].dtype)
+    lin = QuantLinear(k, n, layout)
     for name, t in packed.items():
         setattr(lin, name, t)
     return lin

@@ -52,12 +52,11 @@ enum Layout : int { kQ4 = 0, kQ8 = 1, kQ4K = 2, kQ5K = 3, kQ6K = 4, kQ5 = 5, kQ5
 
 struct QuantArgs {
   Layout layout;
-  bool half;  // q4, q8: scales (and mins) float16, else float32 (the other layouts: float16)
   const uint8_t* q;  // qweight, qs bytes per row
   int64_t qs;
   const uint8_t* qh;  // qhigh (q5k, q6k, q5, q5s), qhs bytes per row
   int64_t qhs;
-  const uint8_t *sc, *mn;  // per-block scales and minima (q4k/q5k: sc, mn; q6k: sc), scs elements per row
+  const uint8_t *sc, *mn;  // per-block scales and minima (float16; q4k/q5k: sc, mn; q6k: sc), scs elements per row
   int64_t scs;
   const uint16_t *d, *dmin;  // the K-quants' float16 d, dmin [N, nb / 8]
   int64_t nb;  // blocks of 32 per row: K / 32

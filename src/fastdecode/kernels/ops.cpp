@@ -208,9 +208,7 @@ void check(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const 
     if (!t) continue;
     TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->size(0) == w.size(0) && t->size(1) == nb, op,
                 ": scales/mins must be contiguous [N, K/32]");
-    TORCH_CHECK(t->scalar_type() == at::kHalf || t->scalar_type() == at::kFloat, op,
-                ": scales/mins must be float16 or float32");
-    TORCH_CHECK(t->scalar_type() == d.scalar_type(), op, ": scales and mins must share a dtype");
+    TORCH_CHECK(t->scalar_type() == at::kHalf, op, ": scales/mins must be float16");
   }
 }
 
@@ -218,7 +216,6 @@ at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d
   check(x, w, d, mn, q4);
   fd::QuantArgs a{};
   a.layout = q4 ? fd::kQ4 : fd::kQ8;
-  a.half = d.scalar_type() == at::kHalf;
   a.q = static_cast<const uint8_t*>(w.data_ptr());
   a.qs = w.size(1);
   a.sc = static_cast<const uint8_t*>(d.data_ptr());
@@ -274,7 +271,6 @@ at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, 
   }
   fd::QuantArgs a{};
   a.layout = layout;
-  a.half = true;
   a.q = q.data_ptr<uint8_t>();
   a.qs = q.size(1);
   a.qh = qh ? qh->data_ptr<uint8_t>() : nullptr;

@@ -15,22 +15,22 @@ static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
 constexpr int64_t kFewRows = 8, kFewK = 4096;
 constexpr int kFewCols = FD_VNNI ? 8 : 4;  // VNNI's 32 registers hold 8 rows' sums; AVX2 spills past 4
 
-template <int L, typename S>
+template <int L>
 static void run_layout(const Args& a, int64_t n0, int64_t n1) {
-  if (a.M == 1) rows<L, S, 1, 1>(a, n0, n1);
-  else if (a.M <= kFewRows && 32 * a.nb <= kFewK) rows<L, S, 1, kFewCols>(a, n0, n1);
-  else rows<L, S, 4, 4>(a, n0, n1);
+  if (a.M == 1) rows<L, 1, 1>(a, n0, n1);
+  else if (a.M <= kFewRows && 32 * a.nb <= kFewK) rows<L, 1, kFewCols>(a, n0, n1);
+  else rows<L, 4, 4>(a, n0, n1);
 }
 
 static void dispatch(const Args& a, int64_t n0, int64_t n1) {
   switch (a.layout) {
-    case kQ4: return a.half ? run_layout<kQ4, uint16_t>(a, n0, n1) : run_layout<kQ4, float>(a, n0, n1);
-    case kQ8: return a.half ? run_layout<kQ8, uint16_t>(a, n0, n1) : run_layout<kQ8, float>(a, n0, n1);
-    case kQ4K: return run_layout<kQ4K, uint16_t>(a, n0, n1);
-    case kQ5K: return run_layout<kQ5K, uint16_t>(a, n0, n1);
-    case kQ6K: return run_layout<kQ6K, uint16_t>(a, n0, n1);
-    case kQ5: return run_layout<kQ5, uint16_t>(a, n0, n1);
-    case kQ5S: return run_layout<kQ5S, uint16_t>(a, n0, n1);
-    case kQ4S: return run_layout<kQ4S, uint16_t>(a, n0, n1);
+    case kQ4: return run_layout<kQ4>(a, n0, n1);
+    case kQ8: return run_layout<kQ8>(a, n0, n1);
+    case kQ4K: return run_layout<kQ4K>(a, n0, n1);
+    case kQ5K: return run_layout<kQ5K>(a, n0, n1);
+    case kQ6K: return run_layout<kQ6K>(a, n0, n1);
+    case kQ5: return run_layout<kQ5>(a, n0, n1);
+    case kQ5S: return run_layout<kQ5S>(a, n0, n1);
+    case kQ4S: return run_layout<kQ4S>(a, n0, n1);
   }
 }

@@ -42,8 +42,8 @@ template <int L>
 constexpr int64_t kGroupBytes = L == kQ8 ? 256 : 128;
 template <int L>
 constexpr int64_t kHighBytes = L == kQ6K ? 64 : kPlane5<L> ? 32 : 0;
-template <int L, typename S>
-constexpr int64_t kScaleBytes = (L == kQ4 || L == kQ8) ? sizeof(S) : (L == kQ5 || L == kQ5S || L == kQ4S) ? 2 : 1;
+template <int L>
+constexpr int64_t kScaleBytes = kKQuant<L> ? 1 : 2;  // the K-quants' 8-bit sc; the others' float16 scales
 // Layouts whose values are offset (q - 8, q - 16): the activations' block sums take the offset.
 template <int L>
 constexpr int kOffsetShift = L == kQ4S ? 3 : L == kQ5S ? 4 : 0;
@@ -61,12 +61,7 @@ constexpr int kRun = (L == kQ4 || L == kQ4S || L == kQ4K) ? 8 : L == kQ8 ? 1 : L
 static inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 static inline __m256i nib() { return _mm256_set1_epi8(0x0F); }
 
-template <typename S>
-static inline __m256 scales8(const void* p);
-template <>
-inline __m256 scales8<float>(const void* p) { return _mm256_loadu_ps(static_cast<const float*>(p)); }
-template <>
-inline __m256 scales8<uint16_t>(const void* p) {
+static inline __m256 scales8(const void* p) {  // 8 float16 -> float
   return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
 }
 static inline __m256 bytes8_ps(const void* p) {  // 8 uint8 -> float
@@ -79,9 +74,9 @@ struct Row {
   const uint16_t *d, *dmin;  // the K-quants' per-group d, dmin
 };
 
-template <int L, typename S>
+template <int L>
 static inline Row row_at(const Args& a, int64_t n) {
-  constexpr int64_t es = kScaleBytes<L, S>;
+  constexpr int64_t es = kScaleBytes<L>;
   return Row{a.q + n * a.qs, kHighBytes<L> > 0 ? a.qh + n * a.qhs : nullptr, a.sc + es * n * a.scs,
              kMins<L> ? a.mn + es * n * a.scs : nullptr, kKQuant<L> ? a.d + n * (a.nb / 8) : nullptr,
              (kKQuant<L> && L != kQ6K) ? a.dmin + n * (a.nb / 8) : nullptr};
@@ -101,13 +96,11 @@ static FD_INLINE __m256i wload(const uint8_t* q, int i, int g) {
   else return load32(q + 32 * i);
 }
 
-// The 8 per-block scales (or minima) at p; a tail's g of them, the other lanes 0.
-template <typename S, bool T>
+// The 8 per-block float16 scales (or minima) at p; a tail's g of them, the other lanes 0.
+template <bool T>
 static FD_INLINE __m256 scales8_at(const void* p, int g) {
   if constexpr (!T) {
-    return scales8<S>(p);
-  } else if constexpr (sizeof(S) == 4) {
-    return _mm256_maskload_ps(static_cast<const float*>(p), lanes_below(g));
+    return scales8(p);
   } else {  // g halves: their 32-bit pairs, the odd one's upper half cleared
     const __m128i pairs = _mm_cmpgt_epi32(_mm_set1_epi32((g + 1) / 2), _mm_setr_epi32(0, 1, 2, 3));
     const __m128i halves = _mm_cmpgt_epi16(_mm_set1_epi16(static_cast<short>(g)), _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7));
@@ -151,22 +144,20 @@ static FD_INLINE void wchunk(const uint8_t* q, const uint8_t* qh, int g, __m256i
 }
 
 // The 8 blocks' weight scales (and minima) of group G of a row.
-template <int L, typename S, bool T>
+template <int L, bool T>
 static inline __m256 wscales(const Row& w, int64_t G, int g) {
-  constexpr int64_t es = kScaleBytes<L, S>;
+  constexpr int64_t es = kScaleBytes<L>;
   if constexpr (L == kQ6K) return _mm256_set1_ps(_cvtsh_ss(w.d[G]));
   else if constexpr (kKQuant<L>) return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), bytes8_ps(w.sc + 8 * G));
-  else if constexpr (L == kQ5 || L == kQ5S || L == kQ4S) return scales8_at<uint16_t, T>(w.sc + es * 8 * G, g);
-  else return scales8_at<S, T>(w.sc + es * 8 * G, g);
+  else return scales8_at<T>(w.sc + es * 8 * G, g);
 }
 
-template <int L, typename S, bool T>
+template <int L, bool T>
 static inline __m256 wmins(const Row& w, int64_t G, int g) {
-  constexpr int64_t es = kScaleBytes<L, S>;
+  constexpr int64_t es = kScaleBytes<L>;
   if constexpr (kKQuant<L>)  // -(dmin * mn), as (-dmin) * mn: the same bits
     return _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(w.dmin[G])), bytes8_ps(w.mn + 8 * G));
-  else if constexpr (L == kQ5) return scales8_at<uint16_t, T>(w.mn + es * 8 * G, g);
-  else return scales8_at<S, T>(w.mn + es * 8 * G, g);
+  else return scales8_at<T>(w.mn + es * 8 * G, g);
 }
 
 // Activation rows: the lane-ordered int8 values, the block scales, scale * sum(q) and the
@@ -195,7 +186,7 @@ struct XRows {
 
 // Group G of R weight rows x the same group of C activation rows from m, added to the
 // float accumulators; T: the rows' last group, of g < 8 blocks.
-template <int L, typename S, int R, int C, bool T = false>
+template <int L, int R, int C, bool T = false>
 static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_t G,
                             __m256 (&acc)[R][C], __m256 (&macc)[R][C], int g = 8) {
   constexpr bool split = L == kQ6K;  // the halves' sums kept apart for their scales
@@ -257,8 +248,8 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
   __m256 ws[R], mv[R];
   __m256i sclo[R], schi[R];
   for (int r = 0; r < R; ++r) {
-    ws[r] = wscales<L, S, T>(w[r], G, g);
-    if constexpr (kMins<L>) mv[r] = wmins<L, S, T>(w[r], G, g);
+    ws[r] = wscales<L, T>(w[r], G, g);
+    if constexpr (kMins<L>) mv[r] = wmins<L, T>(w[r], G, g);
     if constexpr (L == kQ6K) {
       const uint8_t* sc = w[r].sc + 16 * G;
       sclo[r] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
@@ -291,7 +282,7 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
 
 // R weight rows from n x C activation rows from m: y[m + c, n + r]. ahead > 0 (bytes, one
 // row: M = 1) or rows (R > 1): while streaming group G, prefetch the weights that far on.
-template <int L, typename S, int R, int C>
+template <int L, int R, int C>
 static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ahead) {
   __m256 acc[R][C], macc[R][C];
   for (int r = 0; r < R; ++r)
@@ -299,11 +290,11 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
   const int64_t full = a.nb / 8;
   const int g = static_cast<int>(a.nb % 8);
   Row w[R];
-  for (int r = 0; r < R; ++r) w[r] = row_at<L, S>(a, n + r);
+  for (int r = 0; r < R; ++r) w[r] = row_at<L>(a, n + r);
   if (ahead) {
     // One row: the bytes `ahead` further on in its (contiguous) stream. R rows: group G of
     // the rows `ahead` rows further on.
-    Row p = R == 1 ? w[0] : row_at<L, S>(a, n + ahead);
+    Row p = R == 1 ? w[0] : row_at<L>(a, n + ahead);
     int64_t qa = 0, qha = 0;
     if constexpr (R == 1) {
       qa = ahead;
@@ -316,13 +307,13 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
         if constexpr (kHighBytes<L> > 0)
           _mm_prefetch(reinterpret_cast<const char*>(p.qh + r * a.qhs + G * kHighBytes<L> + qha), FD_HINT);
       }
-      group<L, S, R, C>(w, x, m, G, acc, macc);
+      group<L, R, C>(w, x, m, G, acc, macc);
     }
   } else {
-    for (int64_t G = 0; G < full; ++G) group<L, S, R, C>(w, x, m, G, acc, macc);
+    for (int64_t G = 0; G < full; ++G) group<L, R, C>(w, x, m, G, acc, macc);
   }
   if constexpr (!kKQuant<L>) {  // the K-quants' K is a multiple of 256
-    if (g) group<L, S, R, C, true>(w, x, m, full, acc, macc, g);
+    if (g) group<L, R, C, true>(w, x, m, full, acc, macc, g);
   }
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) {
@@ -334,14 +325,14 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
 
 // c <= CT activation rows. CT = 8 has only the C = 8 tile: fewer rows go at most 4 at a time
 // (tiles of C <= 4 exist anyway; C = 5..7 would add compile time to every first run).
-template <int L, typename S, int R, int CT>
+template <int L, int R, int CT>
 static inline void tiles(int c, const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ahead) {
   if constexpr (CT == 8) {
-    if (c < 8) return tiles<L, S, R, 4>(c, a, x, n, m, ahead);
+    if (c < 8) return tiles<L, R, 4>(c, a, x, n, m, ahead);
   } else if constexpr (CT > 1) {
-    if (c < CT) return tiles<L, S, R, CT - 1>(c, a, x, n, m, ahead);
+    if (c < CT) return tiles<L, R, CT - 1>(c, a, x, n, m, ahead);
   }
-  tile<L, S, R, CT>(a, x, n, m, ahead);
+  tile<L, R, CT>(a, x, n, m, ahead);
 }
 
 template <int CT>
@@ -355,11 +346,11 @@ static inline void prefetch(const void* p, int64_t bytes) {
 
 // Rows [n0, n1) of y = x w^T for all M activation rows, in tiles of RT weight rows
 // (a remainder one at a time) x up to CT activation rows.
-template <int L, typename S, int RT, int CT>
+template <int L, int RT, int CT>
 static void rows(const Args& a, int64_t n0, int64_t n1) {
   constexpr int64_t kPanel = 64;  // activation rows that stay in L2 while the weight rows stream past
   const XRows x{a.xq, a.xd, a.xs, a.xsums, (a.nb + 7) / 8};
-  constexpr int64_t es = kScaleBytes<L, S>;
+  constexpr int64_t es = kScaleBytes<L>;
   // The first panel streams each weight byte once from DRAM, and one core's hardware
   // prefetchers fall behind (measured on Zen 4, benchmarks/real_sizes.md): one row at a time
   // (decode), its stream is prefetched FD_STREAM_BYTES ahead group by group; RT rows side by
@@ -388,8 +379,8 @@ static void rows(const Args& a, int64_t n0, int64_t n1) {
       int64_t first = m0 != 0 || burst ? 0 : RT == 1 ? int64_t(FD_STREAM_BYTES) : ahead ? kAhead : 0;
       for (int64_t m = m0; m < m1;) {
         const int c = tile_cols<CT>(m1 - m);
-        if (r == RT) tiles<L, S, RT, CT>(c, a, x, n, m, first);
-        else tiles<L, S, 1, CT>(c, a, x, n, m, RT == 1 ? first : 0);  // (bytes for one row)
+        if (r == RT) tiles<L, RT, CT>(c, a, x, n, m, first);
+        else tiles<L, 1, CT>(c, a, x, n, m, RT == 1 ? first : 0);  // (bytes for one row)
         first = 0;
         m += c;
       }

@@ -68,7 +68,7 @@ def new_float(old: nn.Module, weight: Tensor, bias: Optional[Tensor]) -> nn.Line
 def new_quant(old: _Packed, k: int, packed: dict[str, Tensor], bias: Optional[Tensor]) -> QuantLinear:
     """A QuantLinear over `packed` rows, in `old`'s layout (a QuantLinear or a QuantEmbedding)."""
     n = packed["qweight"].shape[0]
-    new = QuantLinear(k, n, old.layout, old.scales.dtype, bias=bias is not None, device="meta")
+    new = QuantLinear(k, n, old.layout, bias=bias is not None, device="meta")
     for name, t in packed.items():
         setattr(new, name, t)  # registered buffers: assignment replaces them
     if bias is not None:

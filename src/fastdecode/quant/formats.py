@@ -23,12 +23,12 @@ blocks (every group before the last is full, g = 8):
 
 Bits per weight count every byte stored:
 
-    q4  (5 bpw with float16 scales and mins, 6 with float32)
+    q4  (5 bpw)
         qweight uint8 [N, K/2]   nibbles
-        scales, mins [N, K/32]   float16 or float32;  w = scale * q + min, q in 0..15
+        scales, mins [N, K/32]   float16;  w = scale * q + min, q in 0..15
     q8  (8.5 bpw)
         qweight int8 [N, K]      bytes
-        scales [N, K/32]         float16 or float32;  w = scale * q
+        scales [N, K/32]         float16;  w = scale * q
     q4k (4.625 bpw; Q4_K's fields unpacked to bytes; K a multiple of 256)
         qweight uint8 [N, K/2]   nibbles
         sc, mn uint8 [N, K/32]   the 6-bit scale and min of each block of 32
@@ -95,8 +95,9 @@ LAYOUT_TENSORS: dict[str, tuple[str, ...]] = {
     "q5s": ("qweight", "qhigh", "scales"),
     "q4s": ("qweight", "scales"),
 }
-# The K-quant layouts' tensors have fixed dtypes (q4/q8 scales are float16 or float32).
-_DTYPES = {"qhigh": torch.uint8, "sc": torch.uint8, "mn": torch.uint8, "d": torch.float16, "dmin": torch.float16}
+# Every layout's tensors have fixed dtypes.
+_DTYPES = {"qhigh": torch.uint8, "scales": torch.float16, "mins": torch.float16, "sc": torch.uint8, "mn": torch.uint8,
+           "d": torch.float16, "dmin": torch.float16}
 
 
 @dataclass(frozen=True)
@@ -120,14 +121,12 @@ def layout_of(tensors: dict[str, Tensor]) -> str:
     return "q4s" if tensors["qweight"].dtype == torch.uint8 else "q8"
 
 
-def tensor_dtypes(layout: str, scale_dtype: Optional[torch.dtype] = None) -> dict[str, torch.dtype]:
-    """Each tensor's dtype in `layout` (scale_dtype: q4/q8's scales and mins; the others' are float16)."""
+def tensor_dtypes(layout: str) -> dict[str, torch.dtype]:
+    """Each tensor's dtype in `layout`."""
     out = {}
     for name in LAYOUT_TENSORS[layout]:
         if name == "qweight":
             out[name] = torch.int8 if layout == "q8" else torch.uint8
-        elif name in ("scales", "mins"):
-            out[name] = (scale_dtype if layout in ("q4", "q8") else None) or torch.float16
         else:
             out[name] = torch.int8 if (layout, name) == ("q6k", "sc") else _DTYPES[name]
     return out
@@ -160,10 +159,10 @@ def packed_shapes(layout: str, n: int, k: int) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def bits_per_weight(layout: str, k: int = 4096, scale_dtype: torch.dtype = torch.float16) -> float:
+def bits_per_weight(layout: str, k: int = 4096) -> float:
     """Bytes stored per row, times 8, over K."""
     shapes = packed_shapes(layout, 1, k)
-    dtypes = tensor_dtypes(layout, scale_dtype)
+    dtypes = tensor_dtypes(layout)
     nbytes = sum(int(np.prod(s)) * dtypes[name].itemsize for name, s in shapes.items())
     return 8 * nbytes / k
 

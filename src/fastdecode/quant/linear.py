@@ -50,13 +50,12 @@ def packed_linear(x: Tensor, layout: str, t: dict[str, Tensor], native: bool) ->
 
 
 class _Packed(nn.Module):
-    def __init__(self, layout: str, n: int, k: int, scale_dtype: Optional[torch.dtype], device=None):
+    def __init__(self, layout: str, n: int, k: int, device=None):
         super().__init__()
         self.layout, self.n, self.k = layout, n, k
         self.native = False
         self.names = LAYOUT_TENSORS[layout]
-        dtypes = tensor_dtypes(layout, scale_dtype)
-        self.scale_dtype = dtypes.get("scales", torch.float16)
+        dtypes = tensor_dtypes(layout)
         for name, shape in packed_shapes(layout, n, k).items():
             self.register_buffer(name, torch.empty(shape, dtype=dtypes[name], device=device))
         if layout in ("q8", "q4s"):
@@ -66,8 +65,7 @@ class _Packed(nn.Module):
         return {name: getattr(self, name) for name in self.names}
 
     def extra_repr(self) -> str:
-        scales = f", scales={self.scale_dtype}" if "scales" in self.names else ""
-        return f"{self.layout}, in={self.k}, out={self.n}{scales}, native={self.native}"
+        return f"{self.layout}, in={self.k}, out={self.n}, native={self.native}"
 
     def matmul(self, x: Tensor) -> Tensor:
         if self.layout in ("q4", "q8"):
@@ -78,9 +76,8 @@ class _Packed(nn.Module):
 class QuantLinear(_Packed):
     """y = x W^T (+ b) with W [out_features, in_features] in a q4 or q8 layout."""
 
-    def __init__(self, in_features: int, out_features: int, layout: str, scale_dtype: torch.dtype,
-                 bias: bool = False, device=None):
-        super().__init__(layout, out_features, in_features, scale_dtype, device)
+    def __init__(self, in_features: int, out_features: int, layout: str, bias: bool = False, device=None):
+        super().__init__(layout, out_features, in_features, device)
         self.in_features, self.out_features = in_features, out_features
         self.bias = nn.Parameter(torch.empty(out_features, device=device), requires_grad=False) if bias else None
 
@@ -94,9 +91,9 @@ class QuantEmbedding(_Packed):
     for; `as_linear` is the tied output head, run by the matmul kernel on the
     packed table itself."""
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, layout: str, scale_dtype: torch.dtype,
-                 dtype: torch.dtype = torch.float32, device=None):
-        super().__init__(layout, num_embeddings, embedding_dim, scale_dtype, device)
+    def __init__(self, num_embeddings: int, embedding_dim: int, layout: str, dtype: torch.dtype = torch.float32,
+                 device=None):
+        super().__init__(layout, num_embeddings, embedding_dim, device)
         self.dtype = dtype  # of the rows returned
 
     def forward(self, tokens: Tensor) -> Tensor:

@@ -92,7 +92,6 @@ def build_model(args: ModelArgs, state_dict: dict[str, Tensor], dtype: torch.dty
             storages: set[int] = set()
             for j, run in enumerate(runs):
                 group = [parts[i] for i in run]
-                _widen_mixed_scales(state_dict, group)
                 for s in SUFFIXES:
                     keys = [f"{p}.{s}" for p in group]
                     if keys[0] in state_dict:
@@ -106,38 +105,23 @@ def build_model(args: ModelArgs, state_dict: dict[str, Tensor], dtype: torch.dty
                 modules.append(_new_linear(_packed(state_dict, f"{path}.parts.{j}"), False))
             setattr(parent, name, SplitLinear(modules, bias=old.bias is not None, device="meta"))
             continue
-        _widen_mixed_scales(state_dict, parts)
         first = _packed(state_dict, parts[0])
         n = sum(state_dict[f"{p}.qweight"].shape[0] for p in parts)
         setattr(parent, name, _new_linear(first, old.bias is not None, n))
     emb = _packed(state_dict, "tok_embeddings")
     if emb is not None:
         n, k = args.vocab_size, args.dim
-        model.tok_embeddings = QuantEmbedding(n, k, layout_of(emb), _scale_dtype(emb), dtype, device="meta")
+        model.tok_embeddings = QuantEmbedding(n, k, layout_of(emb), dtype, device="meta")
     model.load_state_dict(state_dict, strict=True, assign=True)
     model.init_rope(next(iter(state_dict.values())).device)
     return model, notes
-
-
-def _scale_dtype(pk: dict[str, Tensor]) -> Optional[torch.dtype]:
-    return pk["scales"].dtype if "scales" in pk else None
-
-
-def _widen_mixed_scales(state_dict: dict[str, Tensor], parts) -> None:
-    """Mixed float16/float32 scales in one group (q4, q8): widen to float32, which is exact."""
-    dtypes = {state_dict[f"{p}.scales"].dtype for p in parts if f"{p}.scales" in state_dict}
-    if len(dtypes) > 1:
-        for p in parts:
-            for s in ("scales", "mins"):
-                if f"{p}.{s}" in state_dict:
-                    state_dict[f"{p}.{s}"] = state_dict[f"{p}.{s}"].float()
 
 
 def _new_linear(pk: dict[str, Tensor], bias: bool, n: Optional[int] = None) -> QuantLinear:
     """An empty (meta) QuantLinear for the packed group `pk` (n rows: its own by default)."""
     layout = layout_of(pk)
     n = pk["qweight"].shape[0] if n is None else n
-    return QuantLinear(packed_k(layout, pk), n, layout, _scale_dtype(pk), bias=bias, device="meta")
+    return QuantLinear(packed_k(layout, pk), n, layout, bias=bias, device="meta")
 
 
 def quantize_state_dict(state_dict: dict[str, Tensor], args: ModelArgs, weights: str, source: str) -> None:
