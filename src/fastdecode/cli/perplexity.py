@@ -50,6 +50,10 @@ class PerplexitySettings(ModelKeys):
     llama_cpp: Optional[bool] = field(default=None, metadata={
         "help": "also score with llama.cpp (llama-cpp-python) on the same .gguf file and token ids; "
                 "none does so when it is installed and the model is a .gguf file"})
+    kv_dtype: Optional[str] = field(default=None, metadata={
+        "help": "none scores with the cache-free forward (K/V as computed); auto, float32, float16, bfloat16 or "
+                "q8_0, as load(kv_dtype=...), prefills each window through a KV cache of that dtype, as "
+                "generation does, and llama.cpp (with flash attention) stores its K/V cache in the same type"})
     json: bool = field(default=False, metadata={"help": "print one JSON object instead of one line per engine"})
 
     def __post_init__(self) -> None:
@@ -95,27 +99,30 @@ def run(s: PerplexitySettings) -> int:
     text = read_text(s.text)  # bad files fail before the model loads
     with progress(f"loading {s.model or 'the default model'}"):
         # The cache-free forward scores windows: no package needed.
-        llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compiled=None)
+        llm = load(s.model, device=s.device, dtype=s.dtype, weights=s.weights, compiled=None,
+                   **({} if s.kv_dtype is None else {"kv_dtype": s.kv_dtype}))  # load() checks the value
     use_llama_cpp = _wants_llama_cpp(s, llm.source)
     ids = encode_text(llm.tokenizer, text)  # one tokenization: both engines score these ids
     # ctx against the model's limit and the text's length, before any window runs
     n_windows = len(plan_windows(len(ids), s.ctx, check_ctx(s.ctx, s.stride, llm.max_seq_len), s.max_windows))
+    kv = None if s.kv_dtype is None else llm.model.kv_dtype_name  # "auto" resolved by load()
     results = []
     with progress("fastdecode: scoring windows", total=n_windows) as bar:
         results.append(perplexity(llm, ids, ctx=s.ctx, stride=s.stride, max_windows=s.max_windows,
-                                  on_window=bar.update))
+                                  kv_cache=kv is not None, on_window=bar.update))
     if use_llama_cpp:
         with progress("llama.cpp: scoring windows", total=n_windows) as bar:
             results.append(llama_cpp_perplexity(llm.source, llm.tokenizer, ids, ctx=s.ctx, stride=s.stride,
-                                                max_windows=s.max_windows, on_window=bar.update))
+                                                max_windows=s.max_windows, kv_dtype=kv, on_window=bar.update))
     weights = llm.weights_summary  # what load() made of the checkpoint's tensor types
     if s.json:
-        report = {"model": llm.source, "weights": weights, "text": s.text,  # text null: the built-in one
+        report = {"model": llm.source, "weights": weights, "kv_dtype": kv,  # null: the cache-free forward
+                  "text": s.text,  # text null: the built-in one
                   "text_tokens": len(ids), "results": [asdict(r) for r in results]}
         print(json.dumps(report))
     else:
         print(f"model {llm.source} (weights: {weights}), text {s.text or DEFAULT_TEXT_NAME}: {len(ids)} tokens, "
-              f"ctx {s.ctx}", file=sys.stderr)
+              f"ctx {s.ctx}, KV {kv or 'none (cache-free forward)'}", file=sys.stderr)
         for r in results:
             print(format_line(r, results[0] if r is not results[0] else None))
     return 0

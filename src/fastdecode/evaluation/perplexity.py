@@ -39,7 +39,7 @@ MIN_CTX = 3  # the smallest window with a token after its first half to score
 _ROWS_PER_REDUCTION = 1024  # bounds the float64 copy of the logits (rows x vocab)
 
 Text = Union[str, Sequence[int]]
-LogitsFn = Callable[[list[int]], torch.Tensor]  # window ids [T] -> logits [T, V]
+NllsFn = Callable[[list[int], int], torch.Tensor]  # window ids [T], score_from -> float64 NLLs [T - score_from]
 
 
 @dataclass(frozen=True)
@@ -147,14 +147,14 @@ def token_nlls(logits: torch.Tensor, ids: Sequence[int], score_from: int) -> tor
 
 
 def score_windows(ids: Sequence[int], windows: Sequence[Window], ctx: int, bos_id: Optional[int],
-                  logits_fn: LogitsFn, *, engine: str, stride: int, device: torch.device = torch.device("cpu"),
+                  nlls_fn: NllsFn, *, engine: str, stride: int, device: torch.device = torch.device("cpu"),
                   on_window: Optional[Callable[[], None]] = None) -> PerplexityResult:
-    """Evaluate every window with `logits_fn` and reduce the NLLs (shared by both engines)."""
+    """Evaluate every window with `nlls_fn` and reduce the NLLs (shared by both engines)."""
     t0 = now(device)
     per_window = []
     for w in windows:
         wids = window_ids(ids, w, ctx, bos_id)
-        per_window.append(token_nlls(logits_fn(wids), wids, w.score_from))
+        per_window.append(nlls_fn(wids, w.score_from))
         if on_window is not None:
             on_window()
     seconds = now(device) - t0
@@ -177,7 +177,7 @@ def summarize(per_window: Sequence[torch.Tensor], *, ctx: int, stride: int, seco
 # -- our engine ------------------------------------------------------------------------
 
 def perplexity(llm: Any, text: Text, *, ctx: int = DEFAULT_CTX, stride: Optional[int] = None,
-               max_windows: Optional[int] = None,
+               max_windows: Optional[int] = None, kv_cache: bool = False,
                on_window: Optional[Callable[[], None]] = None) -> PerplexityResult:
     """Perplexity of `llm` on `text` (a str, or token ids with BOS already handled).
 
@@ -185,6 +185,10 @@ def perplexity(llm: Any, text: Text, *, ctx: int = DEFAULT_CTX, stride: Optional
     at a time, in inference mode. ctx: window length (MIN_CTX..llm.max_seq_len);
     stride: tokens between window starts, 1..ctx, None for ctx (llama.cpp's
     non-overlapping windows); max_windows: evaluate only the first ones;
+    kv_cache: instead, send each window to the engine as a request with prompt
+    logprobs, so it is prefilled as generation prefills, through the engine's KV
+    cache in the dtype load() gave it (`kv_dtype`; q8_0: quantized), and
+    float32 logprobs;
     on_window: called after each window (progress display)."""
     stride = check_ctx(ctx, stride, llm.max_seq_len)
     ids = encode_text(llm.tokenizer, text)
@@ -195,12 +199,20 @@ def perplexity(llm: Any, text: Text, *, ctx: int = DEFAULT_CTX, stride: Optional
     bos = _window_bos(llm.tokenizer)
     device = llm.device
 
-    def logits_fn(wids: list[int]) -> torch.Tensor:
-        tokens = torch.tensor([wids], dtype=torch.long, device=device)
-        return llm.model(tokens, None)[0]
+    if kv_cache:
+        # Through the engine, as a request with prompt logprobs: prefilled in chunks through
+        # its KV cache, in the dtype load() gave it, and never reusing a cached prefix.
+        def nlls_fn(wids: list[int], score_from: int) -> torch.Tensor:
+            (c,) = llm.generate([wids], max_new_tokens=1, temperature=0, prompt_logprobs=0)
+            return torch.tensor([-c.prompt_logprobs[i].logprob for i in range(score_from, len(wids))],
+                                dtype=torch.float64)
+    else:
+        def nlls_fn(wids: list[int], score_from: int) -> torch.Tensor:
+            tokens = torch.tensor([wids], dtype=torch.long, device=device)
+            return token_nlls(llm.model(tokens, None)[0], wids, score_from)
 
     with torch.inference_mode():
-        return score_windows(ids, windows, ctx, bos, logits_fn, engine="fastdecode", stride=stride,
+        return score_windows(ids, windows, ctx, bos, nlls_fn, engine="fastdecode", stride=stride,
                              device=device, on_window=on_window)
 
 
@@ -214,13 +226,24 @@ def llama_cpp_available() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
+# kv_dtype names -> ggml type ids (ggml.h's enum ggml_type), for llama.cpp's type_k / type_v
+GGML_KV_TYPES = {"float32": 0, "float16": 1, "q8_0": 8, "bfloat16": 30}
+
+
 def llama_cpp_perplexity(model_path: str, tokenizer: Any, text: Text, *, ctx: int = DEFAULT_CTX,
                          stride: Optional[int] = None, max_windows: Optional[int] = None,
-                         n_threads: Optional[int] = None,
+                         n_threads: Optional[int] = None, kv_dtype: Optional[str] = None,
                          on_window: Optional[Callable[[], None]] = None) -> PerplexityResult:
     """The same measurement with llama.cpp's logits (llama-cpp-python) for the GGUF file
     `model_path`. The text is tokenized with `tokenizer` (ours), so both engines score
-    identical ids in identical windows; only the forward pass differs."""
+    identical ids in identical windows; only the forward pass differs.
+
+    kv_dtype: None keeps llama-cpp-python's KV cache defaults; "float32", "float16",
+    "bfloat16" or "q8_0" stores K and V in that type (type_k/type_v), with flash
+    attention on, which llama.cpp needs for a quantized V cache."""
+    if kv_dtype is not None and kv_dtype not in GGML_KV_TYPES:
+        raise FastDecodeError(f"unknown kv_dtype {kv_dtype!r} for llama.cpp; accepted: "
+                              f"{', '.join(GGML_KV_TYPES)} or none")
     try:
         import llama_cpp
     except ImportError:
@@ -231,8 +254,11 @@ def llama_cpp_perplexity(model_path: str, tokenizer: Any, text: Text, *, ctx: in
     stride = check_ctx(ctx, stride, None)  # the caller knows the model's limit; llama.cpp has no cheaper check
     windows = plan_windows(len(ids), ctx, stride, max_windows)
     # a window is one batch; n_threads (None: llama-cpp-python's defaults) covers batch evaluation too
+    cache_types: dict[str, Any] = {}
+    if kv_dtype is not None:
+        cache_types = {"type_k": GGML_KV_TYPES[kv_dtype], "type_v": GGML_KV_TYPES[kv_dtype], "flash_attn": True}
     model = llama_cpp.Llama(model_path=str(model_path), n_ctx=ctx, n_batch=ctx, n_ubatch=ctx, logits_all=True,
-                            n_threads=n_threads, n_threads_batch=n_threads, verbose=False)
+                            n_threads=n_threads, n_threads_batch=n_threads, verbose=False, **cache_types)
     try:
         n_vocab = model.n_vocab()
         bad = next((t for t in ids if not 0 <= t < n_vocab), None)
@@ -240,13 +266,13 @@ def llama_cpp_perplexity(model_path: str, tokenizer: Any, text: Text, *, ctx: in
             raise FastDecodeError(f"token id {bad} is outside llama.cpp's vocabulary ({n_vocab} ids) "
                                   f"of {model_path}")
 
-        def logits_fn(wids: list[int]) -> torch.Tensor:
+        def nlls_fn(wids: list[int], score_from: int) -> torch.Tensor:
             model.reset()  # n_tokens = 0: eval() drops the old KV entries and starts at position 0
             model.eval(wids)
             # a view of llama-cpp-python's buffer: reduced before the next eval() overwrites it
-            return torch.from_numpy(model.scores[:len(wids)])
+            return token_nlls(torch.from_numpy(model.scores[:len(wids)]), wids, score_from)
 
-        return score_windows(ids, windows, ctx, _window_bos(tokenizer), logits_fn, engine="llama.cpp",
+        return score_windows(ids, windows, ctx, _window_bos(tokenizer), nlls_fn, engine="llama.cpp",
                              stride=stride, on_window=on_window)
     finally:
         model.close()  # frees the context and weights now, not at garbage collection
