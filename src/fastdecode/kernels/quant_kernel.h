@@ -44,9 +44,10 @@ template <int L>
 constexpr int64_t kHighBytes = L == kQ6K ? 64 : kPlane5<L> ? 32 : 0;
 template <int L>
 constexpr int64_t kScaleBytes = kKQuant<L> ? 1 : 2;  // the K-quants' 8-bit sc; the others' float16 scales
-// Layouts whose values are offset (q - 8, q - 16): the activations' block sums take the offset.
+// log2 of the offset of layouts whose stored values are offset (q4s: q - 8, q5s: q - 16; q8 on
+// VNNI, whose unsigned operand is w + 128): I_b takes it off through the activations' block sums.
 template <int L>
-constexpr int kOffsetShift = L == kQ4S ? 3 : L == kQ5S ? 4 : 0;
+constexpr int kOffsetShift = L == kQ4S ? 3 : L == kQ5S ? 4 : (L == kQ8 && FD_VNNI) ? 7 : 0;
 template <int L>
 constexpr int64_t kScalesPerGroup = L == kQ6K ? 16 : 8;
 #if !FD_VNNI
@@ -260,7 +261,7 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
     const int64_t at = x.at(m + c, G);
     const __m256 xd = _mm256_loadu_ps(x.d + at);
     __m256i slo = _mm256_setzero_si256(), shi = slo;
-    if constexpr (L == kQ6K || kOffsetShift<L> > 0 || (L == kQ8 && FD_VNNI)) {
+    if constexpr (L == kQ6K || kOffsetShift<L> > 0) {
       slo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums + 2 * at));
       shi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums + 2 * at + 8));
     }
@@ -271,8 +272,6 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
                              _mm256_mullo_epi32(_mm256_sub_epi32(ihi[r][c], _mm256_slli_epi32(shi, 5)), schi[r]));
       } else if constexpr (kOffsetShift<L> > 0) {
         I = _mm256_sub_epi32(I, _mm256_slli_epi32(_mm256_add_epi32(slo, shi), kOffsetShift<L>));
-      } else if constexpr (L == kQ8 && FD_VNNI) {
-        I = _mm256_sub_epi32(I, _mm256_slli_epi32(_mm256_add_epi32(slo, shi), 7));
       }
       acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(ws[r], xd)));
       if constexpr (kMins<L>) macc[r][c] = _mm256_add_ps(macc[r][c], _mm256_mul_ps(mv[r], _mm256_loadu_ps(x.s + at)));

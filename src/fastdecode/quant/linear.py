@@ -74,7 +74,7 @@ class _Packed(nn.Module):
 
 
 class QuantLinear(_Packed):
-    """y = x W^T (+ b) with W [out_features, in_features] in a q4 or q8 layout."""
+    """y = x W^T (+ b) with W [out_features, in_features] in one of the layouts of formats.py."""
 
     def __init__(self, in_features: int, out_features: int, layout: str, bias: bool = False, device=None):
         super().__init__(layout, out_features, in_features, device)
