@@ -123,3 +123,11 @@ def test_default_model_with_a_q8_0_cache_agrees_with_llama_cpp():
                                   kv_dtype=llm.model.kv_dtype_name)
     assert llm.model.kv_dtype_name == "q8_0" and (theirs.tokens, theirs.windows) == (ours.tokens, 1)
     assert abs(theirs.ppl / ours.ppl - 1) < 0.02
+
+
+def test_a_window_through_the_engine_leaves_room_for_its_token(capsys):
+    """kv_dtype sends windows to the engine, which generates one token after each: ctx up to
+    the model's context less one, refused past that in one line before anything is scored."""
+    rc, out, err = run_cli(capsys, "model=tiny", "kv_dtype=float32", "ctx=512", "max_windows=1")
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert "ctx=512 is out of range; accepted: 3..511 for this model" in err
