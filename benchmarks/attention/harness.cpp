@@ -1,7 +1,8 @@
 // The attention kernel before and after the tiled rewrite, in one process: bitwise
 // comparison and timing, without torch. Built by benchmarks/attention/run.py, which
 // compiles the baseline's kernel (the row-per-task one, from git) under the
-// namespace `base` and the working tree's attention.cpp.
+// namespace `base` and the working tree's attention.cpp; or, with BASE_TILED, the
+// tiled kernel at a later revision (attention.cpp there) against the working tree's.
 //
 //   harness check                      bitwise old == new over a grid of shapes
 //   harness bench KV T L B H HKV D W THREADS ROUNDS LAYERS
@@ -102,6 +103,21 @@ Data make(const Case& c, uint32_t seed) {
   return d;
 }
 
+#ifdef BASE_TILED
+// A baseline with the tiled interface (attention.cpp at that revision), run as run_new runs its own.
+void run_base(const Case& c, Data& d, int threads) {
+  const base::AttentionArgs a{d.q.data(), d.k.data(), d.v.data(), d.pos.data(), d.rows.data(), d.y0.data(),
+                              c.B, c.T, c.H, c.Hkv, c.D, c.window, {c.T * c.H * c.D, c.H * c.D, c.D, 1},
+                              {d.ks[0], d.ks[1], d.ks[2]}, 1.f / std::sqrt(static_cast<float>(c.D)),
+                              static_cast<base::KvFormat>(c.kv), d.L};
+  const base::AttentionTiles p = base::attention_tiles(a, threads);
+  std::atomic<int64_t> next{0};
+  const int nt = static_cast<int>(std::min<int64_t>(threads, p.count));
+  if (nt <= 1) return base::attention_run(a, p, next);
+#pragma omp parallel num_threads(nt)
+  base::attention_run(a, p, next);
+}
+#else
 // As ops.cpp ran it: at::parallel_for over the B T H rows, in equal contiguous chunks.
 void run_base(const Case& c, Data& d, int threads) {
   const base::AttentionArgs a{d.q.data(), d.k.data(), d.v.data(), d.pos.data(), d.rows.data(), d.y0.data(),
@@ -116,6 +132,7 @@ void run_base(const Case& c, Data& d, int threads) {
     if (r0 < r1) base::attention_rows(a, r0, r1, L);
   }
 }
+#endif
 
 // As ops.cpp runs it: one task per thread, each taking tiles from a shared counter.
 void run_new(const Case& c, Data& d, int threads) {

@@ -1,10 +1,11 @@
 """The attention kernel before and after its tiled rewrite, in one process per shape.
 
     python benchmarks/attention/run.py [--baseline REV] [--rounds 40] [--threads 1,2] [--check]
-        [--out benchmarks/attention/results.jsonl]
+        [--only 0,3] [--out benchmarks/attention/results.jsonl]
 
-Builds harness.cpp against the baseline's row-per-task kernel (math.cpp and kernels.h at
-REV, from git, under the namespace `base`) and the working tree's attention.cpp, with
+Builds harness.cpp against the baseline's kernel (math.cpp's row-per-task one, or the tiled
+attention.cpp of a later REV, with kernels.h at REV, from git, under the namespace `base`) and
+the working tree's attention.cpp, with
 the kernels' own compiler flags; --check first compares the two bit for bit over a
 grid of shapes, formats, windows and thread counts. Each bench line times both in
 alternation (see harness.cpp) and appends one JSON object to --out.
@@ -53,13 +54,19 @@ def git_show(rev: str, path: str) -> str:
 def build(rev: str, out: Path) -> Path:
     (out / "base_kernels.h").write_text(git_show(rev, "src/fastdecode/kernels/kernels.h"))
     (out / "simd.h").write_text(git_show(rev, "src/fastdecode/kernels/simd.h"))
-    (out / "base_math.cpp").write_text(
-        git_show(rev, "src/fastdecode/kernels/math.cpp").replace('#include "kernels.h"', '#include "base_kernels.h"'))
+    # Before the tiled kernel, attention lived in math.cpp with a row-range interface; from
+    # then on in attention.cpp, with the working tree's interface (BASE_TILED in harness.cpp).
+    tiled = subprocess.run(["git", "-C", str(ROOT), "cat-file", "-e", f"{rev}:src/fastdecode/kernels/attention.cpp"],
+                           capture_output=True).returncode == 0
+    source = "attention.cpp" if tiled else "math.cpp"
+    (out / "base.cpp").write_text(
+        git_show(rev, f"src/fastdecode/kernels/{source}").replace('#include "kernels.h"', '#include "base_kernels.h"'))
     cxx = ["c++", *FLAGS]
-    subprocess.run([*cxx, "-Dfd=base", "-c", str(out / "base_math.cpp"), "-o", str(out / "base.o")], check=True)
+    subprocess.run([*cxx, "-Dfd=base", "-c", str(out / "base.cpp"), "-o", str(out / "base.o")], check=True)
     subprocess.run([*cxx, "-c", str(KERNELS / "attention.cpp"), "-o", str(out / "new.o")], check=True)
     exe = out / "harness"
-    subprocess.run([*cxx, f"-I{KERNELS}", f"-I{out}", str(Path(__file__).parent / "harness.cpp"),
+    subprocess.run([*cxx, *(["-DBASE_TILED"] if tiled else []), f"-I{KERNELS}", f"-I{out}",
+                    str(Path(__file__).parent / "harness.cpp"),
                     str(out / "base.o"), str(out / "new.o"), "-o", str(exe)], check=True)
     return exe
 
@@ -71,8 +78,10 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=30, help="separate caches used in turn (a model's layers)")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated indices into SHAPES (default: all)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results.jsonl"))
     a = ap.parse_args()
+    shapes = [SHAPES[int(i)] for i in a.only.split(",")] if a.only else SHAPES
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(a.baseline, Path(tmp))
         if a.check:
@@ -84,7 +93,7 @@ def main() -> None:
               f"{'base ms':>9} {'new ms':>9} {'x':>5}   (minimum: base, new, x)")
         with open(a.out, "a", encoding="utf-8") as f:
             for threads in [int(t) for t in a.threads.split(",")]:
-                for kv, T, L, B, H, Hkv, D, w in SHAPES:
+                for kv, T, L, B, H, Hkv, D, w in shapes:
                     cmd = [str(exe), "bench", *map(str, (KV[kv], T, L, B, H, Hkv, D, w, threads, a.rounds, a.layers))]
                     row = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
                     f.write(json.dumps({"baseline": a.baseline, **row}) + "\n")
