@@ -31,7 +31,7 @@ _DEFAULT_SHAPES = "2048x2048,512x2048,3072x2048,8192x2048,16384x2048,2048x8192,4
 
 
 def random_group(layout: str, n: int, k: int, gen: torch.Generator) -> dict[str, torch.Tensor]:
-    dtypes = tensor_dtypes(layout, torch.float16)
+    dtypes = tensor_dtypes(layout)
     out = {}
     for name, shape in packed_shapes(layout, n, k).items():
         dt = dtypes[name]
