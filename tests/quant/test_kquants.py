@@ -24,7 +24,7 @@ KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1]
 LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k", T.Q5_0: "q5s", T.Q5_1: "q5"}
 _D_AT = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}  # byte offsets of the fp16 d (and dmin)
 ISAS = kernels.available_isas()
-MS = (1, 2, 3, 5, 8, 17, 64)
+MS = (1, 2, 3, 5, 8, 12, 16, 17, 64)
 
 
 def random_blocks(qtype: T, n: int, k: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:

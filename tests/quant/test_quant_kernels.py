@@ -73,7 +73,7 @@ def test_kernel_matches_dequantized_matmul(isa, qtype, n):
     raw, w = gguf_weight(qtype, n, k, seed=n)
     packed = formats.pack_gguf(raw, qtype, n, k)
     g = torch.Generator().manual_seed(n)
-    for m in (1, 2, 3, 5, 8, 17, 64):
+    for m in (1, 2, 3, 5, 8, 12, 16, 17, 64):  # 12, 16: the 1-row tiles in passes (VNNI)
         x = torch.randn(m, k, generator=g)
         y = packed_linear(x, formats.layout_of(packed), packed, native=True)
         exact = x.double() @ w.double().T
@@ -92,7 +92,7 @@ def test_row_result_does_not_depend_on_m(isa, qtype):
     x = torch.randn(64, k, generator=torch.Generator().manual_seed(0))
     lay = formats.layout_of(p)
     full = packed_linear(x, lay, p, native=True)
-    for m in (1, 2, 3, 5, 63):
+    for m in (1, 2, 3, 5, 12, 16, 63):
         part = packed_linear(x[:m], lay, p, native=True)
         assert torch.equal(part, full[:m])
     alone = torch.cat([packed_linear(x[i:i + 1], lay, p, native=True) for i in range(64)])

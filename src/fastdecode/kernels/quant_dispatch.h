@@ -9,16 +9,21 @@
 // M = 1, against kFewCols activation rows, so each weight byte is read and unpacked once per
 // call (4 x 4 tiles read 4 rows' streams side by side at ~5 GB/s a core; one row at a time
 // was 1.3-2.8x faster at M = 8, K = 2048, and slower at K = 8192, where 8 activation rows
-// overflow L1). More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still no slower
-// than 4 x 2 or 4 x 3, and faster for q6k).
+// overflow L1). On VNNI, up to 16 rows whose activations take <= 24 KB (16 at the 135M model's
+// K = 576 and 1536, 12 at K = 2048) the same, in passes of kFewCols rows over each weight row
+// from L1: 1.0-1.5x the 4 x 4 tile at the 135M shapes for M = 12 and 16, and 0.74-0.78x at
+// M = 16, K = 2048 (32 KB), which stays on 4 x 4 (benchmarks/serve/README.md).
+// More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still no slower than 4 x 2 or
+// 4 x 3, and faster for q6k).
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
-constexpr int64_t kFewRows = 8, kFewK = 4096;
+constexpr int64_t kFewRows = 8, kFewK = 4096, kMoreRows = 16, kMoreBytes = 24576;
 constexpr int kFewCols = FD_VNNI ? 8 : 4;  // VNNI's 32 registers hold 8 rows' sums; AVX2 spills past 4
 
 template <int L>
 static void run_layout(const Args& a, int64_t n0, int64_t n1) {
   if (a.M == 1) rows<L, 1, 1>(a, n0, n1);
-  else if (a.M <= kFewRows && 32 * a.nb <= kFewK) rows<L, 1, kFewCols>(a, n0, n1);
+  else if ((a.M <= kFewRows && 32 * a.nb <= kFewK) || (FD_VNNI && a.M <= kMoreRows && a.M * 32 * a.nb <= kMoreBytes))
+    rows<L, 1, kFewCols>(a, n0, n1);
   else rows<L, 4, 4>(a, n0, n1);
 }
 
