@@ -103,19 +103,26 @@ Data make(const Case& c, uint32_t seed) {
   return d;
 }
 
-#ifdef BASE_TILED
-// A baseline with the tiled interface (attention.cpp at that revision), run as run_new runs its own.
-void run_base(const Case& c, Data& d, int threads) {
-  const base::AttentionArgs a{d.q.data(), d.k.data(), d.v.data(), d.pos.data(), d.rows.data(), d.y0.data(),
-                              c.B, c.T, c.H, c.Hkv, c.D, c.window, {c.T * c.H * c.D, c.H * c.D, c.D, 1},
-                              {d.ks[0], d.ks[1], d.ks[2]}, 1.f / std::sqrt(static_cast<float>(c.D)),
-                              static_cast<base::KvFormat>(c.kv), d.L};
-  const base::AttentionTiles p = base::attention_tiles(a, threads);
+// A tiled kernel (the working tree's, or with BASE_TILED the baseline's attention.cpp at a later
+// revision) as ops.cpp runs it: one task per thread, each taking tiles from a shared counter.
+template <class Args, class Kv, class Tiles>
+void run_tiled(const Case& c, Data& d, float* y, int threads, Tiles (*tiles)(const Args&, int),
+               void (*run)(const Args&, const Tiles&, std::atomic<int64_t>&)) {
+  const Args a{d.q.data(), d.k.data(), d.v.data(), d.pos.data(), d.rows.data(), y,
+               c.B, c.T, c.H, c.Hkv, c.D, c.window, {c.T * c.H * c.D, c.H * c.D, c.D, 1},
+               {d.ks[0], d.ks[1], d.ks[2]}, 1.f / std::sqrt(static_cast<float>(c.D)), static_cast<Kv>(c.kv), d.L};
+  const Tiles p = tiles(a, threads);
   std::atomic<int64_t> next{0};
   const int nt = static_cast<int>(std::min<int64_t>(threads, p.count));
-  if (nt <= 1) return base::attention_run(a, p, next);
+  if (nt <= 1) return run(a, p, next);
 #pragma omp parallel num_threads(nt)
-  base::attention_run(a, p, next);
+  run(a, p, next);
+}
+
+#ifdef BASE_TILED
+void run_base(const Case& c, Data& d, int threads) {
+  run_tiled<base::AttentionArgs, base::KvFormat>(c, d, d.y0.data(), threads, base::attention_tiles,
+                                                 base::attention_run);
 }
 #else
 // As ops.cpp ran it: at::parallel_for over the B T H rows, in equal contiguous chunks.
@@ -134,18 +141,8 @@ void run_base(const Case& c, Data& d, int threads) {
 }
 #endif
 
-// As ops.cpp runs it: one task per thread, each taking tiles from a shared counter.
 void run_new(const Case& c, Data& d, int threads) {
-  const fd::AttentionArgs a{d.q.data(), d.k.data(), d.v.data(), d.pos.data(), d.rows.data(), d.y1.data(),
-                            c.B, c.T, c.H, c.Hkv, c.D, c.window, {c.T * c.H * c.D, c.H * c.D, c.D, 1},
-                            {d.ks[0], d.ks[1], d.ks[2]}, 1.f / std::sqrt(static_cast<float>(c.D)),
-                            static_cast<fd::KvFormat>(c.kv), d.L};
-  const fd::AttentionTiles p = fd::attention_tiles(a, threads);
-  std::atomic<int64_t> next{0};
-  const int nt = static_cast<int>(std::min<int64_t>(threads, p.count));
-  if (nt <= 1) return fd::attention_run(a, p, next);
-#pragma omp parallel num_threads(nt)
-  fd::attention_run(a, p, next);
+  run_tiled<fd::AttentionArgs, fd::KvFormat>(c, d, d.y1.data(), threads, fd::attention_tiles, fd::attention_run);
 }
 
 double ms(clockid_t clk, const timespec& a, const timespec& b) {
