@@ -1,5 +1,6 @@
 """GGUF loading: metadata, Q/K un-permute, tied output, quantized tensors, bad input."""
 
+import re
 import shutil
 import struct
 
@@ -138,8 +139,14 @@ def test_wrong_magic(tmp_path, good_gguf):
 def test_truncated_file(tmp_path, good_gguf, keep):
     data = good_gguf.read_bytes()
     bad = tmp_path / "cut.gguf"
-    bad.write_bytes(data[:max(8, int(len(data) * keep))])
-    one_line_error(bad, "truncated")
+    cut = max(8, int(len(data) * keep))
+    bad.write_bytes(data[:cut])
+    message = one_line_error(bad, "truncated")
+    if keep > 0.1:  # cut inside the tensor data: the message names the tensor and where it stops
+        m = re.search(r"tensor '([^']+)' \(bytes (\d+)-(\d+)\) is cut short at byte (\d+)", message)
+        assert m, message
+        end, at = int(m[3]), int(m[4])
+        assert at == cut < end
 
 
 def test_empty_file(tmp_path):

@@ -8,13 +8,14 @@ and the problem for the rest.
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import re
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.gguf_reader import ReaderTensor
 
 from ..errors import FastDecodeError
@@ -22,6 +23,43 @@ from . import dequant
 
 GGUF_MAGIC = b"GGUF"
 _MADV_DONTNEED = 4  # Linux
+
+
+class _CutShort(Exception):
+    """A tensor's data runs past the end of the file (_Reader)."""
+
+
+class _Reader(GGUFReader):
+    """GGUFReader that, when mapping the tensors fails, says which tensor the file cuts
+    short: the reader maps every tensor as it opens the file, and a truncated file then
+    fails inside numpy with a shape error that names neither the tensor nor the offset."""
+
+    def _build_tensors(self, start_offs: int, fields: list) -> None:
+        try:
+            super()._build_tensors(start_offs, fields)
+        except ValueError:
+            size = len(self.data)
+            for name, begin, end in _tensor_extents(start_offs, fields):
+                if end > size:
+                    raise _CutShort(f"truncated GGUF: tensor {name!r} (bytes {begin}-{end}) is cut short at "
+                                    f"byte {size}, the end of the file") from None
+            raise
+
+
+def _tensor_extents(start_offs: int, fields: list) -> list[tuple[str, int, int]]:
+    """(name, first byte, end byte) of each tensor the header describes, in header order;
+    empty where the header cannot be read that way (then the caller's own error stands)."""
+    out = []
+    try:
+        for field in fields:
+            _, name, _, dims, raw_dtype, offset = field.parts
+            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(int(raw_dtype[0]))]
+            n_bytes = math.prod(int(d) for d in dims) * type_size // block
+            begin = int(start_offs + int(offset[0]))
+            out.append((bytes(name).decode("utf-8", errors="replace"), begin, begin + n_bytes))
+    except (ValueError, KeyError, IndexError, TypeError):
+        return []
+    return out
 
 
 class GGUFFile:
@@ -37,7 +75,9 @@ class GGUFFile:
                 f"{path}: not a GGUF file (magic {magic!r}, expected {GGUF_MAGIC!r}); "
                 "pass a .gguf file or a Hugging Face checkpoint directory")
         try:
-            self._reader = GGUFReader(path)
+            self._reader = _Reader(path)
+        except _CutShort as e:
+            raise FastDecodeError(f"{path}: {e}") from None
         except ValueError as e:
             raise FastDecodeError(f"{path}: {_describe_reader_error(e)}") from None
         except (IndexError, OverflowError, TypeError, KeyError, UnicodeDecodeError) as e:
