@@ -34,12 +34,14 @@ class _Reader(GGUFReader):
     short: the reader maps every tensor as it opens the file, and a truncated file then
     fails inside numpy with a shape error that names neither the tensor nor the offset."""
 
-    def _build_tensors(self, start_offs: int, fields: list) -> None:
+    def _build_tensors(self, *args: Any, **kwargs: Any) -> None:
+        # (start_offs, fields) in the gguf versions we know; any other shape keeps the
+        # reader's own error (_tensor_extents then finds nothing).
         try:
-            super()._build_tensors(start_offs, fields)
+            super()._build_tensors(*args, **kwargs)
         except ValueError:
             size = len(self.data)
-            for name, begin, end in _tensor_extents(start_offs, fields):
+            for name, begin, end in _tensor_extents(*args[:2]) if len(args) >= 2 else []:
                 if end > size:
                     raise _CutShort(f"truncated GGUF: tensor {name!r} (bytes {begin}-{end}) is cut short at "
                                     f"byte {size}, the end of the file") from None
