@@ -43,9 +43,12 @@ class _Reader(GGUFReader):
             size = len(self.data)
             for name, begin, end in _tensor_extents(*args[:2]) if len(args) >= 2 else []:
                 if end > size:
-                    raise _CutShort(f"truncated GGUF: tensor {name!r} (bytes {begin}-{end}) is cut short at "
-                                    f"byte {size}, the end of the file") from None
+                    raise _CutShort(_cut_short(name, begin, end, size)) from None
             raise
+
+
+def _cut_short(name: str, begin: int, end: int, size: int) -> str:
+    return f"truncated GGUF: tensor {name!r} (bytes {begin}-{end}) is cut short at byte {size}, the end of the file"
 
 
 def _tensor_extents(start_offs: int, fields: list) -> list[tuple[str, int, int]]:
@@ -93,10 +96,7 @@ class GGUFFile:
         size = self.path.stat().st_size
         for t in self._reader.tensors:
             if t.data_offset + t.n_bytes > size:
-                raise FastDecodeError(
-                    f"{self.path}: truncated GGUF: tensor {t.name!r} ends at byte "
-                    f"{t.data_offset + t.n_bytes} but the file has {size} bytes"
-                )
+                raise FastDecodeError(f"{self.path}: {_cut_short(t.name, t.data_offset, t.data_offset + t.n_bytes, size)}")
 
     def get(self, key: str, default: Any = None) -> Any:
         """The metadata value at `key`: a str, int, float, bool or list of them."""

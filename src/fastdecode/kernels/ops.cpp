@@ -175,7 +175,7 @@ Act quantize(const at::Tensor& x) {
 // then one task per thread takes chunks of whole tiles from a shared counter: about
 // kChunksPerThread chunks a thread, at least 64 rows each (that splits even a 256-row
 // projection across two cores). A static half each left the faster core waiting at the
-// join on these shared VMs (libgomp 12-16% of both threads' samples in 1B decode); taking
+// join on these shared VMs (libgomp 14% of both threads' samples in 1B decode); taking
 // chunks measured 3-5% more tokens/s at B = 1 and 8 (benchmarks/real_sizes.md). Each row's
 // arithmetic does not depend on the thread that runs it.
 constexpr int64_t kChunksPerThread = 4;
