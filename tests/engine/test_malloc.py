@@ -1,4 +1,4 @@
-"""A step's large blocks keep their pages from one step to the next (engine/malloc.py): the
+"""A step's large blocks keep their pages from one step to the next (kernels/malloc.py): the
 default model's prompt logprobs, whose prefill chunks each return [200, 49152] float32
 logits (39 MiB, above glibc's own 32 MiB mmap ceiling)."""
 

@@ -24,7 +24,7 @@ from ..compile.strategies import make_steps
 from ..config import DEFAULT_MAX_BATCH_SIZE, LoadOptions
 from ..engine import Engine
 from ..engine.draft import DraftModel
-from ..engine.malloc import release_free_memory
+from ..kernels.malloc import release_free_memory
 from ..errors import FastDecodeError
 from ..kernels import prebuild as prebuild_kernels
 from ..model.args import PRESETS, ModelArgs, get_preset

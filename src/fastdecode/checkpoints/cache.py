@@ -39,6 +39,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from ..kernels.malloc import trim_heap
 from ..model.args import ModelArgs
 from ..errors import FastDecodeError
 from ..paths import cache_root, remove_stale_tmp
@@ -146,6 +147,7 @@ def write_entry(directory: Path, source: Path, args: ModelArgs, tokenizer: HFTok
             name = f"model-{len(weights):05d}.safetensors"
             save_file(state, str(tmp / name))
             del state
+            trim_heap()  # the parts before this one are freed: their blocks would stay resident
             weights.append(name)
         check_state_dict(shapes, args, str(source))
         (tmp / _TOKENIZER).write_text(json.dumps(tokenizer.to_dict()), encoding="utf-8")

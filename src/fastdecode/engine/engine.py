@@ -48,7 +48,7 @@ from ..structured import start_state, vocab_for
 from ..text.tokenizer import Tokenizer
 from .draft import DraftModel, DraftProposer
 from .request import GenerationConfig, Request, RequestOutput, TokenLogprob
-from .malloc import keep_freed_blocks, share_main_arena
+from ..kernels.malloc import keep_freed_blocks, share_main_arena
 from .prefix_cache import PrefixIndex
 from .runner import RowOutput, Runner
 from .stream import RequestStream
