@@ -149,6 +149,46 @@ def test_truncated_file(tmp_path, good_gguf, keep):
         assert at == cut < end
 
 
+def test_metadata_reads_as_gguf_reads_it(tmp_path):
+    """The reader's metadata arrays, read in one pass (gguf_file._Reader), hold what gguf's own
+    reader finds: strings (non-ASCII, empty), numbers, bools (gguf's writer leaves out empty arrays)."""
+    import gguf
+    from gguf import GGUFReader
+
+    from fastdecode.checkpoints.gguf_file import GGUFFile
+
+    path = tmp_path / "meta.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_array("t.strings", ["a", "", "ĠHello", "日本", "x" * 300])
+    w.add_array("t.ints", [1, -2, 3])
+    w.add_array("t.floats", [0.5, -1.25])
+    w.add_array("t.bools", [True, False, True])
+    w.add_uint64("t.u64", 2**40)
+    w.add_string("t.string", "plain")
+    w.add_tensor("w", np.ones((4, 8), np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    ours, ref = GGUFFile(path), GGUFReader(path)
+    assert set(ours._reader.fields) == set(ref.fields)
+    for key, field in ref.fields.items():
+        assert ours._reader.fields[key].contents() == field.contents(), key
+        assert ours._reader.fields[key].types == field.types, key
+    assert ours.get("t.strings") == ["a", "", "ĠHello", "日本", "x" * 300]
+    assert ours.get("t.ints") == [1, -2, 3] and ours.get("t.bools") == [True, False, True]
+    assert [t.name for t in ours._reader.tensors] == ["w"]
+
+
+def test_file_cut_inside_the_metadata(tmp_path, good_gguf):
+    """Cut at every 97th byte of the header (inside strings, lengths and arrays): one line each."""
+    from gguf import GGUFReader
+
+    data = good_gguf.read_bytes()
+    header_end = GGUFReader(good_gguf).data_offset
+    bad = tmp_path / "cut.gguf"
+    for cut in range(8, header_end, 97):
+        bad.write_bytes(data[:cut])
+        one_line_error(bad, "truncated|corrupt")
+
+
 def test_empty_file(tmp_path):
     bad = tmp_path / "empty.gguf"
     bad.write_bytes(b"")

@@ -11,10 +11,12 @@ import ctypes
 import math
 import os
 import re
+import struct
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
+import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf.gguf_reader import ReaderTensor
 
@@ -30,9 +32,47 @@ class _CutShort(Exception):
 
 
 class _Reader(GGUFReader):
-    """GGUFReader that, when mapping the tensors fails, says which tensor the file cuts
-    short: the reader maps every tensor as it opens the file, and a truncated file then
-    fails inside numpy with a shape error that names neither the tensor nor the offset."""
+    """GGUFReader with two changes.
+
+    It reads a metadata array in one pass. The reader makes two numpy views per element
+    through its general path, and a tokenizer's arrays have hundreds of thousands: the
+    default model's 49,152 tokens and 48,900 merges took 2.3 s and 157 MB of the first load
+    (0.1 s and ~10 MB here). The fields are the same: a string array's parts are its
+    strings (one view each, without the length views), a number array's values are one
+    part; `data` indexes them as before, so `ReaderField.contents()` reads the same lists.
+
+    And, when mapping the tensors fails, it says which tensor the file cuts short: the
+    reader maps every tensor as it opens the file, and a truncated file then fails inside
+    numpy with a shape error that names neither the tensor nor the offset."""
+
+    def _get_field_parts(self, orig_offs: int, raw_type: int) -> tuple[int, list, list[int], list]:
+        if raw_type != GGUFValueType.ARRAY or self.byte_order != "I":
+            return super()._get_field_parts(orig_offs, raw_type)
+        raw_itype, alen = self._get(orig_offs, np.uint32), self._get(orig_offs + 4, np.uint64)
+        if len(raw_itype) < 1 or len(alen) < 1:
+            raise IndexError("a metadata array is cut short")
+        itype, n, offs = GGUFValueType(int(raw_itype[0])), int(alen[0]), orig_offs + 12
+        types = [GGUFValueType.ARRAY] + ([itype] if n else [])
+        if itype == GGUFValueType.STRING:
+            data, size = self.data.view(np.ndarray), len(self.data)  # plain views: memmap's are slower
+            parts = [raw_itype, alen]
+            for _ in range(n):
+                if offs + 8 > size:
+                    raise IndexError("a metadata string is cut short")
+                (length,) = struct.unpack_from("=Q", data, offs)
+                offs += 8
+                if offs + length > size:
+                    raise IndexError("a metadata string is cut short")
+                parts.append(data[offs:offs + length])
+                offs += length
+            return offs - orig_offs, parts, list(range(2, n + 2)), types
+        nptype = self.gguf_scalar_to_np.get(itype)
+        if nptype is None:  # arrays of arrays: the reader's own way
+            return super()._get_field_parts(orig_offs, raw_type)
+        values = self._get(offs, nptype, n)
+        if len(values) != n:
+            raise IndexError("a metadata array is cut short")
+        return 12 + int(values.nbytes), [raw_itype, alen, values], [2] if n else [], types
 
     def _build_tensors(self, *args: Any, **kwargs: Any) -> None:
         # (start_offs, fields) in the gguf versions we know; any other shape keeps the
@@ -165,7 +205,7 @@ def _field_value(field: Any) -> Any:
     if types[0] == GGUFValueType.ARRAY:
         if types[-1] == GGUFValueType.STRING:
             return [bytes(field.parts[i]).decode("utf-8", errors="replace") for i in field.data]
-        return [v.item() for i in field.data for v in field.parts[i]]
+        return [v for i in field.data for v in field.parts[i].tolist()]
     if types[0] == GGUFValueType.STRING:
         return bytes(field.parts[field.data[0]]).decode("utf-8", errors="replace")
     value = field.parts[field.data[0]][0]
