@@ -218,8 +218,25 @@ def _from_groups(packed: Tensor, nb: int, parts: int, fn) -> Tensor:
 
 
 def to_lanes(values: Tensor) -> Tensor:
-    """Values [..., K] in row order -> the lane order (module docstring)."""
-    return values[..., _order(values.shape[-1] // BLOCK)]
+    """Values [..., K] in row order -> the lane order (module docstring): within each group of
+    g blocks, [g blocks, 8, 4 values] becomes [8, g blocks, 4 values]. A transposed copy,
+    5-10x faster than gathering through _order (a 1B model's conversion spent 2.3 s there)."""
+    lead, nb = values.shape[:-1], values.shape[-1] // BLOCK
+    full, g = nb // GROUP, nb % GROUP
+    # Bytes move as int32 words of 4 values: a copy of 4-byte runs is ~4x slower per byte.
+    word = (values.element_size() == 1 and values.is_contiguous() and values.shape[-1] == nb * BLOCK
+            and values.storage_offset() % 4 == 0)
+    # [..., K / 4, 1 word of 4 values] or [..., K / 4, 4 values]
+    x = values.view(torch.int32).unsqueeze(-1) if word else values[..., :nb * BLOCK].unflatten(-1, (-1, 4))
+    out = []
+    if full:
+        y = x[..., :full * GROUP * 8, :].reshape(*lead, full, GROUP, 8, -1)
+        out.append(y.transpose(-3, -2).reshape(*lead, -1))
+    if g:
+        y = x[..., full * GROUP * 8:nb * 8, :].reshape(*lead, g, 8, -1)
+        out.append(y.transpose(-3, -2).reshape(*lead, -1))
+    seq = torch.cat(out, -1) if len(out) > 1 else out[0]
+    return seq.view(values.dtype) if word else seq
 
 
 def from_lanes(seq: Tensor) -> Tensor:
@@ -264,9 +281,9 @@ def unpack_high(qhigh: Tensor, nb: int) -> Tensor:
 
 def pack_plane6(top: Tensor) -> Tensor:
     """Top two bits 0..3 [..., K] (row order) -> plane6 [..., K/4]."""
-    def pack(s: Tensor) -> Tensor:
-        sh = _shifts(4, 2, s.device)
-        return torch.stack([(s[..., :4, :] << sh).sum(-2), (s[..., 4:, :] << sh).sum(-2)], dim=-2).to(torch.uint8)
+    def pack(s: Tensor) -> Tensor:  # sub-steps 4 h + i -> bits 2 i of byte h (an OR: sum would widen to int64)
+        return torch.stack([s[..., h, :] | (s[..., h + 1, :] << 2) | (s[..., h + 2, :] << 4) | (s[..., h + 3, :] << 6)
+                            for h in (0, 4)], dim=-2)
     return _by_group(to_lanes(top.to(torch.uint8)), pack)
 
 
