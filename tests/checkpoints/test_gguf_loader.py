@@ -177,6 +177,20 @@ def test_metadata_reads_as_gguf_reads_it(tmp_path):
     assert [t.name for t in ours._reader.tensors] == ["w"]
 
 
+def test_corrupt_array_count(tmp_path, good_gguf):
+    """A string array whose count says 2^40 elements fails at once with the one-line error."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(good_gguf).fields["tokenizer.ggml.tokens"]
+    at = field.offset + sum(int(p.nbytes) for p in field.parts[:4])  # key length, key, type, item type
+    data = bytearray(good_gguf.read_bytes())
+    assert struct.unpack_from("<Q", data, at)[0] == len(field.data)
+    struct.pack_into("<Q", data, at, 2**40)
+    bad = tmp_path / "count.gguf"
+    bad.write_bytes(bytes(data))
+    one_line_error(bad, "truncated|corrupt")
+
+
 def test_file_cut_inside_the_metadata(tmp_path, good_gguf):
     """Cut at every 97th byte of the header (inside strings, lengths and arrays): one line each."""
     from gguf import GGUFReader

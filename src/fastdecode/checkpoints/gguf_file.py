@@ -55,6 +55,8 @@ class _Reader(GGUFReader):
         types = [GGUFValueType.ARRAY] + ([itype] if n else [])
         if itype == GGUFValueType.STRING:
             data, size = self.data.view(np.ndarray), len(self.data)  # plain views: memmap's are slower
+            if offs + 8 * n > size:  # a corrupt count: fail now, not after a pass over the whole file
+                raise IndexError("a metadata array is cut short")
             parts = [raw_itype, alen]
             for _ in range(n):
                 if offs + 8 > size:
