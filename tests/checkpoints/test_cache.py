@@ -223,9 +223,9 @@ print(json.dumps({"base": base, "peak": status("VmHWM"), "after": status("VmRSS"
 def test_a_first_load_of_a_large_file_peaks_near_the_file(tmp_path):
     """A 124 MiB Q8_0 file of 8 layers: converting it holds about a layer at a time, and the
     file's pages that it has read are let go after each layer. Measured over the process
-    before the load: a peak of 0.58x the file (72 MiB: a layer, its fused copies, the
-    reader's header and the modules the load imports), and 21 MiB still resident after
-    it. Without the heap trimmed after each layer, the blocks freed by earlier layers
+    before the load: a peak of 0.53-0.58x the file (66-72 MiB: a layer, its fused copies,
+    the reader's header and the modules the load imports), and 18-21 MiB still resident
+    after it. Without the heap trimmed after each layer, the blocks freed by earlier layers
     stayed: 0.70x at the peak and 81 MiB after. Holding the converted model and its
     serialized copy, as conversions did until the entry was written a layer at a time,
     peaked at 2.4x."""

@@ -392,7 +392,9 @@ def pack_fields(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[
     return {name: out[name].contiguous() for name in LAYOUT_TENSORS[layout]}
 
 
-_PACK_ROWS = 4096  # rows converted at a time: bounds the temporaries of a large table
+# The file's bytes converted at a time. Unpacking holds ~8x its input in temporaries (Q6_K: a
+# 13 MiB ffn_down took ~100 MB above its output), so a chunk bounds them at ~16 MB.
+_PACK_BYTES = 2 << 20
 
 
 def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, Tensor]]:
@@ -404,9 +406,10 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, T
         return None
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
     rows = raw.reshape(n, -1)
+    step = max(1, _PACK_BYTES // rows.shape[1])
     out: dict[str, Tensor] = {}
-    for r0 in range(0, n, _PACK_ROWS):
-        r1 = min(n, r0 + _PACK_ROWS)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
         f = _gguf_fields(rows[r0:r1].reshape(-1, block_bytes), qtype, r1 - r0)
         values = torch.from_numpy(f.pop("values"))
         part = pack_fields(mapping.layout, values, {name: torch.from_numpy(a) for name, a in f.items()})
