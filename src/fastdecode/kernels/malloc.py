@@ -15,7 +15,7 @@ therefore shares the main arena (`share_main_arena`, before that thread starts).
 
 The opposite holds during and after a one-off burst, such as converting a checkpoint on
 its first load: each layer's blocks, freed once the layer is written, only partly fit the
-next layer's (1B Q4_K_M: ~25 MB a layer stayed resident, 600 MB by the last), and would
+next layer's (1B Q4_K_M: ~25 MB a layer stayed resident, ~680 MB by the end), and would
 stay so for the whole run next to the memory-mapped copy that replaced them
 (`trim_heap` after each layer, `release_free_memory` after the load).
 
