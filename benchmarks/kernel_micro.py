@@ -26,7 +26,16 @@ from fastdecode.kernels import active_isa, load_kernels, set_isa
 from fastdecode.quant.formats import LAYOUT_TENSORS, packed_shapes, tensor_dtypes
 from fastdecode.quant.linear import packed_linear
 
-_L3_BYTES = 32 << 20
+
+def _l3_bytes() -> int:
+    """This CPU's L3 as the OS reports it (a VM may report the host's whole L3), at least 32 MiB."""
+    try:
+        return max(32 << 20, os.sysconf("SC_LEVEL3_CACHE_SIZE"))
+    except (ValueError, OSError):
+        return 32 << 20
+
+
+_L3_BYTES = _l3_bytes()
 _DEFAULT_SHAPES = "2048x2048,512x2048,3072x2048,8192x2048,16384x2048,2048x8192,49152x2048"
 
 
@@ -90,7 +99,7 @@ def main() -> None:
             one = random_group(layout, n, k, gen)
             size = nbytes(one)
             copies = 1 if args.hot else max(2, -(-2 * _L3_BYTES // size))
-            groups = [one] + [random_group(layout, n, k, gen) for _ in range(copies - 1)]
+            groups = [one] + [{name: t.clone() for name, t in one.items()} for _ in range(copies - 1)]
             for m in (int(v) for v in args.m.split(",")):
                 x = torch.randn(m, k, generator=gen)
                 s = time_calls(layout, groups, x, args.seconds)

@@ -17,13 +17,16 @@
 // 4 x 3, and faster for q6k).
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
 constexpr int64_t kFewRows = 8, kFewK = 4096, kMoreRows = 16, kMoreBytes = 24576;
+#ifndef FD_PAIRS
+#define FD_PAIRS FD_VNNI
+#endif
 constexpr int kFewCols = FD_VNNI ? 8 : 4;  // VNNI's 32 registers hold 8 rows' sums; AVX2 spills past 4
 
 template <int L>
 static void run_layout(const Args& a, int64_t n0, int64_t n1) {
   if (a.M == 1) rows<L, 1, 1>(a, n0, n1);
   else if ((a.M <= kFewRows && 32 * a.nb <= kFewK) || (FD_VNNI && a.M <= kMoreRows && a.M * 32 * a.nb <= kMoreBytes))
-    rows<L, 1, kFewCols>(a, n0, n1);
+    rows<L, 1, kFewCols, FD_PAIRS>(a, n0, n1);
   else rows<L, 4, 4>(a, n0, n1);
 }
 

@@ -181,8 +181,11 @@ struct XRows {
 #ifndef FD_STREAM_BYTES
 #define FD_STREAM_BYTES 2048
 #endif
+// T0, not NTA: on a 2-core Xeon (Sapphire Rapids class) prefetchnta held an M = 1 stream to
+// ~13 GB/s against ~45 with prefetcht0 (benchmarks/real_sizes_xeon.md); on Zen 4 the two did
+// not differ measurably.
 #ifndef FD_HINT
-#define FD_HINT _MM_HINT_NTA
+#define FD_HINT _MM_HINT_T0
 #endif
 
 // Group G of R weight rows x the same group of C activation rows from m, added to the
@@ -322,6 +325,110 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
     }
 }
 
+#if FD_VNNI
+// Two weight rows in the halves of 512-bit registers (row n low, n + 1 high) against C
+// activation rows: each activation load and dot-product instruction serves both rows. Every
+// lane runs group<L, 1, C>'s operations in its order, so y is the same bits as tile<L, 1, C>.
+// 1B Q4_K_M / Q4_0 decode at B = 8 on a 2-core Xeon (VNNI): 109 -> 140 / 126 -> 169 tokens/s
+// against single rows (benchmarks/real_sizes_xeon.md).
+static FD_INLINE __m512i pair(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+static FD_INLINE __m512 pair(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+static FD_INLINE __m512i both(const void* p) { return _mm512_broadcast_i64x4(load32(p)); }  // the same 8 lanes twice
+static FD_INLINE __m512 both(const float* p) { return _mm512_castsi512_ps(both(static_cast<const void*>(p))); }
+static FD_INLINE __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+template <int L, int C, bool T = false>
+static FD_INLINE void group2(const Row (&w)[2], const XRows& x, int64_t m, int64_t G, __m512 (&acc)[C],
+                             __m512 (&macc)[C], int g = 8) {
+  constexpr bool split = L == kQ6K;
+  __m512i ilo[C], ihi[C];
+  for (int c = 0; c < C; ++c) ilo[c] = ihi[c] = _mm512_setzero_si512();
+  auto chunk = [&]<int ch>() __attribute__((always_inline)) {
+    __m256i lo[2], hi[2];
+    for (int r = 0; r < 2; ++r)
+      wchunk<L, ch, T>(w[r].q + G * kGroupBytes<L>, kHighBytes<L> > 0 ? w[r].qh + G * kHighBytes<L> : nullptr,
+                       g, lo[r], hi[r]);
+    const __m512i wlo = pair(lo[0], lo[1]), whi = pair(hi[0], hi[1]);
+    for (int c = 0; c < C; ++c) {
+      const int8_t* xp = x.qrow(m + c, G);
+      ilo[c] = _mm512_dpbusd_epi32(ilo[c], wlo, both(xp + 32 * ch));
+      __m512i& h = split ? ihi[c] : ilo[c];
+      h = _mm512_dpbusd_epi32(h, whi, both(xp + 32 * (ch + 4)));
+    }
+  };
+  chunk.template operator()<0>();
+  chunk.template operator()<1>();
+  chunk.template operator()<2>();
+  chunk.template operator()<3>();
+
+  const __m512 ws = pair(wscales<L, T>(w[0], G, g), wscales<L, T>(w[1], G, g));
+  __m512 mv = ws;
+  if constexpr (kMins<L>) mv = pair(wmins<L, T>(w[0], G, g), wmins<L, T>(w[1], G, g));
+  __m512i sclo = _mm512_setzero_si512(), schi = sclo;
+  if constexpr (L == kQ6K) {
+    auto sc8 = [&](int r, int h) {
+      return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r].sc + 16 * G + 8 * h)));
+    };
+    sclo = pair(sc8(0, 0), sc8(1, 0));
+    schi = pair(sc8(0, 1), sc8(1, 1));
+  }
+  for (int c = 0; c < C; ++c) {
+    const int64_t at = x.at(m + c, G);
+    __m512i I = ilo[c];
+    if constexpr (L == kQ6K || kOffsetShift<L> > 0) {
+      const __m512i slo = both(x.sums + 2 * at), shi = both(x.sums + 2 * at + 8);
+      if constexpr (L == kQ6K)
+        I = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_sub_epi32(ilo[c], _mm512_slli_epi32(slo, 5)), sclo),
+                             _mm512_mullo_epi32(_mm512_sub_epi32(ihi[c], _mm512_slli_epi32(shi, 5)), schi));
+      else I = _mm512_sub_epi32(I, _mm512_slli_epi32(_mm512_add_epi32(slo, shi), kOffsetShift<L>));
+    }
+    acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ws, both(x.d + at))));
+    if constexpr (kMins<L>) macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, both(x.s + at)));
+  }
+}
+
+// Rows n, n + 1 x C activation rows from m, as tile<L, 1, C> twice; ahead > 0: bytes, each
+// row's stream prefetched that far on.
+template <int L, int C>
+static void tile2(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ahead) {
+  __m512 acc[C], macc[C];
+  for (int c = 0; c < C; ++c) acc[c] = macc[c] = _mm512_setzero_ps();
+  const int64_t full = a.nb / 8;
+  const int g = static_cast<int>(a.nb % 8);
+  const Row w[2] = {row_at<L>(a, n), row_at<L>(a, n + 1)};
+  if (ahead) {
+    const int64_t qha = ahead * a.qhs / a.qs;
+    for (int64_t G = 0; G < full; ++G) {
+      for (int r = 0; r < 2; ++r) {
+        const char* q = reinterpret_cast<const char*>(w[r].q + G * kGroupBytes<L> + ahead);
+        for (int64_t off = 0; off < kGroupBytes<L>; off += 64) _mm_prefetch(q + off, FD_HINT);
+        if constexpr (kHighBytes<L> > 0)
+          _mm_prefetch(reinterpret_cast<const char*>(w[r].qh + G * kHighBytes<L> + qha), FD_HINT);
+      }
+      group2<L, C>(w, x, m, G, acc, macc);
+    }
+  } else {
+    for (int64_t G = 0; G < full; ++G) group2<L, C>(w, x, m, G, acc, macc);
+  }
+  if constexpr (!kKQuant<L>) {
+    if (g) group2<L, C, true>(w, x, m, full, acc, macc, g);
+  }
+  for (int c = 0; c < C; ++c) {
+    float s0 = hsum(_mm512_castps512_ps256(acc[c])), s1 = hsum(upper(acc[c]));
+    if constexpr (kMins<L>) {
+      s0 = s0 + hsum(_mm512_castps512_ps256(macc[c]));
+      s1 = s1 + hsum(upper(macc[c]));
+    }
+    a.y[(m + c) * a.N + n] = s0;
+    a.y[(m + c) * a.N + n + 1] = s1;
+  }
+}
+#endif
+
 // c <= CT activation rows. CT = 8 has only the C = 8 tile: fewer rows go at most 4 at a time
 // (tiles of C <= 4 exist anyway; C = 5..7 would add compile time to every first run).
 template <int L, int R, int CT>
@@ -332,6 +439,19 @@ static inline void tiles(int c, const Args& a, const XRows& x, int64_t n, int64_
     if (c < CT) return tiles<L, R, CT - 1>(c, a, x, n, m, ahead);
   }
   tile<L, R, CT>(a, x, n, m, ahead);
+}
+
+// Rows n, n + 1 x c activation rows (c = 1..4 or 8, from tile_cols<8>): the pair tiles exist
+// for C = 4 and 8 only (each C adds to the first kernel build); fewer go a row at a time.
+template <int L, int CT>
+static inline void pair_tiles(int c, const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ahead) {
+#if FD_VNNI
+  static_assert(CT == 8);
+  if (c == 8) return tile2<L, 8>(a, x, n, m, ahead);
+  if (c == 4) return tile2<L, 4>(a, x, n, m, ahead);
+#endif
+  tiles<L, 1, CT>(c, a, x, n, m, ahead);
+  tiles<L, 1, CT>(c, a, x, n + 1, m, ahead);
 }
 
 template <int CT>
@@ -345,15 +465,16 @@ static inline void prefetch(const void* p, int64_t bytes) {
 
 // Rows [n0, n1) of y = x w^T for all M activation rows, in tiles of RT weight rows
 // (a remainder one at a time) x up to CT activation rows.
-template <int L, int RT, int CT>
+template <int L, int RT, int CT, bool Pairs = false>
 static void rows(const Args& a, int64_t n0, int64_t n1) {
   constexpr int64_t kPanel = 64;  // activation rows that stay in L2 while the weight rows stream past
   const XRows x{a.xq, a.xd, a.xs, a.xsums, (a.nb + 7) / 8};
   constexpr int64_t es = kScaleBytes<L>;
   // The first panel streams each weight byte once from DRAM, and one core's hardware
-  // prefetchers fall behind (measured on Zen 4, benchmarks/real_sizes.md): one row at a time
-  // (decode), its stream is prefetched FD_STREAM_BYTES ahead group by group; RT rows side by
-  // side, the tile FD_AHEAD_BYTES ahead, at once (a burst) where it is short, else group by group.
+  // prefetchers fall behind (measured on Zen 4, benchmarks/real_sizes.md, and on a Xeon): one
+  // row at a time (decode), its stream is prefetched FD_STREAM_BYTES ahead group by group; RT
+  // rows side by side, the tile FD_AHEAD_BYTES ahead, at once (a burst) where it is short, else
+  // group by group.
   const int64_t row_bytes = a.qs + a.qhs;
   const int64_t kAhead = RT == 1 ? std::max<int64_t>(1, FD_STREAM_BYTES / row_bytes)
                                  : std::max<int64_t>(RT, FD_AHEAD_BYTES / row_bytes / RT * RT);
@@ -361,7 +482,7 @@ static void rows(const Args& a, int64_t n0, int64_t n1) {
   for (int64_t m0 = 0; m0 < a.M; m0 += kPanel) {
     const int64_t m1 = std::min(a.M, m0 + kPanel);
     for (int64_t n = n0; n < n1;) {
-      const int r = n + RT <= n1 ? RT : 1;
+      const int r = Pairs && n + 2 <= n1 ? 2 : n + RT <= n1 ? RT : 1;  // Pairs: RT == 1, two rows a tile
       const bool ahead = m0 == 0 && n + kAhead + r <= n1;
       if (ahead) {  // the scales' streams (the weights' too in a burst)
         const int64_t na = n + kAhead;
@@ -378,7 +499,10 @@ static void rows(const Args& a, int64_t n0, int64_t n1) {
       int64_t first = m0 != 0 || burst ? 0 : RT == 1 ? int64_t(FD_STREAM_BYTES) : ahead ? kAhead : 0;
       for (int64_t m = m0; m < m1;) {
         const int c = tile_cols<CT>(m1 - m);
-        if (r == RT) tiles<L, RT, CT>(c, a, x, n, m, first);
+        if constexpr (Pairs) {
+          if (r == 2) pair_tiles<L, CT>(c, a, x, n, m, first);
+          else tiles<L, 1, CT>(c, a, x, n, m, first);
+        } else if (r == RT) tiles<L, RT, CT>(c, a, x, n, m, first);
         else tiles<L, 1, CT>(c, a, x, n, m, RT == 1 ? first : 0);  // (bytes for one row)
         first = 0;
         m += c;
