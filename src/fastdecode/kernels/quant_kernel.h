@@ -188,6 +188,14 @@ struct XRows {
 #define FD_HINT _MM_HINT_T0
 #endif
 
+// Group G of the weight stream at q (with its high bits at qh), into the cache.
+template <int L>
+static FD_INLINE void prefetch_group(const uint8_t* q, const uint8_t* qh, int64_t G) {
+  const char* p = reinterpret_cast<const char*>(q + G * kGroupBytes<L>);
+  for (int64_t off = 0; off < kGroupBytes<L>; off += 64) _mm_prefetch(p + off, FD_HINT);
+  if constexpr (kHighBytes<L> > 0) _mm_prefetch(reinterpret_cast<const char*>(qh + G * kHighBytes<L>), FD_HINT);
+}
+
 // Group G of R weight rows x the same group of C activation rows from m, added to the
 // float accumulators; T: the rows' last group, of g < 8 blocks.
 template <int L, int R, int C, bool T = false>
@@ -303,12 +311,7 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
       qha = ahead * a.qhs / a.qs;
     }
     for (int64_t G = 0; G < full; ++G) {
-      for (int r = 0; r < R; ++r) {
-        const char* q = reinterpret_cast<const char*>(p.q + r * a.qs + G * kGroupBytes<L> + qa);
-        for (int64_t off = 0; off < kGroupBytes<L>; off += 64) _mm_prefetch(q + off, FD_HINT);
-        if constexpr (kHighBytes<L> > 0)
-          _mm_prefetch(reinterpret_cast<const char*>(p.qh + r * a.qhs + G * kHighBytes<L> + qha), FD_HINT);
-      }
+      for (int r = 0; r < R; ++r) prefetch_group<L>(p.q + r * a.qs + qa, p.qh + r * a.qhs + qha, G);
       group<L, R, C>(w, x, m, G, acc, macc);
     }
   } else {
@@ -403,12 +406,7 @@ static void tile2(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t a
   if (ahead) {
     const int64_t qha = ahead * a.qhs / a.qs;
     for (int64_t G = 0; G < full; ++G) {
-      for (int r = 0; r < 2; ++r) {
-        const char* q = reinterpret_cast<const char*>(w[r].q + G * kGroupBytes<L> + ahead);
-        for (int64_t off = 0; off < kGroupBytes<L>; off += 64) _mm_prefetch(q + off, FD_HINT);
-        if constexpr (kHighBytes<L> > 0)
-          _mm_prefetch(reinterpret_cast<const char*>(w[r].qh + G * kHighBytes<L> + qha), FD_HINT);
-      }
+      for (int r = 0; r < 2; ++r) prefetch_group<L>(w[r].q + ahead, w[r].qh + qha, G);
       group2<L, C>(w, x, m, G, acc, macc);
     }
   } else {
