@@ -3,6 +3,9 @@
     python benchmarks/attention/run.py [--baseline REV] [--rounds 40] [--threads 1,2] [--check]
         [--only 0,3] [--out benchmarks/attention/results.jsonl]
 
+NEW_FLAGS (environment, space-separated) adds compiler flags to the working tree's build
+only, e.g. NEW_FLAGS="-mavx512f -mavx512vl" to try it built for AVX-512.
+
 Builds harness.cpp against the baseline's kernel (math.cpp's row-per-task one, or the tiled
 attention.cpp of a later REV, with kernels.h at REV, from git, under the namespace `base`) and
 the working tree's attention.cpp, with
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -46,6 +50,9 @@ SHAPES = [
 ]
 
 
+NEW_FLAGS = os.environ.get("NEW_FLAGS", "").split()
+
+
 def git_show(rev: str, path: str) -> str:
     return subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True, capture_output=True,
                           text=True).stdout
@@ -63,7 +70,7 @@ def build(rev: str, out: Path) -> Path:
         git_show(rev, f"src/fastdecode/kernels/{source}").replace('#include "kernels.h"', '#include "base_kernels.h"'))
     cxx = ["c++", *FLAGS]
     subprocess.run([*cxx, "-Dfd=base", "-c", str(out / "base.cpp"), "-o", str(out / "base.o")], check=True)
-    subprocess.run([*cxx, "-c", str(KERNELS / "attention.cpp"), "-o", str(out / "new.o")], check=True)
+    subprocess.run([*cxx, *NEW_FLAGS, "-c", str(KERNELS / "attention.cpp"), "-o", str(out / "new.o")], check=True)
     exe = out / "harness"
     subprocess.run([*cxx, *(["-DBASE_TILED"] if tiled else []), f"-I{KERNELS}", f"-I{out}",
                     str(Path(__file__).parent / "harness.cpp"),
