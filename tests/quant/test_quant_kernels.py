@@ -68,8 +68,10 @@ def test_repacking_is_exact(qtype):
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
 @pytest.mark.parametrize("n", [1, 7, 64, 301])  # odd row counts and tile remainders
 def test_kernel_matches_dequantized_matmul(isa, qtype, n):
-    # K of 3, 7 and 18 blocks: a last group of 3, 7 or 2 (0, 0 and 2 full groups before it)
-    k = 256 if qtype == T.Q4_K else {7: 224, 64: 576}.get(n, 96)
+    # K of 3, 7, 18 and 33 blocks: a last group of 3, 7, 2 or 1 (0, 0, 2 and 4 full groups before
+    # it). On VNNI the q4/q5 layouts take the 4 x 4 tiles for all M > 1 up to K = 768, the one-row
+    # tiles at M = 2..16 past it (K = 1056).
+    k = 256 if qtype == T.Q4_K else {7: 224, 64: 576, 301: 1056}.get(n, 96)
     raw, w = gguf_weight(qtype, n, k, seed=n)
     packed = formats.pack_gguf(raw, qtype, n, k)
     g = torch.Generator().manual_seed(n)

@@ -14,9 +14,14 @@
 // from L1: 1.0-1.5x the 4 x 4 tile at the 135M shapes for M = 12 and 16, and 0.74-0.78x at
 // M = 16, K = 2048 (32 KB), which stays on 4 x 4 (benchmarks/serve/README.md).
 // More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still no slower than 4 x 2 or
-// 4 x 3, and faster for q6k).
+// 4 x 3, and faster for q6k). On VNNI also short rows (K <= kShortK) of the q4 and q5 layouts
+// at any M > 1: there the one-row tiles ran 0.68-0.88x the 4 x 4's speed at M = 2..16 (K = 512
+// to 768, one thread, weights from DRAM; 1.0-1.2x at K = 1024, 1.1-2.0x at K >= 1536), while
+// AVX2's one-row tiles stayed ahead (benchmarks/batch_tiles.md, 2026-12-03).
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
-constexpr int64_t kFewRows = 8, kFewK = 4096, kMoreRows = 16, kMoreBytes = 24576;
+constexpr int64_t kFewRows = 8, kFewK = 4096, kMoreRows = 16, kMoreBytes = 24576, kShortK = 768;
+template <int L>
+constexpr bool kShortRows4x4 = FD_VNNI && (L == kQ4 || L == kQ4S || L == kQ5 || L == kQ5S);
 #ifndef FD_PAIRS
 #define FD_PAIRS FD_VNNI
 #endif
@@ -25,6 +30,7 @@ constexpr int kFewCols = FD_VNNI ? 8 : 4;  // VNNI's 32 registers hold 8 rows' s
 template <int L>
 static void run_layout(const Args& a, int64_t n0, int64_t n1) {
   if (a.M == 1) rows<L, 1, 1>(a, n0, n1);
+  else if (kShortRows4x4<L> && 32 * a.nb <= kShortK) rows<L, 4, 4>(a, n0, n1);
   else if ((a.M <= kFewRows && 32 * a.nb <= kFewK) || (FD_VNNI && a.M <= kMoreRows && a.M * 32 * a.nb <= kMoreBytes))
     rows<L, 1, kFewCols, FD_PAIRS>(a, n0, n1);
   else rows<L, 4, 4>(a, n0, n1);
