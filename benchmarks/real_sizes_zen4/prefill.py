@@ -1,0 +1,30 @@
+"""Prefill rate of one prompt through LLM.generate: PROMPT random token ids, one new token.
+
+    python benchmarks/real_sizes_zen4/prefill.py MODEL [PROMPT [REPEATS]]
+
+Prints the median prompt tokens/s over REPEATS calls after one warm-up call (comparable with
+llama-bench's pp<PROMPT>, which also times one prompt of that many tokens).
+"""
+
+import statistics
+import sys
+import time
+
+import torch
+
+import fastdecode
+
+model = sys.argv[1]
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 512
+repeats = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+llm = fastdecode.load(model, max_seq_len=n + 16)
+gen = torch.Generator().manual_seed(0)
+vocab = llm.tokenizer.vocab_size if hasattr(llm.tokenizer, "vocab_size") else 32000
+times = []
+for r in range(repeats + 1):
+    ids = torch.randint(100, min(vocab, 32000), (n,), generator=gen).tolist()
+    t = time.perf_counter()
+    llm.generate([ids], max_new_tokens=1, temperature=0)
+    if r:
+        times.append(time.perf_counter() - t)
+print(n, n / statistics.median(times), "prompt tok/s")
