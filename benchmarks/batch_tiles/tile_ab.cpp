@@ -70,31 +70,34 @@ int main(int argc, char** argv) {
   for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(g);
   std::vector<int8_t> xq(M * G * 256); std::vector<float> xd(M * G * 8), xs(M * G * 8); std::vector<int32_t> xsums(M * G * 16);
   A::quantize_rows(x.data(), M, K, xq.data(), xd.data(), xs.data(), xsums.data());
-  int64_t qs = layout == fd::kQ8 ? K : K / 2;
-  std::vector<uint8_t> q(N * qs), qh(N * K / 8 + 64);
+  // Row strides as quant/formats.py packs them: q8 one byte a value, the others a nibble; q6k's
+  // high bits and 8-bit scales twice the q5 layouts'.
+  const bool q6k = layout == fd::kQ6K;
+  const int64_t qs = layout == fd::kQ8 ? K : K / 2, qhs = q6k ? K / 4 : K / 8, scs = q6k ? 2 * nb : nb;
+  std::vector<uint8_t> q(N * qs), qh(N * qhs);
   for (auto& v : q) v = g();
   for (auto& v : qh) v = g();
-  std::vector<uint16_t> sc(N * nb), mn(N * nb), d(N * nb / 8 + 8), dm(N * nb / 8 + 8);
+  std::vector<uint16_t> sc(N * scs), mn(N * nb), d(N * nb / 8), dm(N * nb / 8);
   for (auto& v : sc) v = 0x2000 + (g() & 0xff);
   for (auto& v : mn) v = 0xa000 + (g() & 0xff);
   for (auto& v : d) v = 0x2000 + (g() & 0xff);
   for (auto& v : dm) v = 0x2000 + (g() & 0xff);
   std::vector<float> ya(M * N), yb(M * N);
-  int copies = getenv("COPIES") ? atoi(getenv("COPIES")) : 1;
+  const int copies = getenv("COPIES") ? atoi(getenv("COPIES")) : 1;
   std::vector<std::vector<uint8_t>> qc(copies, q), qhc(copies, qh);
   std::vector<std::vector<uint16_t>> scc(copies, sc), mnc(copies, mn), dc(copies, d), dmc(copies, dm);
   fd::QuantArgs a{};
-  a.layout = (fd::Layout)layout; a.q = q.data(); a.qs = qs; a.qh = qh.data(); a.qhs = K / 8;
-  a.sc = (const uint8_t*)sc.data(); a.mn = (const uint8_t*)mn.data(); a.scs = nb;
-  a.d = d.data(); a.dmin = dm.data(); a.nb = nb;
+  a.layout = (fd::Layout)layout; a.qs = qs; a.qhs = qhs; a.scs = scs; a.nb = nb;
   a.xq = xq.data(); a.xd = xd.data(); a.xs = xs.data(); a.xsums = xsums.data(); a.M = M; a.N = N;
+  auto weights = [&](int k) {  // copy k of the weights
+    a.q = qc[k].data(); a.qh = qhc[k].data(); a.sc = (const uint8_t*)scc[k].data(); a.mn = (const uint8_t*)mnc[k].data();
+    a.d = dc[k].data(); a.dmin = dmc[k].data();
+  };
   std::vector<double> ta, tb;
   for (int r = 0; r < rounds; ++r) {
-    int k = r % copies;
-    a.q = qc[k].data(); a.qh = qhc[k].data(); a.sc = (const uint8_t*)scc[k].data(); a.mn = (const uint8_t*)mnc[k].data(); a.d = dc[k].data(); a.dmin = dmc[k].data();
+    weights(r % copies);
     a.y = ya.data(); double t0 = now(); run(A::dispatch, a); ta.push_back(now() - t0);
-    k = (r + copies / 2) % copies;
-    a.q = qc[k].data(); a.qh = qhc[k].data(); a.sc = (const uint8_t*)scc[k].data(); a.mn = (const uint8_t*)mnc[k].data(); a.d = dc[k].data(); a.dmin = dmc[k].data();
+    weights((r + copies / 2) % copies);
     a.y = yb.data(); t0 = now(); run(B::dispatch, a); tb.push_back(now() - t0);
   }
   bool same = std::memcmp(ya.data(), yb.data(), ya.size() * 4) == 0;

@@ -14,7 +14,8 @@ if [ "${1:-}" = avx2 ]; then isa=avx2; shift; fi
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 kernels=src/fastdecode/kernels
 mkdir "$tmp/a"
-for f in quant_kernel.h quant_dispatch.h simd.h kernels.h; do git -C "$root" show "$rev:$kernels/$f" > "$tmp/a/$f"; done
+# (kernels.h, with QuantArgs, is the working tree's for both)
+for f in quant_kernel.h quant_dispatch.h simd.h; do git -C "$root" show "$rev:$kernels/$f" > "$tmp/a/$f"; done
 c++ -O3 -std=c++20 -mavx2 -mfma -mf16c -fopenmp -ffp-contract=off -I"$root/$kernels" \
   -DAB_AVX2=$([ $isa = avx2 ] && echo 1 || echo 0) \
   -DQK_A_KERNEL="\"$tmp/a/quant_kernel.h\"" -DQK_A_DISPATCH="\"$tmp/a/quant_dispatch.h\"" \

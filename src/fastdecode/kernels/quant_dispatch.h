@@ -11,13 +11,15 @@
 // was 1.3-2.8x faster at M = 8, K = 2048, and slower at K = 8192, where 8 activation rows
 // overflow L1). On VNNI, up to 16 rows whose activations take <= 24 KB (16 at the 135M model's
 // K = 576 and 1536, 12 at K = 2048) the same, in passes of kFewCols rows over each weight row
-// from L1: 1.0-1.5x the 4 x 4 tile at the 135M shapes for M = 12 and 16, and 0.74-0.78x at
-// M = 16, K = 2048 (32 KB), which stays on 4 x 4 (benchmarks/serve/README.md).
+// from L1: 1.0-1.5x the 4 x 4 tile for M = 12 and 16 at K = 1536 (the 135M model's down) and for
+// q8 (timed through torch, 2-thread), and 0.74-0.78x at M = 16, K = 2048 (32 KB), which stays
+// on 4 x 4 (benchmarks/serve/README.md).
 // More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still no slower than 4 x 2 or
 // 4 x 3, and faster for q6k). On VNNI also short rows (K <= kShortK) of the q4 and q5 layouts
-// at any M > 1: there the one-row tiles ran 0.68-0.88x the 4 x 4's speed at M = 2..16 (K = 512
+// at any M > 1: there the one-row tiles ran 0.68-0.94x the 4 x 4's speed at M = 2..16 (K = 512
 // to 768, one thread, weights from DRAM; 1.0-1.2x at K = 1024, 1.1-2.0x at K >= 1536), while
-// AVX2's one-row tiles stayed ahead (benchmarks/batch_tiles.md, 2026-12-03).
+// AVX2's one-row tiles, and VNNI's for q8 and the K-quants, stayed ahead (benchmarks/batch_tiles.md,
+// 2026-12-03).
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
 constexpr int64_t kFewRows = 8, kFewK = 4096, kMoreRows = 16, kMoreBytes = 24576, kShortK = 768;
 template <int L>
