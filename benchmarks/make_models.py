@@ -277,8 +277,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", required=True, type=Path, help="folder for the .gguf files (keep it out of git)")
     p.add_argument("--shape", action="append", metavar="NAME",
                    help=f"repeatable; one of {', '.join(SHAPES)} (default: llama-1b)")
-    p.add_argument("--types", nargs="+", metavar="TYPE", default=list(DEFAULT_TYPES),
-                   help=f"llama-quantize types (default: {' '.join(DEFAULT_TYPES)}); any of {' '.join(TYPES)}")
+    p.add_argument("--types", nargs="*", metavar="TYPE", default=list(DEFAULT_TYPES),
+                   help=f"llama-quantize types (default: {' '.join(DEFAULT_TYPES)}); any of {' '.join(TYPES)}; "
+                        "none (`--types --keep-f16`) writes only the F16 file")
     p.add_argument("--quantize", metavar="PATH", default=None,
                    help="llama-quantize binary (default: llama-quantize on PATH, else /work/tools/bin/llama-quantize)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="llama-quantize threads (default: all)")
