@@ -7,7 +7,9 @@
 #include <omp.h>
 // 2 threads each sum their half of a buffer of GiB (default 1; more where the L3 the VM reports
 // could hold part of 1 GiB) with AVX2 loads.
-int main(int argc,char**argv){ size_t n=(argc>1?strtoul(argv[1],0,10):1ul)<<30; char*b=aligned_alloc(64,n); memset(b,1,n); double best=1e9; long long tot=0;
+int main(int argc,char**argv){ size_t n=(argc>1?strtoul(argv[1],0,10):1ul)<<30;
+ if(!n){ fprintf(stderr,"read_bandwidth: the size must be a whole number of GiB >= 1, got '%s'\n",argv[1]); return 2; }
+ char*b=aligned_alloc(64,n); memset(b,1,n); double best=1e9; long long tot=0;
  for(int rep=0;rep<5;rep++){ double t=omp_get_wtime(); long long s=0;
  #pragma omp parallel reduction(+:s)
  { int id=omp_get_thread_num(), nt=omp_get_num_threads(); size_t lo=n/nt*id, hi=n/nt*(id+1); __m256i a0=_mm256_setzero_si256(),a1=a0,a2=a0,a3=a0;
