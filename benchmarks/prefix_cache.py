@@ -1,10 +1,12 @@
 """Prefix caching against no prefix caching, and against llama-server, in one run.
 
     python benchmarks/prefix_cache.py [--model PATH] [--llama-server PATH] [--out benchmarks/prefix_cache.json]
+        [--parts 1,2,3,4] [--repeats 1]
 
 1. Multi-turn chat through the Python API: a ~1,500-token document as the system
    message, 6 user turns, 32 greedy tokens each; time to first token per turn with
-   prefix_cache on and off, and the cold time of a prompt of just each turn's new tokens.
+   prefix_cache on and off, and the cold time of a prompt of just each turn's new tokens;
+   --repeats R times R hits a turn (R - 1 with other questions) and reports their median.
 2. Shared system prompt through the server: 16 chat requests with one ~1,000-token system
    prompt and different questions, 4 concurrent clients, 16 tokens each; wall time, on/off.
 3. No hits: 8 concurrent requests with unique random prompts, 64 tokens each; aggregate
@@ -21,6 +23,7 @@ import json
 import os
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -55,26 +58,39 @@ def ttft(llm, messages, n=32) -> tuple[float, list[int], int, int]:
     return first, c.token_ids, c.cached_tokens, len(prompt)
 
 
-def multi_turn(model: str) -> dict:
+def cold_new(off, ids) -> float:
+    t0 = time.perf_counter()
+    off.generate([ids], max_new_tokens=1, temperature=0)
+    return time.perf_counter() - t0
+
+
+def multi_turn(model: str, repeats: int = 1) -> dict:
+    """Per turn after the first, `repeats` hits over the same history: repeats - 1 probes
+    that ask another question, then the turn's own, each timed beside a cold prompt of its
+    own new tokens (a single hit of 20-50 ms moved by half between runs)."""
     on = fastdecode.load(model, max_batch_size=4, max_seq_len=4096)
     off = fastdecode.load(model, max_batch_size=4, max_seq_len=4096, prefix_cache=False)
     doc = doc_tokens(on, 1500)
     rows = []
     hist_on = [{"role": "system", "content": doc}]
-    for q in QUESTIONS:
+    for i, q in enumerate(QUESTIONS):
+        ratios = []
+        for r in range(1, repeats if i else 1):  # turn 1 stays a cold prompt
+            probe = hist_on + [{"role": "user", "content": f"{QUESTIONS[(i + r) % len(QUESTIONS)]} ({r})"}]
+            t_hit, _, cached, _ = ttft(on, probe, n=1)
+            ratios.append(t_hit / cold_new(off, on.chat_prompt(probe)[cached:]))
         hist_on.append({"role": "user", "content": q})
         t_on, ids, cached, n_prompt = ttft(on, hist_on)
         t_off, ids_off, _, _ = ttft(off, hist_on)
-        new = on.chat_prompt(hist_on)[cached:]
-        t0 = time.perf_counter()
-        off.generate([new], max_new_tokens=1, temperature=0)
-        t_new = time.perf_counter() - t0
+        t_new = cold_new(off, on.chat_prompt(hist_on)[cached:])
+        ratios.append(t_on / t_new)
         rows.append({"prompt_tokens": n_prompt, "cached_tokens": cached, "ttft_on_s": t_on, "ttft_off_s": t_off,
                      "speedup": t_off / t_on, "cold_new_tokens_s": t_new, "on_over_cold_new": t_on / t_new,
+                     "on_over_cold_new_median": statistics.median(ratios), "on_over_cold_new_all": ratios,
                      "same_tokens": ids == ids_off})
         hist_on.append({"role": "assistant", "content": on.tokenizer.decode(ids)})
         print(json.dumps(rows[-1]), file=sys.stderr)
-    return {"turns": rows}
+    return {"repeats": repeats, "turns": rows}
 
 
 def free_port() -> int:
@@ -200,13 +216,16 @@ def main() -> int:
     ap.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"))
     ap.add_argument("--out", default=str(Path(__file__).parent / "prefix_cache.json"))
     ap.add_argument("--parts", default="1,2,3,4")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="part 1: hits timed per turn (repeats - 1 probes with other questions, then the turn's "
+                         "own); the median ratio is reported beside the turn's own")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="fd-prefix-"))
     report = {"model": a.model, "load_before": os.getloadavg()}
     doc1000 = doc_tokens(fastdecode.load(a.model, max_batch_size=1, max_seq_len=256), 1000)
     if "1" in parts:
-        report["multi_turn_api"] = multi_turn(a.model)
+        report["multi_turn_api"] = multi_turn(a.model, max(1, a.repeats))
     if "2" in parts:
         report["shared_system_prompt_server"] = shared_prompt(a.model, tmp, doc1000)
     if "3" in parts:
