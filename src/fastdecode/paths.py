@@ -42,11 +42,13 @@ def open_busy_lock() -> int:
 
 
 class BusyFlag:
-    """A shared lock on `busy_lock()`, held while this process generates.
+    """A shared lock on `busy_lock()`, held while this process loads a model (as a context
+    manager, api/build.py) or generates (the engine, with `set`).
 
     A background export (compile/background.py) is paused whenever any process holds it:
-    on 2 cores a compile beside generation stalls its OpenMP regions, nice or not. The
-    kernel drops the lock with the process, so a killed generator never blocks an export.
+    on 2 cores a compile beside generation stalls its OpenMP regions, nice or not, and
+    beside a load it tripled a 1B file's load time. The kernel drops the lock with the
+    process, so a killed generator never blocks an export.
     """
 
     def __init__(self) -> None:
@@ -64,3 +66,16 @@ class BusyFlag:
             self._held = busy
         except OSError:
             self._broken = True
+
+    def close(self) -> None:
+        """Drop the flag and its file (closing it releases the lock)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd, self._held = None, False
+
+    def __enter__(self) -> "BusyFlag":
+        self.set(True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

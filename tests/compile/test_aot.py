@@ -4,6 +4,7 @@ The module exports one package of the tiny model through the CLI (an
 AOTInductor compile: seconds) and checks everything else against it.
 """
 
+import fcntl
 import json
 import os
 import random
@@ -22,7 +23,9 @@ from fastdecode.compile import aot
 from fastdecode.cli import main as cli
 from fastdecode.compile.aot import check_compatible, read_metadata
 from fastdecode.errors import FastDecodeError
-from fastdecode.paths import BusyFlag
+from fastdecode.api import build as build_module
+from fastdecode.config import LoadOptions
+from fastdecode.paths import BusyFlag, open_busy_lock
 from conftest import make_model
 
 SAMPLED = dict(temperature=0.9, top_k=40, top_p=0.9, min_p=0.02, repetition_penalty=1.2,
@@ -223,3 +226,34 @@ def test_default_load_generates_at_once_and_exports_the_package_in_the_backgroun
     # Where a package does not apply, "auto" means none.
     assert fastdecode.load("tiny", compile="generate").compiled is None
     assert fastdecode.load("tiny", cache="dynamic").compiled is None
+
+
+def _flag_held() -> bool:
+    """Whether some open file holds the busy flag (this process's included: flock locks
+    belong to open files)."""
+    fd = open_busy_lock()
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def test_a_load_holds_the_busy_flag_and_the_exports_own_load_does_not(tmp_path, monkeypatch):
+    """Background exports pause while any process loads a model (a 1B load beside two ran 3x
+    slower); the export's own load must not hold the flag, or its supervisor would stop it."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a flag of this test's own
+    seen = []
+    real = build_module._load_weights
+
+    def spy(*args, **kwargs):
+        seen.append(_flag_held())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build_module, "_load_weights", spy)
+    fastdecode.load("tiny", max_batch_size=1, compiled=None)
+    assert not _flag_held()  # released once loaded (an idle engine holds nothing)
+    build_module.build(LoadOptions.from_keywords("tiny", {"max_batch_size": 1, "compiled": None}), busy=False)
+    assert seen == [True, False]

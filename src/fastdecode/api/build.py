@@ -6,6 +6,7 @@ engine takes them all at construction: nothing is swapped in afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -26,6 +27,7 @@ from ..engine import Engine
 from ..engine.draft import DraftModel
 from ..kernels.malloc import release_free_memory
 from ..errors import FastDecodeError
+from ..paths import BusyFlag
 from ..kernels import prebuild as prebuild_kernels
 from ..model.args import PRESETS, ModelArgs, get_preset
 from ..model.kv_cache import KV_DTYPES, Q8_0, Q8_BLOCK, KvDtype, cache_bytes, kv_name
@@ -80,9 +82,16 @@ load.__signature__ = inspect.Signature(  # help() and IDEs show LoadOptions' fie
      for f in dataclasses.fields(LoadOptions)], return_annotation="LLM")
 
 
-def build(opts: LoadOptions, *, sync: Optional[Any] = None) -> LLM:
+def build(opts: LoadOptions, *, sync: Optional[Any] = None, busy: bool = True) -> LLM:
     """The LLM `opts` describe. sync: a parallel.lockstep.StepSync for tensor-parallel
-    ranks serving in lockstep (the server's), handed to the engine."""
+    ranks serving in lockstep (the server's), handed to the engine. busy: hold the
+    machine's busy flag (paths.BusyFlag) while loading, so that background exports pause;
+    False for the export's own load, which its supervisor would otherwise stop."""
+    with BusyFlag() if busy else contextlib.nullcontext():
+        return _build(opts, sync)
+
+
+def _build(opts: LoadOptions, sync: Optional[Any]) -> LLM:
     t0 = time.perf_counter()
     dev = opts.torch_device
     if dev.type == "cpu":

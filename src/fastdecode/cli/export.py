@@ -88,13 +88,15 @@ def export_job(argv: list[str]) -> int:
 
 
 def _export_as_the_parent_loaded(job: ExportJob) -> None:
-    from ..api.build import load
+    from ..api.build import build
     from ..compile.aot import export_package, package_path
     from ..quant.transform import set_gemv
 
     path = Path(job.path)
-    llm = load(job.model, dtype=job.dtype, weights=job.weights, compiled=None, max_batch_size=1,
-               max_seq_len=16, kv_dtype=job.kv_dtype)
+    # Without the busy flag: held here, it would have the supervisor stop this very process.
+    llm = build(LoadOptions.from_keywords(job.model, dict(dtype=job.dtype, weights=job.weights, compiled=None,
+                                                         max_batch_size=1, max_seq_len=16, kv_dtype=job.kv_dtype)),
+                busy=False)
     if llm.kernels.gemv != job.gemv:
         set_gemv(llm.model, job.gemv)
     if package_path(llm.model) != path:

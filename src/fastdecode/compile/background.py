@@ -6,8 +6,8 @@ machine's package when it exists; when it does not, generation starts at once
 on the `compile` strategy's steps, and a child process at the lowest CPU
 priority waits until the caller's process is idle (a compile beside
 generation stalls it, nice or not), then loads the same model and exports
-the package, pausing while any engine on the machine has work (the busy flag
-in `paths.py`). The next load uses it, and a running
+the package, pausing while any process on the machine loads a model or has
+work in its engine (the busy flag in `paths.py`). The next load uses it, and a running
 engine switches to it between requests (`PackageWhenReady.refresh`), never
 inside one.
 
@@ -129,7 +129,7 @@ def start(job: ExportJob) -> Optional[int]:
 # The child's entry, a supervisor that never imports torch. It waits until the parent is idle
 # (under 10% of a core for two seconds) or gone, then runs the export in a process group of
 # its own, which it stops (SIGSTOP) whenever any process on the machine holds the busy flag
-# (paths.BusyFlag: an engine with work) and continues when none does. Even at the lowest
+# (paths.BusyFlag: a model loading, or an engine with work) and continues when none does. Even at the lowest
 # priority, a compile beside generation stalls its OpenMP regions on 2 cores (decode fell to
 # ~1 token/s), whether the generator is the parent or a later process. The export dies with
 # the supervisor (PR_SET_PDEATHSIG), so killing the pid in the lock stops it all.
