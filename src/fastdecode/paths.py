@@ -47,8 +47,8 @@ class BusyFlag:
 
     A background export (compile/background.py) is paused whenever any process holds it:
     on 2 cores a compile beside generation stalls its OpenMP regions, nice or not, and
-    beside a load it tripled a 1B file's load time. The kernel drops the lock with the
-    process, so a killed generator never blocks an export.
+    beside a cold 1B load it made the load ~8x slower (benchmarks/load_time.md). The kernel
+    drops the lock with the process, so a killed generator never blocks an export.
     """
 
     def __init__(self) -> None:

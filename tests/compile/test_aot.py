@@ -242,8 +242,8 @@ def _flag_held() -> bool:
 
 
 def test_a_load_holds_the_busy_flag_and_the_exports_own_load_does_not(tmp_path, monkeypatch):
-    """Background exports pause while any process loads a model (a 1B load beside two ran 3x
-    slower); the export's own load must not hold the flag, or its supervisor would stop it."""
+    """Background exports pause while any process loads a model (a cold 1B load beside one ran
+    ~8x slower); the export's own load must not hold the flag, or its supervisor would stop it."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a flag of this test's own
     seen = []
     real = build_module._load_weights
