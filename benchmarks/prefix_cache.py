@@ -220,12 +220,14 @@ def main() -> int:
                     help="part 1: hits timed per turn (repeats - 1 probes with other questions, then the turn's "
                          "own); the median ratio is reported beside the turn's own")
     a = ap.parse_args()
+    if a.repeats < 1:
+        ap.error(f"--repeats {a.repeats}: accepted: 1 or more")
     parts = set(a.parts.split(","))
     tmp = Path(tempfile.mkdtemp(prefix="fd-prefix-"))
     report = {"model": a.model, "load_before": os.getloadavg()}
     doc1000 = doc_tokens(fastdecode.load(a.model, max_batch_size=1, max_seq_len=256), 1000)
     if "1" in parts:
-        report["multi_turn_api"] = multi_turn(a.model, max(1, a.repeats))
+        report["multi_turn_api"] = multi_turn(a.model, a.repeats)
     if "2" in parts:
         report["shared_system_prompt_server"] = shared_prompt(a.model, tmp, doc1000)
     if "3" in parts:
