@@ -7,6 +7,10 @@
 //   harness check                      bitwise old == new over a grid of shapes
 //   harness bench KV T L B H HKV D W THREADS ROUNDS LAYERS
 //
+// The working tree's kernel runs its wide (AVX-512) path wherever the CPU has AVX-512 F/BW/VL
+// (fastdecode itself uses it by default only on CPUs with full-width 512-bit FMAs), unless NARROW
+// is set in the environment.
+//
 // bench times both kernels in alternation, ROUNDS rounds of 3 calls each, and prints
 // the lower quartile of each (a call's own CPU time at THREADS=1, wall time beyond:
 // the cores are shared), and the minimum. LAYERS separate caches are used in turn, as a model's
@@ -103,14 +107,21 @@ Data make(const Case& c, uint32_t seed) {
   return d;
 }
 
+// The wide (AVX-512) path where the CPU has it, unless NARROW is set in the environment.
+bool wide() {
+  return !std::getenv("NARROW") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+
 // A tiled kernel (the working tree's, or with BASE_TILED the baseline's attention.cpp at a later
 // revision) as ops.cpp runs it: one task per thread, each taking tiles from a shared counter.
 template <class Args, class Kv, class Tiles>
 void run_tiled(const Case& c, Data& d, float* y, int threads, Tiles (*tiles)(const Args&, int),
                void (*run)(const Args&, const Tiles&, std::atomic<int64_t>&)) {
-  const Args a{d.q.data(), d.k.data(), d.v.data(), d.pos.data(), d.rows.data(), y,
-               c.B, c.T, c.H, c.Hkv, c.D, c.window, {c.T * c.H * c.D, c.H * c.D, c.D, 1},
-               {d.ks[0], d.ks[1], d.ks[2]}, 1.f / std::sqrt(static_cast<float>(c.D)), static_cast<Kv>(c.kv), d.L};
+  Args a{d.q.data(), d.k.data(), d.v.data(), d.pos.data(), d.rows.data(), y,
+         c.B, c.T, c.H, c.Hkv, c.D, c.window, {c.T * c.H * c.D, c.H * c.D, c.D, 1},
+         {d.ks[0], d.ks[1], d.ks[2]}, 1.f / std::sqrt(static_cast<float>(c.D)), static_cast<Kv>(c.kv), d.L};
+  if constexpr (requires { a.wide; }) a.wide = wide();
   const Tiles p = tiles(a, threads);
   std::atomic<int64_t> next{0};
   const int nt = static_cast<int>(std::min<int64_t>(threads, p.count));

@@ -98,3 +98,50 @@ def test_a_head_is_the_same_in_any_group(kv, D):
         y = torch.ops.fastdecode.attention(q1.expand(1, 6, n_rep, D).contiguous(), k_all, v_all, pos, rows, 0, 0.3)
         for h in range(n_rep):
             assert torch.equal(y[:, :, h:h + 1], one), (n_rep, h)
+
+
+@pytest.mark.parametrize("kv", list(KV))
+@pytest.mark.parametrize("shape", SHAPES + [(1, 18, 9, 3, 40, 0), (1, 33, 4, 2, 24, 0), (2, 12, 8, 4, 256, 40)],
+                         ids=lambda s: "B{}T{}H{}kv{}D{}w{}".format(*s))
+def test_every_instruction_set_gives_the_same_bits(kv, shape):
+    """The attention's AVX-512 path (p v and the softmax 16 lanes at a time, and a prefill tile's
+    scores from K transposed, 16 keys a register), which runs by default only where 512-bit
+    FMAs run at full width, forced on and off, against the AVX2 path: the same bits. Long
+    caches (keys in several blocks and a last partial vector of 16), head dims with a half
+    vector left over (40, 24), windows."""
+    B, T, H, Hkv, D, window = shape
+    if kv == "q8_0" and D % 32:
+        pytest.skip("q8_0 needs head_dim in blocks of 32")
+    if "avx512-vnni" not in kernels.available_isas():
+        pytest.skip("no AVX-512 VNNI here: the attention has one path")
+    S, slots = 700, B + 1
+    k_all, v_all = cache(kv, slots, S, Hkv, D, seed=7)
+    g = torch.Generator().manual_seed(8)
+    q = torch.randn(B, T, H, D, generator=g)
+    ends = torch.randint(S - 200, S, (B,), generator=g)
+    pos = torch.stack([torch.arange(int(e) - T + 1, int(e) + 1) for e in ends])
+    rows = torch.randperm(slots, generator=g)[:B]
+    outs = {}
+    try:
+        for isa, wide in (("avx2", None), ("avx512-vnni", False), ("avx512-vnni", True)):
+            kernels.set_isa(isa)
+            assert kernels.set_wide_attention(wide) == bool(wide)
+            outs[isa, wide] = torch.ops.fastdecode.attention(q, k_all, v_all, pos, rows, window, D ** -0.5)
+    finally:
+        kernels.set_isa(None)
+        kernels.set_wide_attention(None)
+    narrow = outs["avx2", None]
+    assert torch.isfinite(narrow).all()
+    for key, y in outs.items():
+        assert torch.equal(y, narrow), key
+
+
+def test_the_wide_path_needs_avx512():
+    if not kernels.available_isas():
+        pytest.skip("no native instruction set")
+    try:
+        kernels.set_isa("avx2")
+        assert kernels.set_wide_attention(True) is False
+    finally:
+        kernels.set_isa(None)
+        kernels.set_wide_attention(None)

@@ -372,7 +372,8 @@ def _register_fakes() -> None:
 
 
 def set_isa(name: Optional[str]) -> str:
-    """Force the quantized kernels' instruction set ("avx2", "avx512-vnni"); returns the active one.
+    """Force the quantized kernels' instruction set ("avx2", "avx512-vnni"), which the attention's
+    wide path (`set_wide_attention`) follows too; returns the active one.
 
     None restores the default: FASTDECODE_ISA's choice if it is set (and valid
     here), else the best this CPU has. Raises RuntimeError if the native
@@ -388,6 +389,16 @@ def set_isa(name: Optional[str]) -> str:
     if got < 0:
         raise FastDecodeError(f"this CPU does not support {name}")
     return active_isa()
+
+
+def set_wide_attention(on: Optional[bool]) -> bool:
+    """Force the attention kernel's AVX-512 path on (True) or off (False), or leave it to the CPU
+    (None: on where 512-bit FMAs run at full width, AMD Zen 5 and later). It gives the same bits
+    as the 8-lane path, so this only moves speed; it needs the "avx512-vnni" instruction set
+    active. Returns whether the path is in use (for tests and benchmarks)."""
+    if not load_kernels():
+        raise RuntimeError(f"native kernels unavailable: {unavailable_reason}")
+    return bool(_lib.fastdecode_set_wide_attention(0 if on is None else 1 if on else -1))
 
 
 def active_isa() -> str:

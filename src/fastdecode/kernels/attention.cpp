@@ -29,6 +29,11 @@
 // converts each block to float32 once and all its tokens read that (the same
 // values, so the same result), and its tiles are larger (up to 16 tokens) to share
 // that. Threads take tiles from a shared counter, so a busy core takes fewer.
+// Where AVX-512 is in use (ops.cpp's instruction set), the same arithmetic runs
+// in zmm registers (namespace wide): p v and the softmax 16 lanes at a time, and
+// the scores of a tile of 2+ tokens from K transposed a block at a time, 16 keys
+// a register, so that no horizontal sums are left; so a row's bits do not depend
+// on the instruction set either.
 #include <immintrin.h>
 #include <algorithm>
 #include <cstring>
@@ -44,19 +49,20 @@ namespace {
 using Args = fd::AttentionArgs;
 
 // e^x for x <= 0 (scores minus their maximum): 2^n * p(r), x = n ln2 + r, |r| <= ln2 / 2,
-// a degree-6 polynomial (relative error ~2e-7); underflows to 0 below -87.
+// a degree-6 polynomial (relative error ~2e-7); underflows to 0 below -87. The constants are
+// shared by the 16-lane version (wide::exp_neg), which runs the same operations per lane.
+constexpr float kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpPoly[] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                              4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
 inline __m256 exp_neg(__m256 x) {
   x = _mm256_max_ps(x, _mm256_set1_ps(-87.f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 n =
+      _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 6; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
@@ -290,9 +296,294 @@ float softmax(Row& r) {
   return 1.f / hsum(sumv);
 }
 
+// The wide path (Args::wide: AVX-512 F/BW/VL), the same bits as the narrow one. p v is
+// per element a chain over the keys in order, so 16 dims a zmm give what 8 a ymm give. The
+// scores keep each key's 8 lane chains (lane l: the FMA chain over dims l, l + 8, ...) and
+// hsum's tree over them, but with 16 keys a zmm, from a block of K converted and transposed
+// once per tile into kt [key / 16][D][16]: chain l of 16 keys is then D / 8 FMAs of a
+// broadcast q value and one kt row, with no horizontal sums. The transposition pays for itself
+// over a tile of several tokens (prefill); a decode tile (one token) keeps the narrow qk.
+// Zen 5, which issues 512-bit FMAs as fast as 256-bit ones: 1.2-1.5x the narrow kernel on prefill chunks over
+// a long cache, 1.1-1.3x at decode (benchmarks/prefix_cache.md, 1h).
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")
+namespace wide {
+
+// 16 consecutive K/V values as float32, as Fmt::load gives them 8 at a time.
+template <class Fmt>
+inline __m512 load16(const typename Fmt::T* p, int64_t d) {
+  if constexpr (std::is_same_v<Fmt, F32>) {
+    return _mm512_loadu_ps(p + d);
+  } else if constexpr (std::is_same_v<Fmt, F16>) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + d)));
+  } else if constexpr (std::is_same_v<Fmt, BF16>) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + d)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  } else {
+    const typename Fmt::T* blk = p + (d / 32) * fd::kQ8Block;
+    uint16_t h;
+    std::memcpy(&h, blk, 2);
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2 + d % 32));
+    return _mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(h)), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+  }
+}
+
+// r[i] <- column i of the 16 x 16 matrix whose rows are r[0..15].
+inline void transpose16(__m512 (&r)[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // u[i + k], 128-bit lane L: column 4 L + k of rows i..i+3
+    const __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+    const __m512d c = _mm512_castps_pd(t[i + 2]), e = _mm512_castps_pd(t[i + 3]);
+    u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+    u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+  }
+  for (int k = 0; k < 4; ++k) {
+    const __m512 v0 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x88), v1 = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xdd);
+    const __m512 v2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x88);
+    const __m512 v3 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xdd);
+    r[k] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+    r[8 + k] = _mm512_shuffle_f32x4(v0, v2, 0xdd);
+    r[4 + k] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+    r[12 + k] = _mm512_shuffle_f32x4(v1, v3, 0xdd);
+  }
+}
+
+// Keys [c0, c1) (key j at kp + (j - k0) st) as float32 in kt [(c1 - c0) / 16 rounded up][D][16];
+// the last vector's lanes past c1 hold zeros.
+template <class Fmt>
+void transpose_keys(const typename Fmt::T* kp, int64_t st, int64_t k0, int64_t c0, int64_t c1, int64_t D,
+                    float* kt) {
+  using T = typename Fmt::T;
+  for (int64_t j0 = c0; j0 < c1; j0 += 16) {
+    const int64_t n = std::min<int64_t>(16, c1 - j0);
+    float* out = kt + (j0 - c0) * D;  // (j0 - c0) / 16 vectors of D x 16
+    const T* row[16];
+    for (int64_t i = 0; i < 16; ++i) row[i] = kp + (j0 + std::min(i, n - 1) - k0) * st;
+    const int64_t D16 = D / 16 * 16;
+    for (int64_t d0 = 0; d0 < D16; d0 += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = load16<Fmt>(row[i], d0);
+      if (n < 16)
+        for (int i = 0; i < 16; ++i) r[i] = i < n ? r[i] : _mm512_setzero_ps();
+      transpose16(r);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_ps(out + (d0 + i) * 16, r[i]);
+    }
+    if (D16 < D) {  // D % 16 == 8: the last 8 dims
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = i < n ? _mm512_zextps256_ps512(Fmt::load(row[i], D16)) : _mm512_setzero_ps();
+      transpose16(r);
+      for (int i = 0; i < 8; ++i) _mm512_storeu_ps(out + (D16 + i) * 16, r[i]);
+    }
+  }
+}
+
+// The scores of R rows against J vectors of 16 keys (vector j at kt + j D 16), times scale:
+// per key, chains l = 0..7 as qk's lanes, summed as hsum8 does, ((0+4)+(2+6))+((1+5)+(3+7)).
+template <int R, int J, int64_t D8 = 0>
+inline void qk(const float* const* q, const float* kt, int64_t D, __m512 scale, __m512 (&s)[R][J]) {
+  if constexpr (D8 > 0) D = 8 * D8;
+  const int64_t n8 = D / 8;
+  // Chains l and l + 4 side by side, then their sum, into out.
+  auto pair = [&](int l, __m512 (&out)[R][J]) __attribute__((always_inline)) {
+    __m512 a[R][J], b[R][J];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) a[r][j] = b[r][j] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < n8; ++c) {
+      const int64_t d = 8 * c + l;
+      __m512 ka[J], kb[J];
+      for (int j = 0; j < J; ++j) {
+        ka[j] = _mm512_loadu_ps(kt + (j * D + d) * 16);
+        kb[j] = _mm512_loadu_ps(kt + (j * D + d + 4) * 16);
+        // In registers: folded into each row's FMA, a vector would be loaded R times.
+        asm("" : "+v"(ka[j]), "+v"(kb[j]));
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512 qa = _mm512_set1_ps(q[r][d]), qb = _mm512_set1_ps(q[r][d + 4]);
+        for (int j = 0; j < J; ++j) {
+          a[r][j] = _mm512_fmadd_ps(qa, ka[j], a[r][j]);
+          b[r][j] = _mm512_fmadd_ps(qb, kb[j], b[r][j]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < J; ++j) out[r][j] = _mm512_add_ps(a[r][j], b[r][j]);
+  };
+  __m512 p[R][J], t[R][J];
+  pair(0, p);
+  pair(2, t);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) p[r][j] = _mm512_add_ps(p[r][j], t[r][j]);
+  pair(1, s);
+  pair(3, t);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j)
+      s[r][j] = _mm512_mul_ps(_mm512_add_ps(p[r][j], _mm512_add_ps(s[r][j], t[r][j])), scale);
+}
+
+// Row r keeps the lanes of s[r][j] (keys j0 + 16 j + lane) that are its own keys in [c0, c1).
+template <int R, int J>
+inline void keep(const Row* rs, int64_t j0, int64_t c0, int64_t c1, const __m512 (&s)[R][J]) {
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) {
+      const int64_t g = j0 + 16 * j, lo = std::max({g, c0, rs[r].first}),
+                    hi = std::min({g + 16, c1, rs[r].first + rs[r].n});
+      if (hi - lo == 16) {
+        _mm512_storeu_ps(rs[r].s + (g - rs[r].first), s[r][j]);
+      } else if (lo < hi) {
+        const __mmask16 m = static_cast<__mmask16>(((1u << (hi - lo)) - 1) << (lo - g));
+        _mm512_mask_storeu_ps(rs[r].s + (g - rs[r].first), m, s[r][j]);
+      }
+    }
+}
+
+// The scores of R rows (each with its own keys [first, first + n)) for the J vectors of keys
+// from j0 in kt (from key c0; keys past c1 are padding). D8: D / 8 when known at compile time.
+template <int R, int J, int64_t D8>
+inline void qk_rows(const Row* rs, const float* kt, int64_t j0, int64_t c0, int64_t c1, int64_t D, __m512 scale) {
+  const float* q[R];
+  for (int r = 0; r < R; ++r) q[r] = rs[r].q;
+  __m512 s[R][J];
+  qk<R, J, D8>(q, kt + (j0 - c0) * D, D, scale, s);
+  keep<R, J>(rs, j0, c0, c1, s);
+}
+
+template <int R, int J>
+inline void qk_rows_d(const Row* rs, const float* kt, int64_t j0, int64_t c0, int64_t c1, int64_t D,
+                      __m512 scale) {
+  if (D == 64) qk_rows<R, J, 8>(rs, kt, j0, c0, c1, D, scale);
+  else if (D == 128) qk_rows<R, J, 16>(rs, kt, j0, c0, c1, D, scale);
+  else qk_rows<R, J, 0>(rs, kt, j0, c0, c1, D, scale);
+}
+
+// The scores of every row of the tile for keys [c0, c1) from kt: 32 keys at a time (16 at the
+// end), each against the rows 3 at a time, so that those keys' kt (8 KB at D = 64) stays in L1
+// while the rows pass.
+inline void scores(const Row* rows, int64_t n_rows, const float* kt, int64_t c0, int64_t c1, int64_t D, float scale) {
+  const __m512 sv = _mm512_set1_ps(scale);
+  for (int64_t j0 = c0; j0 < c1; j0 += 32) {
+    const bool two = j0 + 16 < c1;
+    for (int64_t r = 0; r < n_rows; r += 3) {
+      const Row* rs = rows + r;
+      const int64_t m = std::min<int64_t>(3, n_rows - r);
+      bool any = false;  // does some row of the group visit these keys?
+      for (int64_t i = 0; i < m; ++i)
+        any |= std::max(j0, rs[i].first) < std::min({j0 + 32, c1, rs[i].first + rs[i].n});
+      if (!any) continue;
+      if (m == 3) two ? qk_rows_d<3, 2>(rs, kt, j0, c0, c1, D, sv) : qk_rows_d<3, 1>(rs, kt, j0, c0, c1, D, sv);
+      else if (m == 2) two ? qk_rows_d<2, 2>(rs, kt, j0, c0, c1, D, sv) : qk_rows_d<2, 1>(rs, kt, j0, c0, c1, D, sv);
+      else two ? qk_rows_d<1, 2>(rs, kt, j0, c0, c1, D, sv) : qk_rows_d<1, 1>(rs, kt, j0, c0, c1, D, sv);
+    }
+  }
+}
+
+// exp_neg on 16 lanes, each lane's operations as exp_neg's.
+inline __m512 exp_neg(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-87.f));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpPoly[0]);
+  for (int i = 1; i < 6; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpPoly[i]));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+inline __m256 high(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+// softmax, 16 scores at a time: the same maximum, and the same sum (8 lanes, each adding its
+// scores in order: a zmm's low 8 and then its high 8).
+inline float softmax(Row& r) {
+  float* s = r.s;
+  const int64_t n = r.n, n8 = (n + 7) / 8 * 8, n16 = n8 / 16 * 16;
+  for (int64_t i = n; i < n8; ++i) s[i] = -std::numeric_limits<float>::infinity();
+  __m512 m = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t i = 0; i < n16; i += 16) m = _mm512_max_ps(_mm512_loadu_ps(s + i), m);  // keeps m on NaN
+  __m256 m8 = _mm256_max_ps(_mm512_castps512_ps256(m), high(m));
+  if (n16 < n8) m8 = _mm256_max_ps(_mm256_loadu_ps(s + n16), m8);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m8);
+  float mx = lanes[0];
+  for (int i = 1; i < 8; ++i) mx = std::max(mx, lanes[i]);
+  const __m512 mv = _mm512_set1_ps(mx);
+  __m256 sumv = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n16; i += 16) {
+    const __m512 p = exp_neg(_mm512_sub_ps(_mm512_loadu_ps(s + i), mv));
+    _mm512_storeu_ps(s + i, p);
+    sumv = _mm256_add_ps(sumv, _mm512_castps512_ps256(p));
+    sumv = _mm256_add_ps(sumv, high(p));
+  }
+  if (n16 < n8) {
+    const __m256 p = ::exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + n16), _mm512_castps512_ps256(mv)));
+    _mm256_storeu_ps(s + n16, p);
+    sumv = _mm256_add_ps(sumv, p);
+  }
+  return 1.f / hsum(sumv);
+}
+
+// y_r[d0, d0 + 16 C) += sum_i p_r[i] v_i, as narrow pv does 8 dims at a time.
+template <class Fmt, int R, int C>
+inline void pv(float* const* y, const float* const* p, const typename Fmt::T* v, int64_t vs, int64_t d0, int64_t n) {
+  __m512 acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_loadu_ps(y[r] + d0 + 16 * c);
+  for (int64_t i = 0; i < n; ++i) {
+    __m512 pi[R];
+    for (int r = 0; r < R; ++r) pi[r] = _mm512_set1_ps(p[r][i]);
+    const typename Fmt::T* vi = v + i * vs;
+    for (int c = 0; c < C; ++c) {
+      const __m512 x = load16<Fmt>(vi, d0 + 16 * c);
+      for (int r = 0; r < R; ++r) acc[r][c] = _mm512_fmadd_ps(pi[r], x, acc[r][c]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(y[r] + d0 + 16 * c, acc[r][c]);
+}
+
+// Chunks of 16 dims per pass: 3 rows x 8 = 24 accumulators of the 32 registers.
+template <int R>
+constexpr int kChunks = R == 3 ? 8 : 12;
+
+template <class Fmt, int R, int K = 1>
+void pv_rest(int64_t rest, float* const* y, const float* const* p, const typename Fmt::T* v, int64_t vs, int64_t d0,
+             int64_t n) {
+  if constexpr (K < kChunks<R>) {
+    if (rest == K) return pv<Fmt, R, K>(y, p, v, vs, d0, n);
+    pv_rest<Fmt, R, K + 1>(rest, y, p, v, vs, d0, n);
+  }
+}
+
+// y += p v for R rows that share their keys, over keys [r0, r1) (key j at vb + (j - k0) vs); a
+// last 8 dims (D % 16 == 8) go through the narrow pv.
+template <class Fmt, int R>
+void pv_rows(const Row* rs, const typename Fmt::T* vb, int64_t vs, int64_t k0, int64_t r0, int64_t r1, int64_t D) {
+  constexpr int64_t W = 16 * kChunks<R>;
+  float* y[R];
+  const float* p[R];
+  for (int r = 0; r < R; ++r) y[r] = rs[r].y, p[r] = rs[r].s + (r0 - rs->first);
+  const typename Fmt::T* v = vb + (r0 - k0) * vs;
+  const int64_t D16 = D / 16 * 16;
+  for (int64_t d0 = 0; d0 < D16; d0 += W) {
+    if (d0 + W <= D16) pv<Fmt, R, kChunks<R>>(y, p, v, vs, d0, r1 - r0);
+    else pv_rest<Fmt, R>((D16 - d0) / 16, y, p, v, vs, d0, r1 - r0);
+  }
+  if (D16 < D) ::pv<Fmt, R, 1>(y, p, v, vs, D16, r1 - r0);
+}
+
+}  // namespace wide
+#pragma GCC pop_options
+
 struct Buffers {
   std::vector<Row> rows;
   std::vector<float> s, inv, kv;  // kv: one block of K or V as float32 (kCopy)
+  std::vector<float> kt;  // the wide scores' block of K, transposed (wide::transpose_keys)
 };
 
 // Formats converted to float32 a block at a time for tiles of 2+ tokens: q8_0, whose
@@ -352,14 +643,18 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   // in turn from L1/L2. A format whose loads cost more than the FMAs they feed (q8_0)
   // is first converted, a block at a time, into float32 rows for all the tile's tokens
   // (the same values, so the same result as loading them one chunk at a time).
-  const bool copy = kCopy<Fmt> && t1 - t0 > 1;
-  const int64_t jb = std::max<int64_t>(16, 16384 / (copy ? 4 * D : Fmt::row_bytes(D)) / 8 * 8);
-  if (copy) buf.kv.resize(jb * D);
+  // The wide path's tiles of 2+ tokens take their scores from K transposed a block at a time
+  // (wide::transpose_keys, which converts it too), so K needs no copy there; V as stored (a
+  // float32 copy of float16 V measured slower).
+  const bool wide_tile = a.wide && t1 - t0 > 1;
+  const bool copy_k = kCopy<Fmt> && t1 - t0 > 1 && !wide_tile, copy_v = kCopy<Fmt> && t1 - t0 > 1;
+  const int64_t jb = std::max<int64_t>(16, 16384 / (copy_k || copy_v ? 4 * D : Fmt::row_bytes(D)) / 8 * 8);
+  if (copy_k || copy_v) buf.kv.resize(jb * D);
   const __m256 scale = _mm256_set1_ps(a.scale);
 
   // f over each block of keys [c0, c1) that some row visits, read from src (K or V) as
   // stored, or (copy) first converted to float32 rows D apart.
-  auto each_block = [&](const T* src, auto&& f) {
+  auto each_block = [&](const T* src, bool copy, auto&& f) {
     for (int64_t j0 = lo; j0 < hi; j0 += jb) {
       int64_t c0, c1;
       block_span(buf.rows, j0, std::min(hi, j0 + jb), c0, c1);
@@ -373,7 +668,12 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
     }
   };
   // The scores of keys [c0, c1) of K (format U, key j at kp + (j - k0) st) for every token.
+  if (wide_tile) buf.kt.resize((jb + 15) / 16 * 16 * D);
   auto scores = [&]<class U>(const typename U::T* kp, int64_t st, int64_t k0, int64_t c0, int64_t c1) {
+    if (wide_tile) {
+      wide::transpose_keys<U>(kp, st, k0, c0, c1, D, buf.kt.data());
+      return wide::scores(buf.rows.data(), n_rows, buf.kt.data(), c0, c1, D, a.scale);
+    }
     for (int64_t r = 0; r < n_rows; r += nh) {
       const Row* rs = &buf.rows[r];
       if (std::max(c0, rs->first) >= std::min(c1, rs->first + rs->n)) continue;
@@ -386,10 +686,10 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       });
     }
   };
-  each_block(kb, scores);
+  each_block(kb, copy_k, scores);
   buf.inv.resize(n_rows);
   for (int64_t r = 0; r < n_rows; ++r) {
-    buf.inv[r] = softmax(buf.rows[r]);
+    buf.inv[r] = a.wide ? wide::softmax(buf.rows[r]) : softmax(buf.rows[r]);
     std::fill(buf.rows[r].y, buf.rows[r].y + D, 0.f);
   }
   // y = sum_j p_j v_j, block by block into y (float32, so stopping between blocks is exact):
@@ -400,6 +700,13 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       const int64_t r0 = std::max(c0, rs->first), r1 = std::min(c1, rs->first + rs->n);
       if (r0 >= r1) continue;
       head_groups(nh, [&](int64_t h, int64_t m) {
+        if (a.wide) {
+          switch (m) {
+            case 3: return wide::pv_rows<U, 3>(rs + h, vp, st, k0, r0, r1, D);
+            case 2: return wide::pv_rows<U, 2>(rs + h, vp, st, k0, r0, r1, D);
+            default: return wide::pv_rows<U, 1>(rs + h, vp, st, k0, r0, r1, D);
+          }
+        }
         switch (m) {
           case 3: return pv_rows<U, 3>(rs + h, vp, st, k0, r0, r1, D);
           case 2: return pv_rows<U, 2>(rs + h, vp, st, k0, r0, r1, D);
@@ -408,7 +715,7 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       });
     }
   };
-  each_block(vb, values);
+  each_block(vb, copy_v, values);
   for (int64_t r = 0; r < n_rows; ++r) {
     float* y = buf.rows[r].y;
     const __m256 iv = _mm256_set1_ps(buf.inv[r]);
@@ -427,7 +734,7 @@ void run(const Args& a, const fd::AttentionTiles& p, std::atomic<int64_t>& next)
 fd::AttentionTiles fd::attention_tiles(const AttentionArgs& a, int threads) {
   const int64_t groups = a.B * a.Hkv;
   AttentionTiles p{0, 0};
-  if (a.kv != kKvQ8_0) {
+  if (a.kv != kKvQ8_0 && !(a.wide && a.T > 1)) {
     // Two tokens per tile: on one thread 2 to 16 ran alike (a tile's tokens read each
     // K/V block from L1/L2 after the first), and small tiles even out the threads'
     // shares; one when two leave under four tiles per thread.
@@ -435,10 +742,11 @@ fd::AttentionTiles fd::attention_tiles(const AttentionArgs& a, int threads) {
     while (blocks < a.T && groups * blocks < 4 * static_cast<int64_t>(threads)) ++blocks;
     p.tokens = (a.T + blocks - 1) / blocks;
   } else {
-    // q8_0 converts each K/V block once per tile (tile, kCopy), so more tokens share that,
-    // up to a cap that keeps the tile's scores (tokens x heads x L floats) within 512 KB
-    // of L2. Among the splits under the cap, the one whose busiest thread has the least
-    // work, counting a tile's conversion as one more token.
+    // q8_0 converts each K/V block once per tile (tile, kCopy), and the wide path transposes
+    // each K block once per tile, so more tokens share that, up to a cap that keeps the
+    // tile's scores (tokens x heads x L floats) within 512 KB of L2. Among the splits under
+    // the cap, the one whose busiest thread has the least work, counting a tile's conversion
+    // as one more token.
     const int64_t nh = a.H / a.Hkv, th = std::max(1, threads);
     const int64_t cap = std::clamp<int64_t>(131072 / (nh * std::max<int64_t>(a.L, 1)), 1, 16);
     int64_t best = std::numeric_limits<int64_t>::max();

@@ -33,6 +33,7 @@ struct AttentionArgs {
   float scale;
   KvFormat kv;
   int64_t L;  // the most keys any query row visits
+  bool wide = false;  // AVX-512 (F, BW, VL) may be used: the same bits, in wider registers
 };
 
 // The attention's work in tiles (attention.cpp): the query rows of one batch row

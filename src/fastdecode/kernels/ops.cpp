@@ -9,6 +9,8 @@
 #include <torch/csrc/inductor/aoti_torch/utils.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <cpuid.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -56,6 +58,50 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
     fd::rms_norm_rows(xp, wp, yp, K, static_cast<float>(eps), m0, m1);
   });
   return y;
+}
+
+// The instruction set of the quantized matmuls and of the attention's wide path: what the
+// CPU reports, or what fastdecode_set_isa() forces (tests run both).
+enum Isa : int { kAvx2 = 1, kVnni = 2 };
+
+int detect_isa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512bw"))
+    return kVnni;
+  return kAvx2;
+}
+
+std::atomic<int> g_isa{0};
+
+int active_isa() {
+  int isa = g_isa.load(std::memory_order_relaxed);
+  if (isa == 0) {
+    isa = detect_isa();
+    g_isa.store(isa, std::memory_order_relaxed);
+  }
+  return isa;
+}
+
+// The attention's wide path (attention.cpp, the same bits as the 8-lane one): where the
+// AVX-512 set is in use and the CPU runs 512-bit FMAs at full width, AMD Zen 5 and later
+// (1.2-1.5x there, benchmarks/prefix_cache.md 1h). Zen 4 splits them in two, and on a Xeon a
+// kernel of the same design measured 0.92-1.07x (1f), so those keep the 8-lane path unless
+// fastdecode_set_wide_attention(1) forces it (tests). 0: automatic, 1: on, -1: off.
+std::atomic<int> g_wide{0};
+
+bool full_width_zmm() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d) || !(b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163)) return false;
+  __get_cpuid(1, &a, &b, &c, &d);  // "AuthenticAMD" above; family = base + extended
+  const unsigned base = (a >> 8) & 0xF, family = base + (base == 0xF ? (a >> 20) & 0xFF : 0);
+  return family >= 0x1A;
+}
+
+bool wide_attention() {
+  static const bool full = full_width_zmm();
+  const int mode = g_wide.load(std::memory_order_relaxed);
+  return active_isa() == kVnni && (mode > 0 || (mode == 0 && full));
 }
 
 // ---------------------------------------------------------------------------
@@ -108,7 +154,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const fd::AttentionArgs a{q.data_ptr<float>(), k.data_ptr(), v.data_ptr(), pp, rp, y.data_ptr<float>(),
                             B, T, H, Hkv, D, window,
                             {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
-                            static_cast<float>(scale), kv, L};
+                            static_cast<float>(scale), kv, L, wide_attention()};
   const int threads = at::get_num_threads();
   const fd::AttentionTiles tiles = fd::attention_tiles(a, threads);
   // One task per thread, each taking tiles from a shared counter until none are left.
@@ -130,27 +176,6 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // quant_vnni.cpp): AVX2 (maddubs) and AVX-512 VNNI (vpdpbusd), with exact integer sums
 // and the same float operations in the same order. Chosen at run time from what the
 // CPU reports; fastdecode_set_isa() forces one (tests run both).
-
-enum Isa : int { kAvx2 = 1, kVnni = 2 };
-
-int detect_isa() {
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512bw"))
-    return kVnni;
-  return kAvx2;
-}
-
-std::atomic<int> g_isa{0};
-
-int active_isa() {
-  int isa = g_isa.load(std::memory_order_relaxed);
-  if (isa == 0) {
-    isa = detect_isa();
-    g_isa.store(isa, std::memory_order_relaxed);
-  }
-  return isa;
-}
 
 struct Act {
   at::Tensor q, d, s, sums;  // quantize_rows' outputs (kernels.h), rows padded to whole groups of 8 blocks
@@ -337,6 +362,12 @@ extern "C" int fastdecode_set_isa(int isa) {
 }
 
 extern "C" int fastdecode_get_isa() { return active_isa(); }
+
+// The attention's wide path: 0 automatic, 1 forced on, -1 off; returns whether it is in use.
+extern "C" int fastdecode_set_wide_attention(int mode) {
+  g_wide.store(mode < 0 ? -1 : mode > 0 ? 1 : 0);
+  return wide_attention();
+}
 
 using torch::aot_inductor::new_tensor_handle;
 using torch::aot_inductor::tensor_handle_to_tensor_pointer;
