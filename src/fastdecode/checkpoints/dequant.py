@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
+from ..quant.formats import NONLINEAR
+
 _Decoder = Callable[[np.ndarray], np.ndarray]  # [n, block_bytes] uint8 -> [n, block_size] f32
 
 
@@ -56,6 +58,28 @@ def _q5_1(b: np.ndarray) -> np.ndarray:
 
 def _q8_0(b: np.ndarray) -> np.ndarray:
     return _f16(b, 0) * np.ascontiguousarray(b[:, 2:34]).view(np.int8).astype(np.float32)
+
+
+def _iq4_nl(b: np.ndarray) -> np.ndarray:
+    """Q4_0's bytes; the nibbles index IQ4_NL's 16 values."""
+    return _f16(b, 0) * np.array(NONLINEAR, dtype=np.float32)[_nibbles(b[:, 2:18])]
+
+
+def _k_nibbles_16(qs: np.ndarray) -> np.ndarray:
+    """[n, 128] bytes -> [n, 8, 32]: block j's 16 bytes hold its values 0..15 (low) and 16..31 (high)."""
+    qs = qs.reshape(-1, 8, 16)
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def _iq4_xs(b: np.ndarray) -> np.ndarray:
+    """Super-blocks of 256: d, 8 six-bit block scales (4 low bits in 4 bytes, 2 high in a uint16)
+    taken as scale - 32, and each block's 16 bytes of indices (low nibbles first)."""
+    j = np.arange(8)
+    high = np.ascontiguousarray(b[:, 2:4]).view(np.uint16)
+    ls = ((b[:, 4 + j // 2] >> (4 * (j % 2)).astype(np.uint8)) & 0x0F) | (((high >> (2 * j)) & 3) << 4)
+    dl = _f16(b, 0) * (ls.astype(np.float32) - 32)  # [n, 8]
+    q = np.array(NONLINEAR, dtype=np.float32)[_k_nibbles_16(b[:, 8:136])]  # [n, 8, 32]
+    return (dl[..., None] * q).reshape(-1, 256)
 
 
 def _k_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -103,7 +127,7 @@ def _q6_k(b: np.ndarray) -> np.ndarray:
 
 _DECODERS: dict[T, _Decoder] = {
     T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1: _q5_1, T.Q8_0: _q8_0,
-    T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k,
+    T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k, T.IQ4_NL: _iq4_nl, T.IQ4_XS: _iq4_xs,
 }
 _FLOATS: dict[T, torch.dtype] = {T.F32: torch.float32, T.F16: torch.float16, T.BF16: torch.bfloat16}
 

@@ -362,6 +362,14 @@ def _register_fakes() -> None:
     def _(x, qweight, scales):
         return x.new_empty(x.shape[0], qweight.shape[0])
 
+    @torch.library.register_fake("fastdecode::q4nl_linear")
+    def _(x, qweight, d):
+        return x.new_empty(x.shape[0], qweight.shape[0])
+
+    @torch.library.register_fake("fastdecode::q4xs_linear")
+    def _(x, qweight, sc, d):
+        return x.new_empty(x.shape[0], qweight.shape[0])
+
     @torch.library.register_fake("fastdecode::attention")
     def _(q, k, v, input_pos, rows, window, scale):
         return q.new_empty(q.shape)

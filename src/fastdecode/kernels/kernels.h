@@ -49,7 +49,7 @@ AttentionTiles attention_tiles(const AttentionArgs& a, int threads);
 void attention_run(const AttentionArgs& a, const AttentionTiles& tiles, std::atomic<int64_t>& next);
 
 // The quantized matmuls (quant_kernel.h), once per instruction set. Layouts: quant/formats.py.
-enum Layout : int { kQ4 = 0, kQ8 = 1, kQ4K = 2, kQ5K = 3, kQ6K = 4, kQ5 = 5, kQ5S = 6, kQ4S = 7 };
+enum Layout : int { kQ4 = 0, kQ8 = 1, kQ4K = 2, kQ5K = 3, kQ6K = 4, kQ5 = 5, kQ5S = 6, kQ4S = 7, kQ4NL = 8, kQ4XS = 9 };
 
 struct QuantArgs {
   Layout layout;

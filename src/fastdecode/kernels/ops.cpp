@@ -270,8 +270,8 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
 }
 
 // The layouts beyond q4/q8 (quant/formats.py): q4k (qweight, sc, mn, d, dmin), q5k (+ qhigh),
-// q6k (qweight, qhigh, sc, d), K a multiple of 256; q5 (qweight, qhigh, scales, mins), q5s
-// (qweight, qhigh, scales) and q4s (qweight, scales), K a multiple of 32.
+// q6k (qweight, qhigh, sc, d), q4xs (qweight, sc, d), K a multiple of 256; q5 (qweight, qhigh, scales, mins), q5s
+// (qweight, qhigh, scales), q4s (qweight, scales) and q4nl (qweight, d), K a multiple of 32.
 at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
                    const at::Tensor& sc, const at::Tensor* mn, const at::Tensor& d, const at::Tensor* dmin) {
   const char* op = layout == fd::kQ4K   ? "q4k_linear"
@@ -279,11 +279,13 @@ at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, 
                    : layout == fd::kQ6K ? "q6k_linear"
                    : layout == fd::kQ5  ? "q5_linear"
                    : layout == fd::kQ5S ? "q5s_linear"
-                                        : "q4s_linear";
+                   : layout == fd::kQ4S ? "q4s_linear"
+                   : layout == fd::kQ4NL ? "q4nl_linear"
+                                         : "q4xs_linear";
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(), op,
               ": x must be a float32 CPU matrix [M, K]");
   const int64_t K = x.size(1), N = q.size(0), nb = K / 32;
-  const bool q5 = layout == fd::kQ5 || layout == fd::kQ5S || layout == fd::kQ4S;  // float16 scales per block
+  const bool q5 = layout == fd::kQ5 || layout == fd::kQ5S || layout == fd::kQ4S || layout == fd::kQ4NL;  // float16 per block
   const int64_t mult = q5 ? 32 : 256;
   TORCH_CHECK(K % mult == 0, op, ": K=", K, " must be a multiple of ", mult);
   auto expect = [&](const at::Tensor* t, const char* name, at::ScalarType dtype, int64_t cols) {
@@ -293,13 +295,13 @@ at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, 
                 "], got ", t->sizes(), " ", c10::toString(t->scalar_type()));
   };
   expect(&q, "qweight", at::kByte, K / 2);
-  const bool q6 = layout == fd::kQ6K;
+  const bool q6 = layout == fd::kQ6K, signed_sc = q6 || layout == fd::kQ4XS;
   if (qh) expect(qh, "qhigh", at::kByte, q6 ? K / 4 : K / 8);
   if (q5) {
-    expect(&sc, "scales", at::kHalf, nb);
+    expect(&sc, layout == fd::kQ4NL ? "d" : "scales", at::kHalf, nb);
     if (mn) expect(mn, "mins", at::kHalf, nb);
   } else {
-    expect(&sc, "sc", q6 ? at::kChar : at::kByte, q6 ? K / 16 : nb);
+    expect(&sc, "sc", signed_sc ? at::kChar : at::kByte, q6 ? K / 16 : nb);
     if (mn) expect(mn, "mn", at::kByte, nb);
     expect(&d, "d", at::kHalf, K / 256);
     if (dmin) expect(dmin, "dmin", at::kHalf, K / 256);
@@ -346,6 +348,14 @@ at::Tensor q5s_linear(const at::Tensor& x, const at::Tensor& qweight, const at::
 
 at::Tensor q4s_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales) {
   return klinear(fd::kQ4S, x, qweight, nullptr, scales, nullptr, scales, nullptr);
+}
+
+at::Tensor q4nl_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& d) {
+  return klinear(fd::kQ4NL, x, qweight, nullptr, d, nullptr, d, nullptr);
+}
+
+at::Tensor q4xs_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& sc, const at::Tensor& d) {
+  return klinear(fd::kQ4XS, x, qweight, nullptr, sc, nullptr, d, nullptr);
 }
 
 }  // namespace
@@ -454,6 +464,17 @@ extern "C" AOTITorchError aoti_torch_cpu_q4s_linear(AtenTensorHandle x, AtenTens
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ *ret0 = new_tensor_handle(q4s_linear(FD_T(x), FD_T(w), FD_T(s))); });
 }
 
+extern "C" AOTITorchError aoti_torch_cpu_q4nl_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle d,
+                                                     AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ *ret0 = new_tensor_handle(q4nl_linear(FD_T(x), FD_T(w), FD_T(d))); });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_q4xs_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle sc,
+                                                     AtenTensorHandle d, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE(
+      { *ret0 = new_tensor_handle(q4xs_linear(FD_T(x), FD_T(w), FD_T(sc), FD_T(d))); });
+}
+
 #undef FD_T
 
 TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
@@ -466,6 +487,8 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("q5_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor scales, Tensor mins) -> Tensor");
   m.def("q5s_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor scales) -> Tensor");
   m.def("q4s_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
+  m.def("q4nl_linear(Tensor x, Tensor qweight, Tensor d) -> Tensor");
+  m.def("q4xs_linear(Tensor x, Tensor qweight, Tensor sc, Tensor d) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale) -> Tensor");
 }
@@ -480,6 +503,8 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("q5_linear", &q5_linear);
   m.impl("q5s_linear", &q5s_linear);
   m.impl("q4s_linear", &q4s_linear);
+  m.impl("q4nl_linear", &q4nl_linear);
+  m.impl("q4xs_linear", &q4xs_linear);
   m.impl("rms_norm", &rms_norm);
   m.impl("attention", &attention);
 }

@@ -16,6 +16,7 @@
 // on 4 x 4 (benchmarks/serve/README.md).
 // More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still no slower than 4 x 2 or
 // 4 x 3, and faster for q6k). On VNNI also short rows (K <= kShortK) of the q4 and q5 layouts
+// (q4nl with them: q4s's bytes and one lookup more)
 // at any M > 1: there the one-row tiles ran 0.68-0.94x the 4 x 4's speed at M = 2..16 (K = 512
 // to 768, one thread, weights from DRAM; 1.0-1.2x at K = 1024, 1.1-2.0x at K >= 1536), while
 // AVX2's one-row tiles, and VNNI's for q8 and the K-quants, stayed ahead (benchmarks/batch_tiles.md,
@@ -23,7 +24,7 @@
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
 constexpr int64_t kFewRows = 8, kFewK = 4096, kMoreRows = 16, kMoreBytes = 24576, kShortK = 768;
 template <int L>
-constexpr bool kShortRows4x4 = FD_VNNI && (L == kQ4 || L == kQ4S || L == kQ5 || L == kQ5S);
+constexpr bool kShortRows4x4 = FD_VNNI && (L == kQ4 || L == kQ4S || L == kQ4NL || L == kQ5 || L == kQ5S);
 #ifndef FD_PAIRS
 #define FD_PAIRS FD_VNNI
 #endif
@@ -48,5 +49,7 @@ static void dispatch(const Args& a, int64_t n0, int64_t n1) {
     case kQ5: return run_layout<kQ5>(a, n0, n1);
     case kQ5S: return run_layout<kQ5S>(a, n0, n1);
     case kQ4S: return run_layout<kQ4S>(a, n0, n1);
+    case kQ4NL: return run_layout<kQ4NL>(a, n0, n1);
+    case kQ4XS: return run_layout<kQ4XS>(a, n0, n1);
   }
 }

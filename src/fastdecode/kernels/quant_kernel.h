@@ -21,6 +21,7 @@
 // I_b per layout (q: the stored unsigned values; x: int8 activations):
 //   q4, q4k (0..15), q5, q5k (0..31): sum q x
 //   q4s: sum q x - 8 sum x;  q5s: sum q x - 16 sum x;  q8 (signed w): sum w x
+//   q4nl, q4xs: sum v[q] x, v IQ4_NL's 16 int8 values (nonlinear_table), q the stored index 0..15
 //   q6k: sc_lo (sum_lo q x - 32 sum_lo x) + sc_hi (sum_hi q x - 32 sum_hi x) over the
 //        block's two 16-value halves (sub-steps 0-3 and 4-7): |I_b| < 2^24.
 
@@ -29,32 +30,40 @@
 
 using Args = ::fd::QuantArgs;
 constexpr int kQ4 = ::fd::kQ4, kQ8 = ::fd::kQ8, kQ4K = ::fd::kQ4K, kQ5K = ::fd::kQ5K, kQ6K = ::fd::kQ6K,
-              kQ5 = ::fd::kQ5, kQ5S = ::fd::kQ5S, kQ4S = ::fd::kQ4S;
+              kQ5 = ::fd::kQ5, kQ5S = ::fd::kQ5S, kQ4S = ::fd::kQ4S, kQ4NL = ::fd::kQ4NL,
+              kQ4XS = ::fd::kQ4XS;
 
 template <int L>
 constexpr bool kPlane5 = L == kQ5K || L == kQ5 || L == kQ5S;
 template <int L>
 constexpr bool kMins = L == kQ4 || L == kQ4K || L == kQ5K || L == kQ5;
 template <int L>
-constexpr bool kKQuant = L == kQ4K || L == kQ5K || L == kQ6K;
+constexpr bool kKQuant = L == kQ4K || L == kQ5K || L == kQ6K || L == kQ4XS;  // per-256 d, 8-bit block scales
+template <int L>
+constexpr bool kNonLinear = L == kQ4NL || L == kQ4XS;  // nibbles index IQ4_NL's values
 // Bytes per group and row of qweight, qhigh, and of one per-block scale.
 template <int L>
 constexpr int64_t kGroupBytes = L == kQ8 ? 256 : 128;
 template <int L>
 constexpr int64_t kHighBytes = L == kQ6K ? 64 : kPlane5<L> ? 32 : 0;
 template <int L>
-constexpr int64_t kScaleBytes = kKQuant<L> ? 1 : 2;  // the K-quants' 8-bit sc; the others' float16 scales
-// log2 of the offset of layouts whose stored values are offset (q4s: q - 8, q5s: q - 16; q8 on
-// VNNI, whose unsigned operand is w + 128): I_b takes it off through the activations' block sums.
+constexpr int64_t kScaleBytes = kKQuant<L> ? 1 : 2;  // the K-quants' (and q4xs') 8-bit sc; the others' float16
+// Layouts whose weights are signed bytes by the time they meet the activations (q8; q4nl and
+// q4xs after their table lookup).
 template <int L>
-constexpr int kOffsetShift = L == kQ4S ? 3 : L == kQ5S ? 4 : (L == kQ8 && FD_VNNI) ? 7 : 0;
+constexpr bool kSigned = L == kQ8 || kNonLinear<L>;
+// log2 of the offset of layouts whose stored values are offset (q4s: q - 8, q5s: q - 16; the
+// signed layouts on VNNI, whose unsigned operand is w + 128): I_b takes it off through the
+// activations' block sums.
+template <int L>
+constexpr int kOffsetShift = L == kQ4S ? 3 : L == kQ5S ? 4 : (kSigned<L> && FD_VNNI) ? 7 : 0;
 template <int L>
 constexpr int64_t kScalesPerGroup = L == kQ6K ? 16 : 8;
 #if !FD_VNNI
 // AVX2: maddubs's int16 pair sums are added in int16 for this many sub-steps before
 // madd widens them (each pair is at most 2 * qmax * 127; the run stays below 2^15).
 template <int L>
-constexpr int kRun = (L == kQ4 || L == kQ4S || L == kQ4K) ? 8 : L == kQ8 ? 1 : L == kQ6K ? 2 : 4;
+constexpr int kRun = (L == kQ4 || L == kQ4S || L == kQ4K) ? 8 : kSigned<L> ? 1 : L == kQ6K ? 2 : 4;
 #endif
 
 #define FD_INLINE inline __attribute__((always_inline))
@@ -68,6 +77,9 @@ static inline __m256 scales8(const void* p) {  // 8 float16 -> float
 static inline __m256 bytes8_ps(const void* p) {  // 8 uint8 -> float
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
 }
+static inline __m256 sbytes8_ps(const void* p) {  // 8 int8 -> float
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
+}
 
 // One weight row: where its bytes start; group G's are at q + G * kGroupBytes and so on.
 struct Row {
@@ -80,10 +92,10 @@ static inline Row row_at(const Args& a, int64_t n) {
   constexpr int64_t es = kScaleBytes<L>;
   return Row{a.q + n * a.qs, kHighBytes<L> > 0 ? a.qh + n * a.qhs : nullptr, a.sc + es * n * a.scs,
              kMins<L> ? a.mn + es * n * a.scs : nullptr, kKQuant<L> ? a.d + n * (a.nb / 8) : nullptr,
-             (kKQuant<L> && L != kQ6K) ? a.dmin + n * (a.nb / 8) : nullptr};
+             kMins<L> && kKQuant<L> ? a.dmin + n * (a.nb / 8) : nullptr};
 }
 
-// A last group of g < 8 blocks (q4, q4s, q8, q5, q5s only: the K-quants' K is a multiple of 256)
+// A last group of g < 8 blocks (q4, q4s, q4nl, q8, q5, q5s only: the K-quants' K is a multiple of 256)
 // is stored packed: its 32-byte units hold 4 g bytes each, one 4-byte lane per block. It is
 // read with masked loads, so the empty lanes hold zeros, as the twin's zero padding does.
 static FD_INLINE __m256i lanes_below(int g) {
@@ -110,8 +122,19 @@ static FD_INLINE __m256 scales8_at(const void* p, int g) {
   }
 }
 
+// IQ4_NL's 16 values (ggml's kvalues_iq4nl), in both 128-bit halves for vpshufb; on VNNI each
+// + 128 (x ^ 0x80), the unsigned operand. All lie in [-127, 127], as AVX2's sign trick needs.
+static FD_INLINE __m256i nonlinear_table() {
+  const __m128i v = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+#if FD_VNNI
+  return _mm256_broadcastsi128_si256(_mm_xor_si128(v, _mm_set1_epi8(static_cast<char>(0x80))));
+#else
+  return _mm256_broadcastsi128_si256(v);
+#endif
+}
+
 // Sub-steps c and c + 4 (c = 0..3) of a row's group as 8 lanes of 4 bytes: unsigned
-// values (q8: VNNI w ^ 0x80, i.e. w + 128; AVX2 the signed bytes).
+// values (q8, q4nl, q4xs: VNNI w ^ 0x80, i.e. w + 128; AVX2 the signed bytes).
 template <int L, int c, bool T>
 static FD_INLINE void wchunk(const uint8_t* q, const uint8_t* qh, int g, __m256i& lo, __m256i& hi) {
   static_assert(!(T && kKQuant<L>), "the K-quants have no tail groups");
@@ -127,7 +150,10 @@ static FD_INLINE void wchunk(const uint8_t* q, const uint8_t* qh, int g, __m256i
     const __m256i v = wload<T>(q, c, g);
     lo = _mm256_and_si256(v, nib());
     hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib());
-    if constexpr (kPlane5<L>) {  // bit i of each byte: the fifth bit of sub-step i, moved to bit 4
+    if constexpr (kNonLinear<L>) {  // index -> value (masked tail lanes: index 0, against zero activations)
+      lo = _mm256_shuffle_epi8(nonlinear_table(), lo);
+      hi = _mm256_shuffle_epi8(nonlinear_table(), hi);
+    } else if constexpr (kPlane5<L>) {  // bit i of each byte: the fifth bit of sub-step i, moved to bit 4
       const __m256i p = wload<T>(qh, 0, g), b4 = _mm256_set1_epi8(0x10);
       lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(p, 4 - c), b4));
       hi = _mm256_or_si256(hi, _mm256_and_si256(c ? _mm256_srli_epi16(p, c) : p, b4));
@@ -149,6 +175,8 @@ template <int L, bool T>
 static inline __m256 wscales(const Row& w, int64_t G, int g) {
   constexpr int64_t es = kScaleBytes<L>;
   if constexpr (L == kQ6K) return _mm256_set1_ps(_cvtsh_ss(w.d[G]));
+  else if constexpr (L == kQ4XS)  // d * (ls - 32): sc holds the signed ls - 32
+    return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), sbytes8_ps(w.sc + 8 * G));
   else if constexpr (kKQuant<L>) return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), bytes8_ps(w.sc + 8 * G));
   else return scales8_at<T>(w.sc + es * 8 * G, g);
 }
@@ -224,7 +252,7 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
         h = _mm256_dpbusd_epi32(h, hi[r], xhi);
 #else
         __m256i a, b;
-        if constexpr (L == kQ8) {
+        if constexpr (kSigned<L>) {
           a = _mm256_maddubs_epi16(_mm256_sign_epi8(lo[r], lo[r]), _mm256_sign_epi8(xlo, lo[r]));
           b = _mm256_maddubs_epi16(_mm256_sign_epi8(hi[r], hi[r]), _mm256_sign_epi8(xhi, hi[r]));
         } else {
@@ -491,7 +519,7 @@ static void rows(const Args& a, int64_t n0, int64_t n1) {
         prefetch(a.sc + es * na * a.scs, es * r * a.scs);
         if constexpr (kMins<L>) prefetch(a.mn + es * na * a.scs, es * r * a.scs);
         if constexpr (kKQuant<L>) prefetch(a.d + na * (a.nb / 8), 2 * r * (a.nb / 8));
-        if constexpr (kKQuant<L> && L != kQ6K) prefetch(a.dmin + na * (a.nb / 8), 2 * r * (a.nb / 8));
+        if constexpr (kKQuant<L> && kMins<L>) prefetch(a.dmin + na * (a.nb / 8), 2 * r * (a.nb / 8));
       }
       // In the first activation tile; RT == 1 streams through the rows' end (prefetches do not fault).
       int64_t first = m0 != 0 || burst ? 0 : RT == 1 ? int64_t(FD_STREAM_BYTES) : ahead ? kAhead : 0;

@@ -43,8 +43,12 @@ def take_columns(linear: Linear, start: int, n: int, rank: int, name: str) -> Li
 def _packed_columns(linear: QuantLinear, start: int, n: int, name: str) -> dict[str, Tensor]:
     if start % BLOCK or n % BLOCK:  # check_divisible refuses these first
         raise FastDecodeError(f"{name}: inputs [{start}, {start + n}) do not fall on {BLOCK}-value blocks")
+    if linear.layout not in ("q4", "q4s", "q4nl", "q8"):
+        raise FastDecodeError(f"{name}: tensor parallelism splits the inputs of q4, q4s, q4nl and q8 matrices, "
+                              f"not {linear.layout}; run this model with tp=1")
     b0, nb = start // BLOCK, n // BLOCK
-    out = {"scales": linear.scales[:, b0:b0 + nb].clone()}
+    scale = "d" if linear.layout == "q4nl" else "scales"  # the per-block scales, by the layout's name
+    out = {scale: getattr(linear, scale)[:, b0:b0 + nb].clone()}
     if linear.mins is not None:
         out["mins"] = linear.mins[:, b0:b0 + nb].clone()
     # A row's blocks are stored in groups of 8 (formats.py): unpack, slice, regroup.

@@ -15,8 +15,8 @@ blocks (every group before the last is full, g = 8):
 
     bytes:    8 sub-steps x 4g bytes (q8)
     nibbles:  4 chunks x 4g bytes; chunk c holds sub-step c in its low nibbles
-              and sub-step c + 4 in its high ones (q4, q4s, q4k, q5k, q5, q5s, q6k's
-              low 4 bits), so sub-steps 0-3 are each block's values 0..15
+              and sub-step c + 4 in its high ones (q4, q4s, q4nl, q4k, q5k, q5, q5s,
+              q6k's low 4 bits), so sub-steps 0-3 are each block's values 0..15
     plane5:   4g bytes; bit i of byte l is the fifth bit of sub-step i's byte l
     plane6:   2 x 4g bytes; bits 2i', 2i' + 1 of byte l of half h are the top two
               bits of sub-step 4h + i''s byte l
@@ -45,6 +45,11 @@ Bits per weight count every byte stored:
         qhigh uint8 [N, K/8]     plane5; w = scale * q + min, q in 0..31
     q5s (5.5 bpw; Q5_0) q5 without mins; w = scale * (q - 16)
     q4s (4.5 bpw; Q4_0) q4 without mins, float16 scales; w = scale * (q - 8)
+    q4nl (4.5 bpw; IQ4_NL) q4s's qweight as indices, and
+        d float16 [N, K/32]      w = d * NONLINEAR[q], q in 0..15
+    q4xs (4.3125 bpw; IQ4_XS, 4.25; K a multiple of 256) q4nl's qweight, and
+        sc int8 [N, K/32]        each block's 6-bit scale minus 32
+        d float16 [N, K/256]     w = (d * sc) * NONLINEAR[q]
 
 GGUF types and what they become (`GGUF_LAYOUTS`); "exact" means dequantizing
 the packed form gives bit-identical float32 values to dequantizing the file
@@ -60,6 +65,9 @@ the packed form gives bit-identical float32 values to dequantizing the file
     Q5_0  -> q5s                                       exact (results equal the former
                                                        q8 repack's: the same integer sums)
     Q5_1  -> q5                                        exact
+    IQ4_NL -> q4nl                                     exact (the kernels look the indices up
+                                                       in NONLINEAR; results equal a q8 repack's)
+    IQ4_XS -> q4xs                                     exact (scales unpacked; d * sc is exact)
     F32, F16, BF16                                     float (or int8/int4 on request)
 
 `weights=int8` / `int4` quantize float weights to q8 (absmax per block, scale
@@ -93,7 +101,11 @@ LAYOUT_TENSORS: dict[str, tuple[str, ...]] = {
     "q5": ("qweight", "qhigh", "scales", "mins"),
     "q5s": ("qweight", "qhigh", "scales"),
     "q4s": ("qweight", "scales"),
+    "q4nl": ("qweight", "d"),  # d: IQ4_NL's per-block scale, by the file's name (a set no other layout has)
+    "q4xs": ("qweight", "sc", "d"),
 }
+# IQ4_NL's 16 values (ggml's kvalues_iq4nl): w = d * NONLINEAR[q].
+NONLINEAR = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 # Every layout's tensors have fixed dtypes.
 _DTYPES = {"qhigh": torch.uint8, "scales": torch.float16, "mins": torch.float16, "sc": torch.uint8, "mn": torch.uint8,
            "d": torch.float16, "dmin": torch.float16}
@@ -109,12 +121,13 @@ GGUF_LAYOUTS: dict[T, Mapping] = {
     T.Q4_0: Mapping("q4s", True), T.Q4_1: Mapping("q4", True), T.Q4_K: Mapping("q4k", True),
     T.Q8_0: Mapping("q8", True), T.Q5_0: Mapping("q5s", True),
     T.Q5_1: Mapping("q5", True), T.Q5_K: Mapping("q5k", True), T.Q6_K: Mapping("q6k", True),
+    T.IQ4_NL: Mapping("q4nl", True), T.IQ4_XS: Mapping("q4xs", True),
 }
 
 
 def layout_of(tensors: dict[str, Tensor]) -> str:
     """The layout of a packed tensor group, from which tensors it has (and qweight's dtype)."""
-    for layout in ("q5k", "q4k", "q6k", "q5", "q5s", "q4"):
+    for layout in ("q5k", "q4k", "q6k", "q5", "q5s", "q4", "q4nl", "q4xs"):
         if set(LAYOUT_TENSORS[layout]) == set(tensors):
             return layout
     return "q4s" if tensors["qweight"].dtype == torch.uint8 else "q8"
@@ -127,7 +140,7 @@ def tensor_dtypes(layout: str) -> dict[str, torch.dtype]:
         if name == "qweight":
             out[name] = torch.int8 if layout == "q8" else torch.uint8
         else:
-            out[name] = torch.int8 if (layout, name) == ("q6k", "sc") else _DTYPES[name]
+            out[name] = torch.int8 if (layout, name) in (("q6k", "sc"), ("q4xs", "sc")) else _DTYPES[name]
     return out
 
 
@@ -144,12 +157,16 @@ def packed_shapes(layout: str, n: int, k: int) -> dict[str, tuple[int, ...]]:
         return {"qweight": (n, k), "scales": (n, nb)}
     if layout == "q4s":
         return {"qweight": (n, k // 2), "scales": (n, nb)}
+    if layout == "q4nl":
+        return {"qweight": (n, k // 2), "d": (n, nb)}
     if layout in ("q5", "q5s"):
         out = {"qweight": (n, k // 2), "qhigh": (n, k // 8), "scales": (n, nb), "mins": (n, nb)}
         if layout == "q5s":
             del out["mins"]
         return out
     ns = k // SUPER
+    if layout == "q4xs":
+        return {"qweight": (n, k // 2), "sc": (n, nb), "d": (n, ns)}
     if layout == "q6k":
         return {"qweight": (n, k // 2), "qhigh": (n, k // 4), "sc": (n, k // 16), "d": (n, ns)}
     out = {"qweight": (n, k // 2), "qhigh": (n, k // 8), "sc": (n, nb), "mn": (n, nb), "d": (n, ns), "dmin": (n, ns)}
@@ -334,11 +351,25 @@ def _q6_k_values(b: np.ndarray) -> np.ndarray:
     return (low | (top << 4)).reshape(-1, SUPER)
 
 
+def _iq4_xs_fields(b: np.ndarray) -> dict[str, np.ndarray]:
+    """IQ4_XS super-blocks: d, the 8 blocks' 6-bit scales minus 32 (int8), and the values'
+    indices [S, 256] (block j's 16 bytes hold its values 0..15 low, 16..31 high)."""
+    high = np.ascontiguousarray(b[:, 2:4]).view(np.uint16)  # [S, 1]: bits 2j, 2j + 1 for block j
+    j = np.arange(8)
+    low = (b[:, 4 + j // 2] >> (4 * (j % 2)).astype(np.uint8)) & 0x0F
+    top = ((high >> (2 * j).astype(np.uint16)) & 3).astype(np.uint8)
+    sc = (low | (top << 4)).astype(np.int8) - np.int8(32)
+    qs = b[:, 8:136].reshape(-1, 8, 16)
+    return {"values": np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(-1, SUPER), "sc": sc, "d": _f16(b, 0)}
+
+
 def _gguf_fields(b: np.ndarray, qtype: T, n: int) -> dict[str, np.ndarray]:
     """A GGUF tensor's blocks -> its values [n, K] and scale fields [n, *] (numpy)."""
-    if qtype in (T.Q4_0, T.Q4_1, T.Q8_0, T.Q5_0, T.Q5_1):
+    if qtype in (T.Q4_0, T.Q4_1, T.Q8_0, T.Q5_0, T.Q5_1, T.IQ4_NL):
         if qtype == T.Q4_0:
             out = {"values": _nibble_values(b[:, 2:18]), "scales": _f16(b, 0)}
+        elif qtype == T.IQ4_NL:  # Q4_0's bytes; the nibbles index NONLINEAR
+            out = {"values": _nibble_values(b[:, 2:18]), "d": _f16(b, 0)}
         elif qtype == T.Q4_1:
             out = {"values": _nibble_values(b[:, 4:20]), "scales": _f16(b, 0), "mins": _f16(b, 2)}
         elif qtype == T.Q8_0:
@@ -349,6 +380,8 @@ def _gguf_fields(b: np.ndarray, qtype: T, n: int) -> dict[str, np.ndarray]:
             out = {"values": values, "scales": _f16(b, 0)}
             if qtype == T.Q5_1:
                 out["mins"] = _f16(b, 2)
+    elif qtype == T.IQ4_XS:
+        out = _iq4_xs_fields(b)
     elif qtype in (T.Q4_K, T.Q5_K):
         if qtype == T.Q5_K:
             qh = b[:, 16:48]
@@ -390,7 +423,7 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, T
     mapping = GGUF_LAYOUTS.get(qtype)
     if mapping is None or mapping.layout is None or k % BLOCK:
         return None
-    if mapping.layout in ("q4k", "q5k", "q6k") and k % SUPER:
+    if mapping.layout in ("q4k", "q5k", "q6k", "q4xs") and k % SUPER:
         return None
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
     rows = raw.reshape(n, -1)
@@ -436,10 +469,11 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
 # -- layouts -> float (the reference) --------------------------------------------------------
 
 def kquant_values(t: dict[str, Tensor]) -> Tensor:
-    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s/q4s group [..., K] (uint8, row order)."""
+    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s/q4s/q4nl/q4xs group [..., K] (uint8, row
+    order; q4nl's and q4xs' are indices into NONLINEAR)."""
     vals = unpack_q4(t["qweight"])
     nb = vals.shape[-1] // BLOCK
-    if "sc" in t and "mn" not in t:  # q6k
+    if "sc" in t and "mn" not in t and "qhigh" in t:  # q6k
         return vals | (unpack_top(t["qhigh"], nb) << 4)
     if "qhigh" in t:
         vals = vals | (unpack_high(t["qhigh"], nb) << 4)
@@ -466,8 +500,33 @@ def value_offset(t: dict[str, Tensor]) -> int:
     return 16 if "qhigh" in t else 8
 
 
+def is_q4nl(t: dict[str, Tensor]) -> bool:
+    return "d" in t and "sc" not in t
+
+
+def is_q4xs(t: dict[str, Tensor]) -> bool:
+    return "sc" in t and "mn" not in t and "qhigh" not in t
+
+
+def q4xs_scales(t: dict[str, Tensor]) -> Tensor:
+    """q4xs: each block's float32 scale d * sc [..., K/32] (exact: a float16 times a 6-bit integer)."""
+    return t["d"].float().repeat_interleave(GROUP, dim=-1) * t["sc"].float()
+
+
+def nonlinear_values(t: dict[str, Tensor]) -> Tensor:
+    """A q4nl or q4xs group's signed values NONLINEAR[q] [..., K] (int8, row order)."""
+    table = torch.tensor(NONLINEAR, dtype=torch.int8, device=t["qweight"].device)
+    return table[kquant_values(t).long()]
+
+
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
     """Packed rows [..., K] back to float (float32 math, then `dtype`)."""
+    if is_q4nl(t) or is_q4xs(t):  # d * NONLINEAR[q], (d * sc) * NONLINEAR[q], as the gguf package computes them
+        vals = nonlinear_values(t)
+        shape = vals.shape
+        scale = t["d"].float() if is_q4nl(t) else q4xs_scales(t)
+        w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK)
+        return w.reshape(shape).to(dtype)
     offset = value_offset(t)
     if offset or ("qhigh" in t and "scales" in t):  # q5: scale * q + min; q5s, q4s: scale * (q - offset)
         vals = kquant_values(t)

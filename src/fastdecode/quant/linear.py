@@ -21,7 +21,8 @@ from .formats import LAYOUT_TENSORS, dequantize, packed_shapes, tensor_dtypes
 
 # The op each layout's matmul calls (torch.ops.fastdecode.<op>).
 LAYOUT_OPS = {"q4": "q4_linear", "q8": "q8_linear", "q4k": "q4k_linear", "q5k": "q5k_linear", "q6k": "q6k_linear",
-              "q5": "q5_linear", "q5s": "q5s_linear", "q4s": "q4s_linear"}
+              "q5": "q5_linear", "q5s": "q5s_linear", "q4s": "q4s_linear", "q4nl": "q4nl_linear",
+              "q4xs": "q4xs_linear"}
 
 
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor], native: bool) -> Tensor:
@@ -58,7 +59,7 @@ class _Packed(nn.Module):
         dtypes = tensor_dtypes(layout)
         for name, shape in packed_shapes(layout, n, k).items():
             self.register_buffer(name, torch.empty(shape, dtype=dtypes[name], device=device))
-        if layout in ("q8", "q4s"):
+        if layout in ("q8", "q4s", "q4nl"):
             self.mins = None  # (tensor parallelism slices scales and mins alike)
 
     def packed(self) -> dict[str, Tensor]:

@@ -24,7 +24,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .formats import BLOCK, GROUP, kquant_scales, kquant_values, q6_scales_in_rows, unpack_q4, unpack_q8, value_offset
+from .formats import (BLOCK, GROUP, is_q4nl, is_q4xs, kquant_scales, kquant_values, nonlinear_values, q4xs_scales,
+                      q6_scales_in_rows, unpack_q4, unpack_q8, value_offset)
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
 
@@ -88,10 +89,11 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] =
 
 
 def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
-    """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s or q4s weight group `t`, as the kernels
-    compute it.
+    """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s, q4s, q4nl or q4xs weight group `t`,
+    as the kernels compute it.
 
-    q5 is q4 with a fifth bit, q5s and q4s q8 with values q - 16 and q - 8; q4k/q5k are q4 with each
+    q5 is q4 with a fifth bit, q5s and q4s q8 with values q - 16 and q - 8, q4nl q8 with values
+    NONLINEAR[q] and its scales named d, q4xs the same with block scales d * sc; q4k/q5k are q4 with each
     block's float32 scale d * sc and minimum -(dmin * mn) formed from the stored bytes
     (exact products, the values an fp32 q4 repack would store), so the operations are
     `qlinear`'s. q6k: I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi (q - 32) x, its
@@ -99,6 +101,9 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     """
     N, K = t["qweight"].shape[0], x.shape[1]
     nb = K // BLOCK
+    if is_q4nl(t) or is_q4xs(t):
+        ws = t["d"].float() if is_q4nl(t) else q4xs_scales(t)
+        return _matmul(x, nonlinear_values(t).float().reshape(N, nb, BLOCK), ws, None, None)
     vals = kquant_values(t).float().reshape(N, nb, BLOCK)
     if "scales" in t:  # q5 (as qlinear's q4), q5s and q4s (as q8, with q - 16 and q - 8)
         mins = t["mins"].float() if "mins" in t else None
