@@ -1,7 +1,7 @@
 """Each packed GGUF type against llama.cpp (llama-cpp-python) on the same small file.
 
 A two-layer Llama-shaped model (dim 256, FFN 512: rows llama.cpp's K-quants and IQ4_XS
-accept) whose every matrix is of one type, the embedding and head float: the logits of one
+accept) whose every matrix is of one type, the tied embedding and head too: the logits of one
 token sequence through `fastdecode.load` and through llama.cpp, cosine per position. Blocks
 of the types the gguf package cannot quantize are random bytes with a small float16 scale
 (any byte pattern is a valid block). Skipped where llama-cpp-python is not installed (it is
@@ -39,9 +39,11 @@ def _matrix(qtype: T, rows: int, cols: int, rng: np.random.Generator) -> np.ndar
         return quants.quantize((0.05 * rng.standard_normal((rows, cols))).astype(np.float32), qtype)
     size, nbytes = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(rows * cols // size, nbytes), dtype=np.uint8)
-    for at in _SCALES_AT[qtype]:
-        d = (rng.uniform(0.05, 0.1, size=raw.shape[0]) / _RANGE[qtype]).astype(np.float16)
-        raw[:, at:at + 2] = d.view(np.uint8).reshape(-1, 2)
+    d = rng.uniform(0.05, 0.1, size=raw.shape[0]) / _RANGE[qtype]
+    # Q4_K/Q5_K: dmin at the mean value x sub-scale over the mean sub-min, so that the weights
+    # centre on 0 (all-positive weights make each matrix nearly rank one, and the logits blind to it)
+    for at, v in zip(_SCALES_AT[qtype], (d, d * {T.Q4_K: 7.5, T.Q5_K: 15.5}.get(qtype, 0))):
+        raw[:, at:at + 2] = v.astype(np.float16).view(np.uint8).reshape(-1, 2)
     return raw.reshape(rows, -1)
 
 
@@ -50,9 +52,8 @@ def _model(path, qtype: T) -> None:
     shapes = {"attn_q": (HEADS * HEAD_DIM, DIM), "attn_k": (KV_HEADS * HEAD_DIM, DIM),
               "attn_v": (KV_HEADS * HEAD_DIM, DIM), "attn_output": (DIM, HEADS * HEAD_DIM),
               "ffn_gate": (FFN, DIM), "ffn_up": (FFN, DIM), "ffn_down": (DIM, FFN)}
-    tensors = {"token_embd.weight": rng.standard_normal((VOCAB, DIM)).astype(np.float32),
-               "output_norm.weight": np.ones(DIM, dtype=np.float32)}
-    quant = {}
+    tensors = {"token_embd.weight": _matrix(qtype, VOCAB, DIM, rng), "output_norm.weight": np.ones(DIM, dtype=np.float32)}
+    quant = {"token_embd.weight": qtype}
     for i in range(LAYERS):
         tensors[f"blk.{i}.attn_norm.weight"] = np.ones(DIM, dtype=np.float32)
         tensors[f"blk.{i}.ffn_norm.weight"] = np.ones(DIM, dtype=np.float32)
@@ -69,7 +70,7 @@ def test_logits_agree_with_llama_cpp(tmp_path, qtype):
     _model(path, qtype)
     llm = fastdecode.load(str(path), compiled=None, max_seq_len=64, max_batch_size=1)
     layout = GGUF_LAYOUTS[qtype].layout
-    assert f"{qtype.name}->{layout} x{7 * LAYERS}" in llm.weights_summary  # every matrix kept packed
+    assert f"{qtype.name}->{layout} x{7 * LAYERS + 1}" in llm.weights_summary  # every matrix kept packed
     with torch.inference_mode():
         ours = llm.model(torch.tensor([TOKENS]), None)[0].float()
     ref = llama_cpp.Llama(model_path=str(path), n_ctx=64, n_batch=64, logits_all=True, n_threads=2, verbose=False)
@@ -81,5 +82,6 @@ def test_logits_agree_with_llama_cpp(tmp_path, qtype):
     cos = torch.nn.functional.cosine_similarity(ours, theirs, dim=-1)
     # Both quantize the activations to int8 (llama.cpp per 256 values for the K-quants and
     # IQ4_XS, per 32 otherwise; we always per 32), so the logits differ in the last places:
-    # measured 0.99994-1.00000 for every type (2026-12-04, llama-cpp-python 0.3.36).
+    # measured 0.99957-0.99990 (2026-12-04, llama-cpp-python 0.3.36); with one of the 14 matrices
+    # redrawn on our side only, 0.51-0.97.
     assert cos.min() > 0.999, (qtype.name, cos.min().item())
