@@ -348,12 +348,26 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
   if constexpr (!kKQuant<L>) {  // the K-quants' K is a multiple of 256
     if (g) group<L, R, C, true>(w, x, m, full, acc, macc, g);
   }
-  for (int c = 0; c < C; ++c)
-    for (int r = 0; r < R; ++r) {
-      float s = hsum(acc[r][c]);
-      if constexpr (kMins<L>) s = s + hsum(macc[r][c]);
-      a.y[(m + c) * a.N + n + r] = s;
+  for (int c = 0; c < C; ++c) {
+    if constexpr (R == 4) {  // the 4 rows' sums at once, each hsum's bits (simd.h), one store
+      __m128 s;
+      if constexpr (kMins<L>) {
+        const __m256 v[8] = {acc[0][c], acc[1][c], acc[2][c], acc[3][c], macc[0][c], macc[1][c], macc[2][c], macc[3][c]};
+        const __m256 h = hsum8(v);
+        s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+      } else {
+        const __m256 v[4] = {acc[0][c], acc[1][c], acc[2][c], acc[3][c]};
+        s = hsum4(v);
+      }
+      _mm_storeu_ps(a.y + (m + c) * a.N + n, s);
+    } else {
+      for (int r = 0; r < R; ++r) {
+        float s = hsum(acc[r][c]);
+        if constexpr (kMins<L>) s = s + hsum(macc[r][c]);
+        a.y[(m + c) * a.N + n + r] = s;
+      }
     }
+  }
 }
 
 #if FD_VNNI
