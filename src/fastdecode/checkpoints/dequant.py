@@ -65,12 +65,6 @@ def _iq4_nl(b: np.ndarray) -> np.ndarray:
     return _f16(b, 0) * np.array(NONLINEAR, dtype=np.float32)[_nibbles(b[:, 2:18])]
 
 
-def _k_nibbles_16(qs: np.ndarray) -> np.ndarray:
-    """[n, 128] bytes -> [n, 8, 32]: block j's 16 bytes hold its values 0..15 (low) and 16..31 (high)."""
-    qs = qs.reshape(-1, 8, 16)
-    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
-
-
 def _iq4_xs(b: np.ndarray) -> np.ndarray:
     """Super-blocks of 256: d, 8 six-bit block scales (4 low bits in 4 bytes, 2 high in a uint16)
     taken as scale - 32, and each block's 16 bytes of indices (low nibbles first)."""
@@ -78,7 +72,8 @@ def _iq4_xs(b: np.ndarray) -> np.ndarray:
     high = np.ascontiguousarray(b[:, 2:4]).view(np.uint16)
     ls = ((b[:, 4 + j // 2] >> (4 * (j % 2)).astype(np.uint8)) & 0x0F) | (((high >> (2 * j)) & 3) << 4)
     dl = _f16(b, 0) * (ls.astype(np.float32) - 32)  # [n, 8]
-    q = np.array(NONLINEAR, dtype=np.float32)[_k_nibbles_16(b[:, 8:136])]  # [n, 8, 32]
+    idx = _nibbles(b[:, 8:136].reshape(-1, 16)).reshape(-1, 8, 32)  # block j: 16 bytes, as Q4_0's
+    q = np.array(NONLINEAR, dtype=np.float32)[idx]
     return (dl[..., None] * q).reshape(-1, 256)
 
 

@@ -359,8 +359,8 @@ def _iq4_xs_fields(b: np.ndarray) -> dict[str, np.ndarray]:
     low = (b[:, 4 + j // 2] >> (4 * (j % 2)).astype(np.uint8)) & 0x0F
     top = ((high >> (2 * j).astype(np.uint16)) & 3).astype(np.uint8)
     sc = (low | (top << 4)).astype(np.int8) - np.int8(32)
-    qs = b[:, 8:136].reshape(-1, 8, 16)
-    return {"values": np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(-1, SUPER), "sc": sc, "d": _f16(b, 0)}
+    values = _nibble_values(b[:, 8:136].reshape(-1, 16)).reshape(-1, SUPER)  # block j: 16 bytes, as Q4_0's
+    return {"values": values, "sc": sc, "d": _f16(b, 0)}
 
 
 def _gguf_fields(b: np.ndarray, qtype: T, n: int) -> dict[str, np.ndarray]:
@@ -500,16 +500,11 @@ def value_offset(t: dict[str, Tensor]) -> int:
     return 16 if "qhigh" in t else 8
 
 
-def is_q4nl(t: dict[str, Tensor]) -> bool:
-    return "d" in t and "sc" not in t
-
-
-def is_q4xs(t: dict[str, Tensor]) -> bool:
-    return "sc" in t and "mn" not in t and "qhigh" not in t
-
-
-def q4xs_scales(t: dict[str, Tensor]) -> Tensor:
-    """q4xs: each block's float32 scale d * sc [..., K/32] (exact: a float16 times a 6-bit integer)."""
+def nonlinear_scales(t: dict[str, Tensor]) -> Tensor:
+    """A q4nl or q4xs group's float32 block scales [..., K/32]: q4nl's d; q4xs' d * sc (exact: a
+    float16 times a 6-bit integer)."""
+    if "sc" not in t:
+        return t["d"].float()
     return t["d"].float().repeat_interleave(GROUP, dim=-1) * t["sc"].float()
 
 
@@ -521,11 +516,10 @@ def nonlinear_values(t: dict[str, Tensor]) -> Tensor:
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
     """Packed rows [..., K] back to float (float32 math, then `dtype`)."""
-    if is_q4nl(t) or is_q4xs(t):  # d * NONLINEAR[q], (d * sc) * NONLINEAR[q], as the gguf package computes them
+    if layout_of(t) in ("q4nl", "q4xs"):  # d * NONLINEAR[q], (d * sc) * NONLINEAR[q], as the gguf package computes them
         vals = nonlinear_values(t)
         shape = vals.shape
-        scale = t["d"].float() if is_q4nl(t) else q4xs_scales(t)
-        w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK)
+        w = nonlinear_scales(t)[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK)
         return w.reshape(shape).to(dtype)
     offset = value_offset(t)
     if offset or ("qhigh" in t and "scales" in t):  # q5: scale * q + min; q5s, q4s: scale * (q - offset)

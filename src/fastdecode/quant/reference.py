@@ -24,7 +24,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .formats import (BLOCK, GROUP, is_q4nl, is_q4xs, kquant_scales, kquant_values, nonlinear_values, q4xs_scales,
+from .formats import (BLOCK, GROUP, kquant_scales, kquant_values, layout_of, nonlinear_scales, nonlinear_values,
                       q6_scales_in_rows, unpack_q4, unpack_q8, value_offset)
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
@@ -101,9 +101,8 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     """
     N, K = t["qweight"].shape[0], x.shape[1]
     nb = K // BLOCK
-    if is_q4nl(t) or is_q4xs(t):
-        ws = t["d"].float() if is_q4nl(t) else q4xs_scales(t)
-        return _matmul(x, nonlinear_values(t).float().reshape(N, nb, BLOCK), ws, None, None)
+    if layout_of(t) in ("q4nl", "q4xs"):
+        return _matmul(x, nonlinear_values(t).float().reshape(N, nb, BLOCK), nonlinear_scales(t), None, None)
     vals = kquant_values(t).float().reshape(N, nb, BLOCK)
     if "scales" in t:  # q5 (as qlinear's q4), q5s and q4s (as q8, with q - 16 and q - 8)
         mins = t["mins"].float() if "mins" in t else None
