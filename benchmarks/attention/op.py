@@ -7,7 +7,7 @@ float16 KV): turn 2 of the multi-turn chat (18 new tokens over 1,551 cached ones
 strided view of the fused qkv output), and decode at 1,569. 30 caches are used in turn,
 as the 30 layers are, so K/V come from L3 or memory. Run it with each tree's src on
 PYTHONPATH, alternately, to compare kernels (run.py compares them in one process).
---wide times the 8-lane and the AVX-512 path in alternation instead (`kernels.set_wide_attention`).
+--wide times the 8-lane and the AVX-512 path in alternation instead (`kernels.set_wide`).
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ def main() -> None:
         ts = {p: [] for p in paths}
         for _ in range(a.rounds):
             for path, wide in paths.items():
-                if not kernels.set_wide_attention(wide) and wide:
+                if not kernels.set_wide(wide) and wide:
                     raise SystemExit("the AVX-512 path needs the avx512-vnni instruction set")
                 for layer in range(LAYERS):
                     t0 = time.thread_time()
                     torch.ops.fastdecode.attention(q, k[layer], v[layer], pos, rows, 0, 0.125)
                     ts[path].append(time.thread_time() - t0)
-        kernels.set_wide_attention(None)
+        kernels.set_wide(None)
         for path, t in ts.items():
             t.sort()
             key = name if path == "default" else f"{name}_{path}"

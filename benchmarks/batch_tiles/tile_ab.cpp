@@ -5,7 +5,8 @@
 //
 //   tile_ab M N K [LAYOUT [ROUNDS]]      LAYOUT: kernels.h's Layout (0 q4, 1 q8, 2 q4k, ...)
 //
-// AB_AVX2=1 at build time compiles both for AVX2 instead of AVX-512 VNNI.
+// AB_AVX2=1 at build time compiles both for AVX2 instead of AVX-512 VNNI. NO_WIDE (environment)
+// turns the 512-bit paths off (QuantArgs::wide, on by default here, as ops.cpp has it on Zen 5).
 //
 // COPIES (environment) rotates that many copies of the weights, so that with enough of them each
 // call streams its weights from DRAM, as a model's decode step does. Prints the minimum and the
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
   fd::QuantArgs a{};
   a.layout = (fd::Layout)layout; a.qs = qs; a.qhs = qhs; a.scs = scs; a.nb = nb;
   a.xq = xq.data(); a.xd = xd.data(); a.xs = xs.data(); a.xsums = xsums.data(); a.M = M; a.N = N;
+  a.wide = !getenv("NO_WIDE");  // the 512-bit paths, as on Zen 5 (ops.cpp's wide())
   auto weights = [&](int k) {  // copy k of the weights
     a.q = qc[k].data(); a.qh = qhc[k].data(); a.sc = (const uint8_t*)scc[k].data(); a.mn = (const uint8_t*)mnc[k].data();
     a.d = dc[k].data(); a.dmin = dmc[k].data();

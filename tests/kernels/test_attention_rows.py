@@ -125,11 +125,11 @@ def test_every_instruction_set_gives_the_same_bits(kv, shape):
     try:
         for isa, wide in (("avx2", None), ("avx512-vnni", False), ("avx512-vnni", True)):
             kernels.set_isa(isa)
-            assert kernels.set_wide_attention(wide) == bool(wide)
+            assert kernels.set_wide(wide) == bool(wide)
             outs[isa, wide] = torch.ops.fastdecode.attention(q, k_all, v_all, pos, rows, window, D ** -0.5)
     finally:
         kernels.set_isa(None)
-        kernels.set_wide_attention(None)
+        kernels.set_wide(None)
     narrow = outs["avx2", None]
     assert torch.isfinite(narrow).all()
     for key, y in outs.items():
@@ -141,7 +141,7 @@ def test_the_wide_path_needs_avx512():
         pytest.skip("no native instruction set")
     try:
         kernels.set_isa("avx2")
-        assert kernels.set_wide_attention(True) is False
+        assert kernels.set_wide(True) is False
     finally:
         kernels.set_isa(None)
-        kernels.set_wide_attention(None)
+        kernels.set_wide(None)

@@ -1,9 +1,9 @@
 """The layouts q4k, q5k, q6k (Q4_K, Q5_K, Q6_K kept in their own bytes), q5s and q5 (Q5_0, Q5_1),
-q4nl and q4xs (IQ4_NL, IQ4_XS), and SplitLinear.
+q4nl and q4xs (IQ4_NL, IQ4_XS), and SplitLinear; and every layout's 512-bit tiles.
 
 The gguf package cannot quantize K-quants or the IQ4 types, so their blocks are random bytes of
 the right structure (any byte pattern is a valid block) with float16 d/dmin set
-to sane values; Q5_0/Q5_1 blocks come from `gguf.quants.quantize`. The reference
+to sane values; Q4_0/Q4_1/Q8_0/Q5_0/Q5_1 blocks come from `gguf.quants.quantize`. The reference
 weights are `gguf.quants.dequantize` of the same bytes.
 Native kernels == the PyTorch twin bit for bit on every instruction set; the
 twin == dequantize-then-matmul with the same int8 activations, to float32 rounding.
@@ -31,7 +31,7 @@ MS = (1, 2, 3, 5, 8, 12, 16, 17, 64)
 def random_blocks(qtype: T, n: int, k: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
     """(raw bytes [n, row bytes], their dequantization by the gguf package)."""
     rng = np.random.default_rng(seed)
-    if qtype in (T.Q5_0, T.Q5_1):
+    if qtype in (T.Q4_0, T.Q4_1, T.Q8_0, T.Q5_0, T.Q5_1):
         raw = gq.quantize(rng.standard_normal((n, k), dtype=np.float32), qtype)
         return raw, torch.from_numpy(gq.dequantize(raw, qtype).reshape(n, k).copy())
     size, nbytes = GGML_QUANT_SIZES[qtype]
@@ -127,6 +127,37 @@ def test_instruction_sets_agree_bitwise():
             outs.append(packed_linear(x, LAYOUT[qtype], p, native=True))
         kernels.set_isa(None)
         assert all(torch.equal(o, outs[0]) for o in outs), qtype.name
+
+
+WIDE_LAYOUT = {T.Q4_0: "q4s", T.Q4_1: "q4", T.Q8_0: "q8", **LAYOUT}
+
+
+@pytest.mark.parametrize("qtype", list(WIDE_LAYOUT), ids=lambda t: t.name)
+def test_wide_tiles_give_the_same_bits(qtype):
+    """The 4-row tiles' 512-bit path (two groups a register; on by default on Zen 5) against the
+    256-bit one and the twin: rows of one and several pairs of groups, a group left over, a
+    partial last group, at M from 2 (where the wide path also takes the one-row tiles' shapes)."""
+    if "avx512-vnni" not in ISAS:
+        pytest.skip("no AVX-512 VNNI here: the matmuls have one path")
+    lay = WIDE_LAYOUT[qtype]
+    ks = (512, 768, 1280) if lay in ("q4k", "q5k", "q6k", "q4xs") else (512, 576, 800, 1312)
+    g = torch.Generator().manual_seed(11)
+    try:
+        kernels.set_isa("avx512-vnni")
+        for k in ks:
+            raw, _ = random_blocks(qtype, 13, k, seed=k)
+            p = formats.pack_gguf(raw, qtype, 13, k)
+            for m in (2, 5, 16, 17):
+                x = torch.randn(m, k, generator=g)
+                outs = []
+                for wide in (False, True):
+                    assert kernels.set_wide(wide) == wide
+                    outs.append(packed_linear(x, lay, p, native=True))
+                twin = packed_linear(x, lay, p, native=False)
+                assert torch.equal(outs[0], twin) and torch.equal(outs[1], twin), (k, m)
+    finally:
+        kernels.set_isa(None)
+        kernels.set_wide(None)
 
 
 @pytest.mark.parametrize("k", [96, 288, 576])  # fewer than 8 blocks in the last group (and its high bits)

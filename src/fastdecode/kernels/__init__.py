@@ -381,7 +381,7 @@ def _register_fakes() -> None:
 
 def set_isa(name: Optional[str]) -> str:
     """Force the quantized kernels' instruction set ("avx2", "avx512-vnni"), which the attention's
-    wide path (`set_wide_attention`) follows too; returns the active one.
+    wide paths (`set_wide`) follow too; returns the active one.
 
     None restores the default: FASTDECODE_ISA's choice if it is set (and valid
     here), else the best this CPU has. Raises RuntimeError if the native
@@ -399,14 +399,15 @@ def set_isa(name: Optional[str]) -> str:
     return active_isa()
 
 
-def set_wide_attention(on: Optional[bool]) -> bool:
-    """Force the attention kernel's AVX-512 path on (True) or off (False), or leave it to the CPU
-    (None: on where 512-bit FMAs run at full width, AMD Zen 5 and later). It gives the same bits
-    as the 8-lane path, so this only moves speed; it needs the "avx512-vnni" instruction set
-    active. Returns whether the path is in use (for tests and benchmarks)."""
+def set_wide(on: Optional[bool]) -> bool:
+    """Force the kernels' 512-bit paths (the attention's, and the quantized matmuls' 4-row tiles
+    taking two groups a register) on (True) or off (False), or leave them to the CPU (None: on
+    where 512-bit operations run at full width, AMD Zen 5 and later). They give the same bits as
+    the 256-bit paths, so this only moves speed; they need the "avx512-vnni" instruction set
+    active. Returns whether they are in use (for tests and benchmarks)."""
     if not load_kernels():
         raise RuntimeError(f"native kernels unavailable: {unavailable_reason}")
-    return bool(_lib.fastdecode_set_wide_attention(0 if on is None else 1 if on else -1))
+    return bool(_lib.fastdecode_set_wide(0 if on is None else 1 if on else -1))
 
 
 def active_isa() -> str:

@@ -70,6 +70,7 @@ struct QuantArgs {
   int64_t M;
   float* y;  // [M, N]
   int64_t N;
+  bool wide = false;  // (VNNI) 512-bit registers at full width: 4-row tiles take two groups a register
 };
 
 namespace avx2 {

@@ -83,11 +83,13 @@ int active_isa() {
   return isa;
 }
 
-// The attention's wide path (attention.cpp, the same bits as the 8-lane one): where the
-// AVX-512 set is in use and the CPU runs 512-bit FMAs at full width, AMD Zen 5 and later
-// (1.2-1.5x there, benchmarks/prefix_cache.md 1h). Zen 4 splits them in two, and on a Xeon a
-// kernel of the same design measured 0.92-1.07x (1f), so those keep the 8-lane path unless
-// fastdecode_set_wide_attention(1) forces it (tests). 0: automatic, 1: on, -1: off.
+// The wide paths, each the same bits as the 256-bit code it replaces: the attention's
+// (attention.cpp) and the quantized matmuls' two groups a register (quant_kernel.h's
+// two_groups). On where the AVX-512 set is in use and the CPU runs 512-bit operations at
+// full width, AMD Zen 5 and later (attention 1.2-1.5x, benchmarks/prefix_cache.md 1h; matmuls
+// benchmarks/wide_tiles.md). Zen 4 splits them in two, and on a Xeon an attention of the same
+// design measured 0.92-1.07x (1f), so those keep the 256-bit paths unless fastdecode_set_wide(1)
+// forces them (tests). 0: automatic, 1: on, -1: off.
 std::atomic<int> g_wide{0};
 
 bool full_width_zmm() {
@@ -98,7 +100,7 @@ bool full_width_zmm() {
   return family >= 0x1A;
 }
 
-bool wide_attention() {
+bool wide() {
   static const bool full = full_width_zmm();
   const int mode = g_wide.load(std::memory_order_relaxed);
   return active_isa() == kVnni && (mode > 0 || (mode == 0 && full));
@@ -154,7 +156,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const fd::AttentionArgs a{q.data_ptr<float>(), k.data_ptr(), v.data_ptr(), pp, rp, y.data_ptr<float>(),
                             B, T, H, Hkv, D, window,
                             {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
-                            static_cast<float>(scale), kv, L, wide_attention()};
+                            static_cast<float>(scale), kv, L, wide()};
   const int threads = at::get_num_threads();
   const fd::AttentionTiles tiles = fd::attention_tiles(a, threads);
   // One task per thread, each taking tiles from a shared counter until none are left.
@@ -215,6 +217,7 @@ at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   a.y = y.data_ptr<float>();
   a.N = N;
   const bool vnni = active_isa() == kVnni;
+  a.wide = wide();
   constexpr int64_t rt = fd::kTileRows;
   const int64_t tiles = (N + rt - 1) / rt, threads = at::get_num_threads();
   const int64_t chunk = std::max<int64_t>(64 / rt, tiles / (threads * kChunksPerThread));
@@ -373,10 +376,10 @@ extern "C" int fastdecode_set_isa(int isa) {
 
 extern "C" int fastdecode_get_isa() { return active_isa(); }
 
-// The attention's wide path: 0 automatic, 1 forced on, -1 off; returns whether it is in use.
-extern "C" int fastdecode_set_wide_attention(int mode) {
+// The wide paths: 0 automatic, 1 forced on, -1 off; returns whether they are in use.
+extern "C" int fastdecode_set_wide(int mode) {
   g_wide.store(mode < 0 ? -1 : mode > 0 ? 1 : 0);
-  return wide_attention();
+  return wide();
 }
 
 using torch::aot_inductor::new_tensor_handle;

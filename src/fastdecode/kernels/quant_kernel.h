@@ -69,7 +69,6 @@ constexpr int kRun = (L == kQ4 || L == kQ4S || L == kQ4K) ? 8 : kSigned<L> ? 1 :
 #define FD_INLINE inline __attribute__((always_inline))
 
 static inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-static inline __m256i nib() { return _mm256_set1_epi8(0x0F); }
 
 static inline __m256 scales8(const void* p) {  // 8 float16 -> float
   return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
@@ -122,50 +121,80 @@ static FD_INLINE __m256 scales8_at(const void* p, int g) {
   }
 }
 
-// IQ4_NL's 16 values (ggml's kvalues_iq4nl), in both 128-bit halves for vpshufb; on VNNI each
+// The byte operations of wchunk on 256-bit registers, and on VNNI on 512-bit ones too
+// (two_groups: two groups a register).
+struct V256 {
+  using V = __m256i;
+  static FD_INLINE V bytes(int b) { return _mm256_set1_epi8(static_cast<char>(b)); }
+  static FD_INLINE V and_(V a, V b) { return _mm256_and_si256(a, b); }
+  static FD_INLINE V or_(V a, V b) { return _mm256_or_si256(a, b); }
+  static FD_INLINE V xor_(V a, V b) { return _mm256_xor_si256(a, b); }
+  template <int n>
+  static FD_INLINE V shl(V a) { return n ? _mm256_slli_epi16(a, n) : a; }  // in 16-bit lanes
+  template <int n>
+  static FD_INLINE V shr(V a) { return n ? _mm256_srli_epi16(a, n) : a; }
+  static FD_INLINE V lookup(__m128i t, V i) { return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), i); }
+};
+#if FD_VNNI
+struct V512 {
+  using V = __m512i;
+  static FD_INLINE V bytes(int b) { return _mm512_set1_epi8(static_cast<char>(b)); }
+  static FD_INLINE V and_(V a, V b) { return _mm512_and_si512(a, b); }
+  static FD_INLINE V or_(V a, V b) { return _mm512_or_si512(a, b); }
+  static FD_INLINE V xor_(V a, V b) { return _mm512_xor_si512(a, b); }
+  template <int n>
+  static FD_INLINE V shl(V a) { return n ? _mm512_slli_epi16(a, n) : a; }
+  template <int n>
+  static FD_INLINE V shr(V a) { return n ? _mm512_srli_epi16(a, n) : a; }
+  static FD_INLINE V lookup(__m128i t, V i) { return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(t), i); }
+};
+#endif
+
+// IQ4_NL's 16 values (ggml's kvalues_iq4nl), for vpshufb in each 128-bit lane; on VNNI each
 // + 128 (x ^ 0x80), the unsigned operand. All lie in [-127, 127], as AVX2's sign trick needs.
-static FD_INLINE __m256i nonlinear_table() {
+static FD_INLINE __m128i nonlinear_table() {
   const __m128i v = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 #if FD_VNNI
-  return _mm256_broadcastsi128_si256(_mm_xor_si128(v, _mm_set1_epi8(static_cast<char>(0x80))));
+  return _mm_xor_si128(v, _mm_set1_epi8(static_cast<char>(0x80)));
 #else
-  return _mm256_broadcastsi128_si256(v);
+  return v;
 #endif
 }
 
 // Sub-steps c and c + 4 (c = 0..3) of a row's group as 8 lanes of 4 bytes: unsigned
 // values (q8, q4nl, q4xs: VNNI w ^ 0x80, i.e. w + 128; AVX2 the signed bytes).
-template <int L, int c, bool T>
-static FD_INLINE void wchunk(const uint8_t* q, const uint8_t* qh, int g, __m256i& lo, __m256i& hi) {
-  static_assert(!(T && kKQuant<L>), "the K-quants have no tail groups");
+// ld(plane, i): the group's 32-byte unit i of the values (plane 0) or of their high bits (1),
+// in a register of Ops (two groups' units in a 512-bit one).
+template <int L, int c, class Ops = V256, class Ld>
+static FD_INLINE void wchunk(const Ld& ld, typename Ops::V& lo, typename Ops::V& hi) {
+  using O = Ops;
+  using V = typename Ops::V;
   if constexpr (L == kQ8) {
-    lo = wload<T>(q, c, g);
-    hi = wload<T>(q, c + 4, g);
+    lo = ld(0, c);
+    hi = ld(0, c + 4);
 #if FD_VNNI
-    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
-    lo = _mm256_xor_si256(lo, flip);
-    hi = _mm256_xor_si256(hi, flip);
+    lo = O::xor_(lo, O::bytes(0x80));
+    hi = O::xor_(hi, O::bytes(0x80));
 #endif
   } else {
-    const __m256i v = wload<T>(q, c, g);
-    lo = _mm256_and_si256(v, nib());
-    hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib());
+    const V v = ld(0, c);
+    lo = O::and_(v, O::bytes(0x0F));
+    hi = O::and_(O::template shr<4>(v), O::bytes(0x0F));
     if constexpr (kNonLinear<L>) {  // index -> value (masked tail lanes: index 0, against zero activations)
-      lo = _mm256_shuffle_epi8(nonlinear_table(), lo);
-      hi = _mm256_shuffle_epi8(nonlinear_table(), hi);
+      lo = O::lookup(nonlinear_table(), lo);
+      hi = O::lookup(nonlinear_table(), hi);
     } else if constexpr (kPlane5<L>) {  // bit i of each byte: the fifth bit of sub-step i, moved to bit 4
-      const __m256i p = wload<T>(qh, 0, g), b4 = _mm256_set1_epi8(0x10);
-      lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(p, 4 - c), b4));
-      hi = _mm256_or_si256(hi, _mm256_and_si256(c ? _mm256_srli_epi16(p, c) : p, b4));
+      const V p = ld(1, 0), b4 = O::bytes(0x10);
+      lo = O::or_(lo, O::and_(O::template shl<4 - c>(p), b4));
+      hi = O::or_(hi, O::and_(O::template shr<c>(p), b4));
     } else if constexpr (L == kQ6K) {  // bits 2c, 2c + 1 of half h: the top bits of sub-step 4h + c, moved to 4, 5
-      const __m256i m = _mm256_set1_epi8(0x30);
-      auto top = [&](__m256i p) {
-        if constexpr (c < 2) return _mm256_and_si256(_mm256_slli_epi16(p, 4 - 2 * c), m);
-        else if constexpr (c == 2) return _mm256_and_si256(p, m);
-        else return _mm256_and_si256(_mm256_srli_epi16(p, 2), m);
+      const V m = O::bytes(0x30);
+      auto top = [&](V p) {
+        if constexpr (c < 2) return O::and_(O::template shl<4 - 2 * c>(p), m);
+        else return O::and_(O::template shr<2 * c - 4>(p), m);
       };
-      lo = _mm256_or_si256(lo, top(load32(qh)));
-      hi = _mm256_or_si256(hi, top(load32(qh + 32)));
+      lo = O::or_(lo, top(ld(1, 0)));
+      hi = O::or_(hi, top(ld(1, 1)));
     }
   }
 }
@@ -187,6 +216,21 @@ static inline __m256 wmins(const Row& w, int64_t G, int g) {
   if constexpr (kKQuant<L>)  // -(dmin * mn), as (-dmin) * mn: the same bits
     return _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(w.dmin[G])), bytes8_ps(w.mn + 8 * G));
   else return scales8_at<T>(w.mn + es * 8 * G, g);
+}
+
+// q6k: the 8 blocks' int8 scales of half h (0: values 0-15, 1: 16-31) of group G, as int32.
+static FD_INLINE __m256i q6_scales(const Row& w, int64_t G, int h) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.sc + 16 * G + 8 * h)));
+}
+
+// ld(plane, i) for wchunk: group G's unit i of row w's values (plane 0) or high bits (1); a
+// tail group (T) of g < 8 blocks read with masked loads.
+template <int L, bool T>
+static FD_INLINE auto units(const Row& w, int64_t G, int g) {
+  static_assert(!(T && kKQuant<L>), "the K-quants have no tail groups");
+  const uint8_t* q = w.q + G * kGroupBytes<L>;
+  const uint8_t* qh = kHighBytes<L> > 0 ? w.qh + G * kHighBytes<L> : nullptr;
+  return [=](int plane, int i) __attribute__((always_inline)) { return wload<T>(plane ? qh : q, i, g); };
 }
 
 // Activation rows: the lane-ordered int8 values, the block scales, scale * sum(q) and the
@@ -239,9 +283,7 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
 #endif
   auto chunk = [&]<int ch>() __attribute__((always_inline)) {
     __m256i lo[R], hi[R];
-    for (int r = 0; r < R; ++r)
-      wchunk<L, ch, T>(w[r].q + G * kGroupBytes<L>, kHighBytes<L> > 0 ? w[r].qh + G * kHighBytes<L> : nullptr,
-                       g, lo[r], hi[r]);
+    for (int r = 0; r < R; ++r) wchunk<L, ch>(units<L, T>(w[r], G, g), lo[r], hi[r]);
     for (int c = 0; c < C; ++c) {
       const int8_t* xp = x.qrow(m + c, G);
       const __m256i xlo = load32(xp + 32 * ch), xhi = load32(xp + 32 * (ch + 4));
@@ -291,9 +333,8 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
     ws[r] = wscales<L, T>(w[r], G, g);
     if constexpr (kMins<L>) mv[r] = wmins<L, T>(w[r], G, g);
     if constexpr (L == kQ6K) {
-      const uint8_t* sc = w[r].sc + 16 * G;
-      sclo[r] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
-      schi[r] = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8)));
+      sclo[r] = q6_scales(w[r], G, 0);
+      schi[r] = q6_scales(w[r], G, 1);
     }
   }
   for (int c = 0; c < C; ++c) {
@@ -318,6 +359,102 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
   }
 }
 
+#if FD_VNNI
+// 512-bit registers as two 256-bit halves.
+static FD_INLINE __m512i pair(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+static FD_INLINE __m512 pair(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
+}
+static FD_INLINE __m512i both(const void* p) { return _mm512_broadcast_i64x4(load32(p)); }  // the same 8 lanes twice
+static FD_INLINE __m512 both(const float* p) { return _mm512_castsi512_ps(both(static_cast<const void*>(p))); }
+static FD_INLINE __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+
+// I_b (the header's) from the int32 sums lo (and q6k's second half, hi), the activations' half
+// sums slo, shi and q6k's half scales.
+template <int L>
+static FD_INLINE __m512i block_sums(__m512i lo, __m512i hi, __m512i slo, __m512i shi, __m512i sclo, __m512i schi) {
+  if constexpr (L == kQ6K)
+    return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_sub_epi32(lo, _mm512_slli_epi32(slo, 5)), sclo),
+                            _mm512_mullo_epi32(_mm512_sub_epi32(hi, _mm512_slli_epi32(shi, 5)), schi));
+  else if constexpr (kOffsetShift<L> > 0)
+    return _mm512_sub_epi32(lo, _mm512_slli_epi32(_mm512_add_epi32(slo, shi), kOffsetShift<L>));
+  else return lo;
+}
+
+// Groups G and G + 1 of R weight rows x C activation rows, in the halves of 512-bit registers
+// (group G low): the integer sums and the products per block at once for both, then the
+// accumulators take group G's terms and then group G + 1's, as two calls of group<L, R, C>
+// add them, so the bits are the same. Zen 5 runs 512-bit vpdpbusd at full width.
+template <int L, int R, int C>
+static FD_INLINE void two_groups(const Row (&w)[R], const XRows& x, int64_t m, int64_t G, __m256 (&acc)[R][C],
+                                 __m256 (&macc)[R][C]) {
+  constexpr bool split = L == kQ6K;
+  __m512i ilo[R][C], ihi[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) ilo[r][c] = ihi[r][c] = _mm512_setzero_si512();
+  auto chunk = [&]<int ch>() __attribute__((always_inline)) {
+    __m512i lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* q = w[r].q + G * kGroupBytes<L>;
+      const uint8_t* qh = kHighBytes<L> > 0 ? w[r].qh + G * kHighBytes<L> : nullptr;
+      auto ld = [=](int plane, int i) __attribute__((always_inline)) {
+        const uint8_t* p = (plane ? qh : q) + 32 * i;
+        return pair(load32(p), load32(p + (plane ? kHighBytes<L> : kGroupBytes<L>)));
+      };
+      wchunk<L, ch, V512>(ld, lo[r], hi[r]);
+    }
+    for (int c = 0; c < C; ++c) {
+      const int8_t* xp = x.qrow(m + c, G);
+      const __m512i xlo = pair(load32(xp + 32 * ch), load32(xp + 256 + 32 * ch));
+      const __m512i xhi = pair(load32(xp + 32 * (ch + 4)), load32(xp + 256 + 32 * (ch + 4)));
+      for (int r = 0; r < R; ++r) {
+        ilo[r][c] = _mm512_dpbusd_epi32(ilo[r][c], lo[r], xlo);
+        __m512i& h = split ? ihi[r][c] : ilo[r][c];
+        h = _mm512_dpbusd_epi32(h, hi[r], xhi);
+      }
+    }
+  };
+  chunk.template operator()<0>();
+  chunk.template operator()<1>();
+  chunk.template operator()<2>();
+  chunk.template operator()<3>();
+
+  __m512 ws[R], mv[R];
+  __m512i sclo[R], schi[R];
+  for (int r = 0; r < R; ++r) {
+    sclo[r] = schi[r] = _mm512_setzero_si512();
+    ws[r] = pair(wscales<L, false>(w[r], G, 8), wscales<L, false>(w[r], G + 1, 8));
+    if constexpr (kMins<L>) mv[r] = pair(wmins<L, false>(w[r], G, 8), wmins<L, false>(w[r], G + 1, 8));
+    if constexpr (L == kQ6K) {
+      sclo[r] = pair(q6_scales(w[r], G, 0), q6_scales(w[r], G + 1, 0));
+      schi[r] = pair(q6_scales(w[r], G, 1), q6_scales(w[r], G + 1, 1));
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    const int64_t at = x.at(m + c, G), at1 = x.at(m + c, G + 1);
+    const __m512 xd = pair(_mm256_loadu_ps(x.d + at), _mm256_loadu_ps(x.d + at1));
+    __m512i slo = _mm512_setzero_si512(), shi = slo;
+    if constexpr (L == kQ6K || kOffsetShift<L> > 0) {
+      slo = pair(load32(x.sums + 2 * at), load32(x.sums + 2 * at1));
+      shi = pair(load32(x.sums + 2 * at + 8), load32(x.sums + 2 * at1 + 8));
+    }
+    __m512 xs;
+    if constexpr (kMins<L>) xs = pair(_mm256_loadu_ps(x.s + at), _mm256_loadu_ps(x.s + at1));
+    for (int r = 0; r < R; ++r) {
+      const __m512i I = block_sums<L>(ilo[r][c], ihi[r][c], slo, shi, sclo[r], schi[r]);
+      const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ws[r], xd));
+      acc[r][c] = _mm256_add_ps(_mm256_add_ps(acc[r][c], _mm512_castps512_ps256(t)), upper(t));
+      if constexpr (kMins<L>) {
+        const __m512 u = _mm512_mul_ps(mv[r], xs);
+        macc[r][c] = _mm256_add_ps(_mm256_add_ps(macc[r][c], _mm512_castps512_ps256(u)), upper(u));
+      }
+    }
+  }
+}
+#endif
+
 // R weight rows from n x C activation rows from m: y[m + c, n + r]. ahead > 0 (bytes, one
 // row: M = 1) or rows (R > 1): while streaming group G, prefetch the weights that far on.
 template <int L, int R, int C>
@@ -338,12 +475,28 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
       qa = ahead;
       qha = ahead * a.qhs / a.qs;
     }
-    for (int64_t G = 0; G < full; ++G) {
+    int64_t G = 0;
+#if FD_VNNI
+    if constexpr (R == 4)
+      for (; a.wide && G + 2 <= full; G += 2) {
+        for (int r = 0; r < R; ++r) {
+          prefetch_group<L>(p.q + r * a.qs + qa, p.qh + r * a.qhs + qha, G);
+          prefetch_group<L>(p.q + r * a.qs + qa, p.qh + r * a.qhs + qha, G + 1);
+        }
+        two_groups<L, R, C>(w, x, m, G, acc, macc);
+      }
+#endif
+    for (; G < full; ++G) {
       for (int r = 0; r < R; ++r) prefetch_group<L>(p.q + r * a.qs + qa, p.qh + r * a.qhs + qha, G);
       group<L, R, C>(w, x, m, G, acc, macc);
     }
   } else {
-    for (int64_t G = 0; G < full; ++G) group<L, R, C>(w, x, m, G, acc, macc);
+    int64_t G = 0;
+#if FD_VNNI
+    if constexpr (R == 4)
+      for (; a.wide && G + 2 <= full; G += 2) two_groups<L, R, C>(w, x, m, G, acc, macc);
+#endif
+    for (; G < full; ++G) group<L, R, C>(w, x, m, G, acc, macc);
   }
   if constexpr (!kKQuant<L>) {  // the K-quants' K is a multiple of 256
     if (g) group<L, R, C, true>(w, x, m, full, acc, macc, g);
@@ -376,16 +529,6 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
 // lane runs group<L, 1, C>'s operations in its order, so y is the same bits as tile<L, 1, C>.
 // 1B Q4_K_M / Q4_0 decode at B = 8 on a 2-core Xeon (VNNI): 109 -> 140 / 126 -> 169 tokens/s
 // against single rows (benchmarks/real_sizes_xeon.md).
-static FD_INLINE __m512i pair(__m256i lo, __m256i hi) {
-  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-}
-static FD_INLINE __m512 pair(__m256 lo, __m256 hi) {
-  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi), 1));
-}
-static FD_INLINE __m512i both(const void* p) { return _mm512_broadcast_i64x4(load32(p)); }  // the same 8 lanes twice
-static FD_INLINE __m512 both(const float* p) { return _mm512_castsi512_ps(both(static_cast<const void*>(p))); }
-static FD_INLINE __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
-
 template <int L, int C, bool T = false>
 static FD_INLINE void group2(const Row (&w)[2], const XRows& x, int64_t m, int64_t G, __m512 (&acc)[C],
                              __m512 (&macc)[C], int g = 8) {
@@ -393,11 +536,10 @@ static FD_INLINE void group2(const Row (&w)[2], const XRows& x, int64_t m, int64
   __m512i ilo[C], ihi[C];
   for (int c = 0; c < C; ++c) ilo[c] = ihi[c] = _mm512_setzero_si512();
   auto chunk = [&]<int ch>() __attribute__((always_inline)) {
-    __m256i lo[2], hi[2];
-    for (int r = 0; r < 2; ++r)
-      wchunk<L, ch, T>(w[r].q + G * kGroupBytes<L>, kHighBytes<L> > 0 ? w[r].qh + G * kHighBytes<L> : nullptr,
-                       g, lo[r], hi[r]);
-    const __m512i wlo = pair(lo[0], lo[1]), whi = pair(hi[0], hi[1]);
+    const auto u0 = units<L, T>(w[0], G, g), u1 = units<L, T>(w[1], G, g);
+    __m512i wlo, whi;
+    wchunk<L, ch, V512>([&](int plane, int i) __attribute__((always_inline)) { return pair(u0(plane, i), u1(plane, i)); },
+                        wlo, whi);
     for (int c = 0; c < C; ++c) {
       const int8_t* xp = x.qrow(m + c, G);
       ilo[c] = _mm512_dpbusd_epi32(ilo[c], wlo, both(xp + 32 * ch));
@@ -415,22 +557,17 @@ static FD_INLINE void group2(const Row (&w)[2], const XRows& x, int64_t m, int64
   if constexpr (kMins<L>) mv = pair(wmins<L, T>(w[0], G, g), wmins<L, T>(w[1], G, g));
   __m512i sclo = _mm512_setzero_si512(), schi = sclo;
   if constexpr (L == kQ6K) {
-    auto sc8 = [&](int r, int h) {
-      return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w[r].sc + 16 * G + 8 * h)));
-    };
-    sclo = pair(sc8(0, 0), sc8(1, 0));
-    schi = pair(sc8(0, 1), sc8(1, 1));
+    sclo = pair(q6_scales(w[0], G, 0), q6_scales(w[1], G, 0));
+    schi = pair(q6_scales(w[0], G, 1), q6_scales(w[1], G, 1));
   }
   for (int c = 0; c < C; ++c) {
     const int64_t at = x.at(m + c, G);
-    __m512i I = ilo[c];
+    __m512i slo = _mm512_setzero_si512(), shi = slo;
     if constexpr (L == kQ6K || kOffsetShift<L> > 0) {
-      const __m512i slo = both(x.sums + 2 * at), shi = both(x.sums + 2 * at + 8);
-      if constexpr (L == kQ6K)
-        I = _mm512_add_epi32(_mm512_mullo_epi32(_mm512_sub_epi32(ilo[c], _mm512_slli_epi32(slo, 5)), sclo),
-                             _mm512_mullo_epi32(_mm512_sub_epi32(ihi[c], _mm512_slli_epi32(shi, 5)), schi));
-      else I = _mm512_sub_epi32(I, _mm512_slli_epi32(_mm512_add_epi32(slo, shi), kOffsetShift<L>));
+      slo = both(x.sums + 2 * at);
+      shi = both(x.sums + 2 * at + 8);
     }
+    const __m512i I = block_sums<L>(ilo[c], ihi[c], slo, shi, sclo, schi);
     acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ws, both(x.d + at))));
     if constexpr (kMins<L>) macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, both(x.s + at)));
   }
