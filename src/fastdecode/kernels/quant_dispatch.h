@@ -31,17 +31,17 @@ constexpr bool kShortRows4x4 = FD_VNNI && (L == kQ4 || L == kQ4S || L == kQ4NL |
 constexpr int kFewCols = FD_VNNI ? 8 : 4;  // VNNI's 32 registers hold 8 rows' sums; AVX2 spills past 4
 
 // Where 512-bit registers run at full width (Args::wide, Zen 5), the 4 x 4 tiles take two groups
-// a register (two_groups) and then beat the one-row and pair tiles at every M from 2 when a row
-// has a pair of groups (K >= 512), weights streamed from DRAM too: 1.05-1.3x at M = 2..8, K =
-// 2048, 1.4x at M = 16, K = 1536; not for q6k and q8 (0.8-0.9x), which stay as they were
-// (benchmarks/wide_tiles.md).
+// a register (two_groups, in tiles of 4 activation rows) and then beat the one-row and pair
+// tiles from M = 4 when a row has a pair of groups (K >= 512), weights streamed from DRAM too:
+// 1.05-1.3x at M = 4..8, K = 2048, 1.4x at M = 16, K = 1536; not for q6k and q8 (0.8-0.9x),
+// which stay as they were (benchmarks/wide_tiles.md).
 template <int L>
 constexpr bool kWide4x4 = FD_VNNI && L != kQ6K && L != kQ8;
 
 template <int L>
 static void run_layout(const Args& a, int64_t n0, int64_t n1) {
   if (a.M == 1) rows<L, 1, 1>(a, n0, n1);
-  else if (kWide4x4<L> && a.wide && a.nb >= 16) rows<L, 4, 4>(a, n0, n1);
+  else if (kWide4x4<L> && a.wide && a.nb >= 16 && a.M >= 4) rows<L, 4, 4>(a, n0, n1);
   else if (kShortRows4x4<L> && 32 * a.nb <= kShortK) rows<L, 4, 4>(a, n0, n1);
   else if ((a.M <= kFewRows && 32 * a.nb <= kFewK) || (FD_VNNI && a.M <= kMoreRows && a.M * 32 * a.nb <= kMoreBytes))
     rows<L, 1, kFewCols, FD_PAIRS>(a, n0, n1);

@@ -477,7 +477,7 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
     }
     int64_t G = 0;
 #if FD_VNNI
-    if constexpr (R == 4)
+    if constexpr (R == 4 && C == 4)  // (fewer activation rows: a remainder; not worth their build time)
       for (; a.wide && G + 2 <= full; G += 2) {
         for (int r = 0; r < R; ++r) {
           prefetch_group<L>(p.q + r * a.qs + qa, p.qh + r * a.qhs + qha, G);
@@ -493,7 +493,7 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
   } else {
     int64_t G = 0;
 #if FD_VNNI
-    if constexpr (R == 4)
+    if constexpr (R == 4 && C == 4)
       for (; a.wide && G + 2 <= full; G += 2) two_groups<L, R, C>(w, x, m, G, acc, macc);
 #endif
     for (; G < full; ++G) group<L, R, C>(w, x, m, G, acc, macc);
