@@ -370,6 +370,11 @@ static FD_INLINE __m512 pair(__m256 lo, __m256 hi) {
 static FD_INLINE __m512i both(const void* p) { return _mm512_broadcast_i64x4(load32(p)); }  // the same 8 lanes twice
 static FD_INLINE __m512 both(const float* p) { return _mm512_castsi512_ps(both(static_cast<const void*>(p))); }
 static FD_INLINE __m256 upper(__m512 v) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)); }
+// ld(plane, i) for wchunk on V512: u0's unit in the low half, u1's in the high (units' loaders).
+template <class U>
+static FD_INLINE auto paired(const U& u0, const U& u1) {
+  return [&](int plane, int i) __attribute__((always_inline)) { return pair(u0(plane, i), u1(plane, i)); };
+}
 
 // I_b (the header's) from the int32 sums lo (and q6k's second half, hi), the activations' half
 // sums slo, shi and q6k's half scales.
@@ -397,13 +402,8 @@ static FD_INLINE void two_groups(const Row (&w)[R], const XRows& x, int64_t m, i
   auto chunk = [&]<int ch>() __attribute__((always_inline)) {
     __m512i lo[R], hi[R];
     for (int r = 0; r < R; ++r) {
-      const uint8_t* q = w[r].q + G * kGroupBytes<L>;
-      const uint8_t* qh = kHighBytes<L> > 0 ? w[r].qh + G * kHighBytes<L> : nullptr;
-      auto ld = [=](int plane, int i) __attribute__((always_inline)) {
-        const uint8_t* p = (plane ? qh : q) + 32 * i;
-        return pair(load32(p), load32(p + (plane ? kHighBytes<L> : kGroupBytes<L>)));
-      };
-      wchunk<L, ch, V512>(ld, lo[r], hi[r]);
+      const auto u0 = units<L, false>(w[r], G, 8), u1 = units<L, false>(w[r], G + 1, 8);
+      wchunk<L, ch, V512>(paired(u0, u1), lo[r], hi[r]);
     }
     for (int c = 0; c < C; ++c) {
       const int8_t* xp = x.qrow(m + c, G);
@@ -538,8 +538,7 @@ static FD_INLINE void group2(const Row (&w)[2], const XRows& x, int64_t m, int64
   auto chunk = [&]<int ch>() __attribute__((always_inline)) {
     const auto u0 = units<L, T>(w[0], G, g), u1 = units<L, T>(w[1], G, g);
     __m512i wlo, whi;
-    wchunk<L, ch, V512>([&](int plane, int i) __attribute__((always_inline)) { return pair(u0(plane, i), u1(plane, i)); },
-                        wlo, whi);
+    wchunk<L, ch, V512>(paired(u0, u1), wlo, whi);
     for (int c = 0; c < C; ++c) {
       const int8_t* xp = x.qrow(m + c, G);
       ilo[c] = _mm512_dpbusd_epi32(ilo[c], wlo, both(xp + 32 * ch));
