@@ -376,6 +376,38 @@ static FD_INLINE auto paired(const U& u0, const U& u1) {
   return [&](int plane, int i) __attribute__((always_inline)) { return pair(u0(plane, i), u1(plane, i)); };
 }
 
+// [f(p[0]) x 8 | f(p[1]) x 8] of two float16 at p, negated if neg: two groups' d (or -dmin).
+static FD_INLINE __m512 halves2(const uint16_t* p, bool neg = false) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(v)));
+  if (neg) f = _mm_xor_ps(f, _mm_set1_ps(-0.f));
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                               _mm512_castps128_ps512(f));
+}
+
+// pair(wscales(w, G), wscales(w, G + 1)) (and wmins) from one load: two full groups' scales
+// are adjacent. Each lane is the same product.
+template <int L>
+static FD_INLINE __m512 wscales2(const Row& w, int64_t G) {
+  if constexpr (L == kQ6K) {
+    return halves2(w.d + G);
+  } else if constexpr (kKQuant<L>) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.sc + 8 * G));
+    return _mm512_mul_ps(halves2(w.d + G),
+                         _mm512_cvtepi32_ps(L == kQ4XS ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b)));
+  } else {
+    return _mm512_cvtph_ps(load32(w.sc + 2 * 8 * G));
+  }
+}
+template <int L>
+static FD_INLINE __m512 wmins2(const Row& w, int64_t G) {
+  if constexpr (kKQuant<L>)
+    return _mm512_mul_ps(halves2(w.dmin + G, true),
+                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mn + 8 * G)))));
+  else return _mm512_cvtph_ps(load32(w.mn + 2 * 8 * G));
+}
+
 // I_b (the header's) from the int32 sums lo (and q6k's second half, hi), the activations' half
 // sums slo, shi and q6k's half scales.
 template <int L>
@@ -425,23 +457,23 @@ static FD_INLINE void two_groups(const Row (&w)[R], const XRows& x, int64_t m, i
   __m512i sclo[R], schi[R];
   for (int r = 0; r < R; ++r) {
     sclo[r] = schi[r] = _mm512_setzero_si512();
-    ws[r] = pair(wscales<L, false>(w[r], G, 8), wscales<L, false>(w[r], G + 1, 8));
-    if constexpr (kMins<L>) mv[r] = pair(wmins<L, false>(w[r], G, 8), wmins<L, false>(w[r], G + 1, 8));
+    ws[r] = wscales2<L>(w[r], G);
+    if constexpr (kMins<L>) mv[r] = wmins2<L>(w[r], G);
     if constexpr (L == kQ6K) {
       sclo[r] = pair(q6_scales(w[r], G, 0), q6_scales(w[r], G + 1, 0));
       schi[r] = pair(q6_scales(w[r], G, 1), q6_scales(w[r], G + 1, 1));
     }
   }
   for (int c = 0; c < C; ++c) {
-    const int64_t at = x.at(m + c, G), at1 = x.at(m + c, G + 1);
-    const __m512 xd = pair(_mm256_loadu_ps(x.d + at), _mm256_loadu_ps(x.d + at1));
+    const int64_t at = x.at(m + c, G), at1 = x.at(m + c, G + 1);  // at1 = at + 8
+    const __m512 xd = _mm512_loadu_ps(x.d + at);
     __m512i slo = _mm512_setzero_si512(), shi = slo;
     if constexpr (L == kQ6K || kOffsetShift<L> > 0) {
       slo = pair(load32(x.sums + 2 * at), load32(x.sums + 2 * at1));
       shi = pair(load32(x.sums + 2 * at + 8), load32(x.sums + 2 * at1 + 8));
     }
     __m512 xs;
-    if constexpr (kMins<L>) xs = pair(_mm256_loadu_ps(x.s + at), _mm256_loadu_ps(x.s + at1));
+    if constexpr (kMins<L>) xs = _mm512_loadu_ps(x.s + at);
     for (int r = 0; r < R; ++r) {
       const __m512i I = block_sums<L>(ilo[r][c], ihi[r][c], slo, shi, sclo[r], schi[r]);
       const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ws[r], xd));
@@ -453,6 +485,15 @@ static FD_INLINE void two_groups(const Row (&w)[R], const XRows& x, int64_t m, i
     }
   }
 }
+#endif
+
+#if FD_VNNI
+// The tiles that take two groups a register: 4 x 4, and q6k's 2 x 4 (its two sums a block would
+// take all 32 registers at 4 x 4 and spill: 0.75-0.8x at K = 2048, benchmarks/wide_tiles.md).
+template <int L>
+constexpr int kWideRows = L == kQ6K ? 2 : 4;
+template <int L, int R, int C>
+constexpr bool kTwoGroups = C == 4 && R == kWideRows<L>;
 #endif
 
 // R weight rows from n x C activation rows from m: y[m + c, n + r]. ahead > 0 (bytes, one
@@ -477,7 +518,7 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
     }
     int64_t G = 0;
 #if FD_VNNI
-    if constexpr (R == 4 && C == 4)  // (fewer activation rows: a remainder; not worth their build time)
+    if constexpr (kTwoGroups<L, R, C>)  // (fewer activation rows: a remainder; not worth their build time)
       for (; a.wide && G + 2 <= full; G += 2) {
         for (int r = 0; r < R; ++r) {
           prefetch_group<L>(p.q + r * a.qs + qa, p.qh + r * a.qhs + qha, G);
@@ -493,7 +534,7 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
   } else {
     int64_t G = 0;
 #if FD_VNNI
-    if constexpr (R == 4 && C == 4)
+    if constexpr (kTwoGroups<L, R, C>)
       for (; a.wide && G + 2 <= full; G += 2) two_groups<L, R, C>(w, x, m, G, acc, macc);
 #endif
     for (; G < full; ++G) group<L, R, C>(w, x, m, G, acc, macc);
