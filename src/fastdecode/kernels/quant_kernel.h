@@ -233,6 +233,15 @@ static FD_INLINE auto units(const Row& w, int64_t G, int g) {
   return [=](int plane, int i) __attribute__((always_inline)) { return wload<T>(plane ? qh : q, i, g); };
 }
 
+// f.template operator()<c>() for c = 0..3: a group's four chunks (sub-steps c and c + 4) in order.
+template <class F>
+static FD_INLINE void each_chunk(F& f) {
+  f.template operator()<0>();
+  f.template operator()<1>();
+  f.template operator()<2>();
+  f.template operator()<3>();
+}
+
 // Activation rows: the lane-ordered int8 values, the block scales, scale * sum(q) and the
 // halves' integer sums, each row padded to whole groups (gx of them).
 struct XRows {
@@ -322,10 +331,7 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
       }
     }
   };
-  chunk.template operator()<0>();
-  chunk.template operator()<1>();
-  chunk.template operator()<2>();
-  chunk.template operator()<3>();
+  each_chunk(chunk);
 
   __m256 ws[R], mv[R];
   __m256i sclo[R], schi[R];
@@ -448,10 +454,7 @@ static FD_INLINE void two_groups(const Row (&w)[R], const XRows& x, int64_t m, i
       }
     }
   };
-  chunk.template operator()<0>();
-  chunk.template operator()<1>();
-  chunk.template operator()<2>();
-  chunk.template operator()<3>();
+  each_chunk(chunk);
 
   __m512 ws[R], mv[R];
   __m512i sclo[R], schi[R];
@@ -587,10 +590,7 @@ static FD_INLINE void group2(const Row (&w)[2], const XRows& x, int64_t m, int64
       h = _mm512_dpbusd_epi32(h, whi, both(xp + 32 * (ch + 4)));
     }
   };
-  chunk.template operator()<0>();
-  chunk.template operator()<1>();
-  chunk.template operator()<2>();
-  chunk.template operator()<3>();
+  each_chunk(chunk);
 
   const __m512 ws = pair(wscales<L, T>(w[0], G, g), wscales<L, T>(w[1], G, g));
   __m512 mv = ws;
