@@ -113,7 +113,10 @@ def read_tokenizer(path: Path):
     """Every tokenizer.* key of the GGUF at `path`: [(key, value, type, sub_type)], and the vocab size."""
     import gguf
 
-    reader = gguf.GGUFReader(path)
+    try:
+        reader = gguf.GGUFReader(path)
+    except ValueError as e:
+        raise Fail(f"{path} is not a GGUF file ({e}); --tokenizer takes a .gguf holding tokenizer.* keys") from None
     kvs = []
     for key, field in reader.fields.items():
         if not key.startswith("tokenizer."):
@@ -173,10 +176,9 @@ def random_tensor(name: str, shp: tuple[int, ...], dtype, seed: int) -> np.ndarr
     return out
 
 
-def write_f16(name: str, shape: Shape, path: Path, seed: int) -> None:
+def write_f16(name: str, shape: Shape, path: Path, seed: int, tok_path: Path) -> None:
     import gguf
 
-    tok_path = tokenizer_gguf()
     tok_kvs, vocab = read_tokenizer(tok_path)
     plan = tensor_plan(shape, vocab)
     n_params = sum(int(np.prod(s)) for _, s, _ in plan)
@@ -284,6 +286,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="llama-quantize binary (default: llama-quantize on PATH, else /work/tools/bin/llama-quantize)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="llama-quantize threads (default: all)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tokenizer", type=Path, default=None, metavar="GGUF",
+                   help=f"a .gguf file whose tokenizer.* keys the files copy (default: the one in the installed "
+                        f"{TOKENIZER_PACKAGE} package; scripts/gpu_check.sh passes one holding only those keys)")
     p.add_argument("--force", action="store_true", help="rewrite files that already exist")
     p.add_argument("--keep-f16", action=argparse.BooleanOptionalAction, default=None,
                    help="keep <shape>-F16.gguf after quantizing (default: keep for llama-1b/-3b, delete for llama-8b)")
@@ -328,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                 if todo:
                     log(f"[{name}] {f16.name} exists, reused (--force rewrites it)")
             else:
-                write_f16(name, shape, f16, args.seed)
+                write_f16(name, shape, f16, args.seed, args.tokenizer or tokenizer_gguf())
                 made_f16 = True
         for q in todo:
             log(f"[{name}] quantizing to {q}")

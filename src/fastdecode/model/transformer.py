@@ -173,7 +173,9 @@ def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, 
     if n_rep > 1:
         mask = mask.repeat(1, 1, n_rep, 1)  # [B, 1, n_rep*T, S]; row r*T + t is head (kv, r), token t
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    return y.view(B, H, T, D).transpose(1, 2)
+    # reshape, not view: SDPA's CUDA kernels lay y out as [B, n_rep*T, Hkv, D] under
+    # [B, Hkv, n_rep*T, D] strides, which no view regroups into heads (a copy there).
+    return y.reshape(B, H, T, D).transpose(1, 2)
 
 
 class FeedForward(nn.Module):
