@@ -16,8 +16,9 @@ OUT=${OUT:-benchmarks/gpu}
 MODELS=${MODELS:-/tmp/fastdecode-gpu-models}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
-"$PYTHON" -c 'import torch; print("torch", torch.__version__, "| CUDA", torch.version.cuda, "|",
-              torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device")'
+"$PYTHON" -c 'import sys, torch; print("torch", torch.__version__, "| CUDA", torch.version.cuda, "|",
+              torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device")
+sys.exit(0 if torch.cuda.is_available() else 1)' || { echo "gpu_check.sh: needs a CUDA device" >&2; exit 1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 
 start=$SECONDS
