@@ -60,14 +60,19 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
     raise ValueError(arch)
 
 
-def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: int = VOCAB, window: int = 64):
+def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: int = VOCAB, window: int = 64,
+             head_dim: Optional[int] = None):
+    """head_dim: instead of the config's (hidden 64 / 4 heads for most families)."""
     import transformers
 
     torch.manual_seed(seed)
     cls = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
            "qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
            "gemma3": transformers.Gemma3ForCausalLM}[arch]
-    model = cls(hf_config(arch, tie, vocab_size, window)).eval()
+    config = hf_config(arch, tie, vocab_size, window)
+    if head_dim is not None:
+        config.head_dim = head_dim
+    model = cls(config).eval()
     with torch.no_grad():  # random norms too, so a swapped norm would show
         for name, p in model.named_parameters():
             if "norm" in name:

@@ -19,7 +19,7 @@ import fastdecode
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoints"))
 from tiny_checkpoints import private_cache  # noqa: E402,F401  (autouse fixture)
-from tiny_checkpoints import VOCAB, gguf_tensors, hf_config, hf_model, write_gguf, write_hf_dir  # noqa: E402
+from tiny_checkpoints import VOCAB, gguf_tensors, hf_model, write_gguf, write_hf_dir  # noqa: E402
 
 DEVICE = "cuda"
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -30,14 +30,8 @@ HEAD_SCALE = 40.0
 
 def peaky(arch="llama", seed=3, window=64, head_dim=None):
     """An untied tiny model with its output head scaled (see the module's docstring);
-    head_dim: a llama's, instead of 64 / 4 heads (q8_0 caches need a multiple of 32)."""
-    if head_dim is None:
-        model = hf_model(arch, tie=False, seed=seed, window=window)
-    else:
-        cfg = hf_config(arch, tie=False)
-        cfg.head_dim = head_dim
-        torch.manual_seed(seed)
-        model = transformers.LlamaForCausalLM(cfg).eval()
+    head_dim: instead of 64 / 4 heads (q8_0 caches need a multiple of 32)."""
+    model = hf_model(arch, tie=False, seed=seed, window=window, head_dim=head_dim)
     with torch.no_grad():
         model.lm_head.weight.mul_(HEAD_SCALE)
     return model
