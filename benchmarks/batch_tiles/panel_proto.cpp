@@ -1,0 +1,229 @@
+// A prototype, not the engine's kernel: q4 weights (Q4_1's 4-bit values, float16 scale and
+// minimum per block of 32) repacked in panels of 16 rows, so that one 512-bit register holds
+// 4 values of each of 16 rows and vpdpbusd against 4 broadcast activation bytes leaves each
+// row's block sum in its own lane. The per-block float scaling then runs once per 16 outputs,
+// and no output needs a horizontal sum. Timed against the engine's tiles (quant_kernel.h at
+// HEAD, the same weights in their own layout) and checked against them to rounding (the float
+// sums run in another order, so the bits differ).
+//
+//   panel_proto.sh -- M N K [ROUNDS]        (THREADS, COPIES as tile_ab.sh; ISA=avx2: both on AVX2)
+#include <immintrin.h>
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <random>
+#include <vector>
+#include "kernels.h"
+
+#pragma GCC push_options
+#if PP_AVX2  // both the engine's tiles and the panels on AVX2 (maddubs + madd, 256-bit registers)
+#pragma GCC target("avx2,fma,f16c")
+#define FD_VNNI 0
+#else
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#define FD_VNNI 1
+#endif
+namespace A {
+#include QK_A_KERNEL
+#include QK_A_DISPATCH
+}
+
+// Panel layout: [N / 16][nb][256 value bytes | 16 float16 scales | 16 float16 minima]. Unit u
+// (64 bytes) of a block: row i's 4 bytes at 4 i, low nibbles values 4u..4u+3, high 16+4u..16+4u+3.
+constexpr int64_t kPanelBlock = 256 + 64;
+
+// Activations: [M][nb][32] int8 in natural order, d and d * sum(q) per block [M][nb].
+struct XNat {
+  const int8_t* q;
+  const float *d, *s;
+  int64_t nb;
+};
+
+typedef int32_t Word __attribute__((may_alias, aligned(1)));
+
+#if PP_AVX2
+// 16 rows as two halves of 8 (one 256-bit register each), C activation rows at a time: each
+// half's 8 sub-steps of maddubs pairs stay below 2^15 in int16 (15 * 127 * 2 * 8 = 30480).
+template <int C>
+static inline void panel_tile(const uint8_t* panel, const XNat& x, int64_t m, float* y, int64_t N, int64_t n,
+                              int64_t ahead) {
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  for (int h = 0; h < 2; ++h) {
+    __m256 acc[C], macc[C];
+    for (int c = 0; c < C; ++c) acc[c] = macc[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x.nb; ++b) {
+      const uint8_t* pb = panel + b * kPanelBlock;
+      if (ahead && h == 0)
+        for (int l = 0; l < kPanelBlock; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + ahead + l), _MM_HINT_T0);
+      __m256i P[C];
+      for (int u = 0; u < 4; ++u) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 64 * u + 32 * h));
+        const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        for (int c = 0; c < C; ++c) {
+          const int8_t* xb = x.q + ((m + c) * x.nb + b) * 32;
+          const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(reinterpret_cast<const Word*>(xb)[u])),
+                                             _mm256_maddubs_epi16(hi, _mm256_set1_epi32(reinterpret_cast<const Word*>(xb)[4 + u])));
+          P[c] = u ? _mm256_add_epi16(P[c], t) : t;
+        }
+      }
+      const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 256 + 16 * h)));
+      const __m256 mv = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pb + 288 + 16 * h)));
+      for (int c = 0; c < C; ++c) {
+        const int64_t at = (m + c) * x.nb + b;
+        const __m256 I = _mm256_cvtepi32_ps(_mm256_madd_epi16(P[c], ones));
+        acc[c] = _mm256_add_ps(acc[c], _mm256_mul_ps(I, _mm256_mul_ps(ws, _mm256_set1_ps(x.d[at]))));
+        macc[c] = _mm256_add_ps(macc[c], _mm256_mul_ps(mv, _mm256_set1_ps(x.s[at])));
+      }
+    }
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + (m + c) * N + n + 8 * h, _mm256_add_ps(acc[c], macc[c]));
+  }
+}
+#else
+template <int C>
+static inline void panel_tile(const uint8_t* panel, const XNat& x, int64_t m, float* y, int64_t N, int64_t n,
+                              int64_t ahead) {
+  __m512 acc[C], macc[C];
+  for (int c = 0; c < C; ++c) acc[c] = macc[c] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < x.nb; ++b) {
+    const uint8_t* pb = panel + b * kPanelBlock;
+    if (ahead)
+      for (int l = 0; l < kPanelBlock; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + ahead + l), _MM_HINT_T0);
+    __m512i I[C];
+    for (int c = 0; c < C; ++c) I[c] = _mm512_setzero_si512();
+    for (int u = 0; u < 4; ++u) {
+      const __m512i v = _mm512_loadu_si512(pb + 64 * u);
+      const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      for (int c = 0; c < C; ++c) {
+        const int8_t* xb = x.q + ((m + c) * x.nb + b) * 32;
+        const int32_t a0 = reinterpret_cast<const Word*>(xb)[u], a1 = reinterpret_cast<const Word*>(xb)[4 + u];
+        I[c] = _mm512_dpbusd_epi32(I[c], lo, _mm512_set1_epi32(a0));
+        I[c] = _mm512_dpbusd_epi32(I[c], hi, _mm512_set1_epi32(a1));
+      }
+    }
+    const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 256)));
+    const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 288)));
+    for (int c = 0; c < C; ++c) {
+      const int64_t at = (m + c) * x.nb + b;
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(ws, _mm512_set1_ps(x.d[at]))));
+      macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(x.s[at])));
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + (m + c) * N + n, _mm512_add_ps(acc[c], macc[c]));
+}
+#endif
+
+// Panels [p0, p1) for all M rows: each panel against tiles of up to 8 activation rows.
+static void panel_rows(const uint8_t* w, const XNat& x, int64_t M, float* y, int64_t N, int64_t p0, int64_t p1) {
+  const int64_t bytes = x.nb * kPanelBlock;
+  for (int64_t p = p0; p < p1; ++p) {
+    const uint8_t* panel = w + p * bytes;
+    const int64_t ahead = p + 1 < p1 ? 4096 : 0;
+    for (int64_t m = 0; m < M;) {
+      const int64_t left = M - m, first = m == 0 ? ahead : 0;
+      if (left >= 8 && !PP_AVX2) { panel_tile<8>(panel, x, m, y, N, 16 * p, first); m += 8; }
+      else if (left >= 4) { panel_tile<4>(panel, x, m, y, N, 16 * p, first); m += 4; }
+      else if (left >= 2) { panel_tile<2>(panel, x, m, y, N, 16 * p, first); m += 2; }
+      else { panel_tile<1>(panel, x, m, y, N, 16 * p, first); m += 1; }
+    }
+  }
+}
+#pragma GCC pop_options
+
+static int threads = 1;
+static double now() {
+  timespec t;
+  clock_gettime(threads > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+// Split [0, units) across the threads in chunks from a shared counter, as ops.cpp does.
+template <class F>
+static void split(int64_t units, int64_t min_chunk, F f) {
+  if (threads == 1) return f(0, units);
+  const int64_t chunk = std::max<int64_t>(min_chunk, units / (threads * 4));
+  std::atomic<int64_t> next{0};
+#pragma omp parallel num_threads(threads)
+  for (int64_t t0; (t0 = next.fetch_add(chunk)) < units;) f(t0, std::min(units, t0 + chunk));
+}
+
+int main(int argc, char** argv) {
+  if (argc < 4) return fprintf(stderr, "usage: panel_proto M N K [ROUNDS]\n"), 2;
+  const int64_t M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
+  const int rounds = argc > 4 ? atoi(argv[4]) : 100;
+  threads = getenv("THREADS") ? atoi(getenv("THREADS")) : 1;
+  const int copies = getenv("COPIES") ? atoi(getenv("COPIES")) : 1;
+  if (N % 16 || K % 32) return fprintf(stderr, "N must be a multiple of 16, K of 32\n"), 2;
+  const int64_t nb = K / 32, G = (nb + 7) / 8, tail = nb % 8;
+  std::mt19937 g(1);
+  std::vector<float> xf(M * K);
+  for (auto& v : xf) v = std::uniform_real_distribution<float>(-1, 1)(g);
+  std::vector<int8_t> xq(M * G * 256);
+  std::vector<float> xd(M * G * 8), xs(M * G * 8);
+  std::vector<int32_t> xsums(M * G * 16);
+  A::quantize_rows(xf.data(), M, K, xq.data(), xd.data(), xs.data(), xsums.data());
+  std::vector<int8_t> xn(M * nb * 32);  // the same int8 values in natural order
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < nb; ++b)
+      for (int k = 0; k < 32; ++k) xn[(m * nb + b) * 32 + k] = xq[m * G * 256 + (b / 8) * 256 + 32 * (k / 4) + 4 * (b % 8) + k % 4];
+  std::vector<float> xdn(M * nb), xsn(M * nb);  // per block, without the padding of a last group
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t b = 0; b < nb; ++b) xdn[m * nb + b] = xd[m * G * 8 + b], xsn[m * nb + b] = xs[m * G * 8 + b];
+  const XNat x{xn.data(), xdn.data(), xsn.data(), nb};
+
+  std::vector<uint8_t> q(N * K / 2);
+  for (auto& v : q) v = g();
+  std::vector<uint16_t> sc(N * nb), mn(N * nb);
+  for (auto& v : sc) v = 0x2000 + (g() & 0xff);
+  for (auto& v : mn) v = 0xa000 + (g() & 0xff);
+  std::vector<uint8_t> panel(N / 16 * nb * kPanelBlock);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* pb = panel.data() + ((n / 16) * nb + b) * kPanelBlock;
+      const int i = n % 16;
+      const int64_t unit = tail && b / 8 == nb / 8 ? 4 * tail : 32;  // a last group of g < 8 blocks is packed 4 g bytes a unit
+      for (int u = 0; u < 4; ++u) std::memcpy(pb + 64 * u + 4 * i, q.data() + n * K / 2 + (b / 8) * 128 + unit * u + 4 * (b % 8), 4);
+      std::memcpy(pb + 256 + 2 * i, &sc[n * nb + b], 2);
+      std::memcpy(pb + 288 + 2 * i, &mn[n * nb + b], 2);
+    }
+  std::vector<std::vector<uint8_t>> qc(copies, q), pc(copies, panel);
+  std::vector<std::vector<uint16_t>> scc(copies, sc), mnc(copies, mn);
+
+  fd::QuantArgs a{};
+  a.layout = fd::kQ4;
+  a.qs = K / 2;
+  a.scs = nb;
+  a.nb = nb;
+  a.xq = xq.data(); a.xd = xd.data(); a.xs = xs.data(); a.xsums = xsums.data();
+  a.M = M; a.N = N; a.wide = !PP_AVX2;
+  std::vector<float> ya(M * N), yp(M * N);
+  std::vector<double> ta, tp;
+  for (int r = 0; r < rounds; ++r) {
+    const int k = r % copies;
+    a.q = qc[k].data(); a.sc = reinterpret_cast<const uint8_t*>(scc[k].data()); a.mn = reinterpret_cast<const uint8_t*>(mnc[k].data());
+    a.y = ya.data();
+    double t0 = now();
+    split((N + 3) / 4, 16, [&](int64_t t0_, int64_t t1_) { A::dispatch(a, 4 * t0_, std::min(N, 4 * t1_)); });
+    ta.push_back(now() - t0);
+    const uint8_t* w = pc[(r + copies / 2) % copies].data();
+    t0 = now();
+    split(N / 16, 4, [&](int64_t p0, int64_t p1) { panel_rows(w, x, M, yp.data(), N, p0, p1); });
+    tp.push_back(now() - t0);
+  }
+  double worst = 0, scale = 0;
+  for (int64_t i = 0; i < M * N; ++i) {
+    worst = std::max(worst, double(std::fabs(ya[i] - yp[i])));
+    scale = std::max(scale, double(std::fabs(ya[i])));
+  }
+  std::sort(ta.begin(), ta.end());
+  std::sort(tp.begin(), tp.end());
+  const double mac = double(M) * N * K, qa = ta[rounds / 4], qp = tp[rounds / 4];
+  printf("M=%ld N=%ld K=%ld  tiles q1 %.1f us (%.1f GMAC/s)  panels q1 %.1f us (%.1f GMAC/s)  panels/tiles speed %.3f  "
+         "max |diff| %.2e of max |y| %.2e\n",
+         M, N, K, qa * 1e6, mac / qa / 1e9, qp * 1e6, mac / qp / 1e9, qa / qp, worst, scale);
+}
