@@ -20,14 +20,7 @@
 #include <vector>
 #include "kernels.h"
 
-#pragma GCC push_options
-#if PP_AVX2  // both the engine's tiles and the panels on AVX2 (maddubs + madd, 256-bit registers)
-#pragma GCC target("avx2,fma,f16c")
-#define FD_VNNI 0
-#else
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
-#define FD_VNNI 1
-#endif
+#include "isa_begin.h"  // (AB_AVX2: both builds on AVX2)
 namespace A {
 #include QK_A_KERNEL
 #include QK_A_DISPATCH
@@ -46,7 +39,7 @@ struct XNat {
 
 typedef int32_t Word __attribute__((may_alias, aligned(1)));
 
-#if PP_AVX2
+#if AB_AVX2
 // 16 rows as two halves of 8 (one 256-bit register each), C activation rows at a time: each
 // half's 8 sub-steps of maddubs pairs stay below 2^15 in int16 (15 * 127 * 2 * 8 = 30480).
 template <int C>
@@ -126,7 +119,7 @@ static void panel_rows(const uint8_t* w, const XNat& x, int64_t M, float* y, int
     const int64_t ahead = p + 1 < p1 ? 4096 : 0;
     for (int64_t m = 0; m < M;) {
       const int64_t left = M - m, first = m == 0 ? ahead : 0;
-      if (left >= 8 && !PP_AVX2) { panel_tile<8>(panel, x, m, y, N, 16 * p, first); m += 8; }
+      if (left >= 8 && !AB_AVX2) { panel_tile<8>(panel, x, m, y, N, 16 * p, first); m += 8; }
       else if (left >= 4) { panel_tile<4>(panel, x, m, y, N, 16 * p, first); m += 4; }
       else if (left >= 2) { panel_tile<2>(panel, x, m, y, N, 16 * p, first); m += 2; }
       else { panel_tile<1>(panel, x, m, y, N, 16 * p, first); m += 1; }
@@ -135,22 +128,7 @@ static void panel_rows(const uint8_t* w, const XNat& x, int64_t M, float* y, int
 }
 #pragma GCC pop_options
 
-static int threads = 1;
-static double now() {
-  timespec t;
-  clock_gettime(threads > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-// Split [0, units) across the threads in chunks from a shared counter, as ops.cpp does.
-template <class F>
-static void split(int64_t units, int64_t min_chunk, F f) {
-  if (threads == 1) return f(0, units);
-  const int64_t chunk = std::max<int64_t>(min_chunk, units / (threads * 4));
-  std::atomic<int64_t> next{0};
-#pragma omp parallel num_threads(threads)
-  for (int64_t t0; (t0 = next.fetch_add(chunk)) < units;) f(t0, std::min(units, t0 + chunk));
-}
+#include "harness.h"
 
 int main(int argc, char** argv) {
   if (argc < 4) return fprintf(stderr, "usage: panel_proto M N K [ROUNDS]\n"), 2;
@@ -200,7 +178,7 @@ int main(int argc, char** argv) {
   a.scs = nb;
   a.nb = nb;
   a.xq = xq.data(); a.xd = xd.data(); a.xs = xs.data(); a.xsums = xsums.data();
-  a.M = M; a.N = N; a.wide = !PP_AVX2;
+  a.M = M; a.N = N; a.wide = !AB_AVX2;
   std::vector<float> ya(M * N), yp(M * N);
   std::vector<double> ta, tp;
   for (int r = 0; r < rounds; ++r) {

@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 kernels=src/fastdecode/kernels
 for f in quant_kernel.h quant_dispatch.h simd.h; do git -C "$root" show "HEAD:$kernels/$f" > "$tmp/$f"; done
-c++ ${CXXFLAGS_EXTRA:-} -DPP_AVX2=$([ "${ISA:-vnni}" = avx2 ] && echo 1 || echo 0) -O3 -std=c++20 -mavx2 -mfma -mf16c -fopenmp -ffp-contract=off -I"$root/$kernels" \
+c++ ${CXXFLAGS_EXTRA:-} -DAB_AVX2=$([ "${ISA:-vnni}" = avx2 ] && echo 1 || echo 0) -O3 -std=c++20 -mavx2 -mfma -mf16c -fopenmp -ffp-contract=off -I"$root/$kernels" \
   -DQK_A_KERNEL="\"$tmp/quant_kernel.h\"" -DQK_A_DISPATCH="\"$tmp/quant_dispatch.h\"" \
   "$root/benchmarks/batch_tiles/panel_proto.cpp" -o "$tmp/panel_proto"
 "$tmp/panel_proto" "$@"

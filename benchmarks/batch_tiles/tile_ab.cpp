@@ -25,14 +25,7 @@
 #include <atomic>
 #include "kernels.h"
 
-#pragma GCC push_options
-#if AB_AVX2
-#pragma GCC target("avx2,fma,f16c")
-#define FD_VNNI 0
-#else
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
-#define FD_VNNI 1
-#endif
+#include "isa_begin.h"
 namespace A {
 #include QK_A_KERNEL
 #include QK_A_DISPATCH
@@ -43,21 +36,12 @@ namespace B {
 }
 #pragma GCC pop_options
 
-static int threads = 1;
-static double now() {
-  timespec t;
-  clock_gettime(threads > 1 ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &t);
-  return t.tv_sec + 1e-9 * t.tv_nsec;
-}
+#include "harness.h"
 
-// As ops.cpp's launch: each thread takes chunks of whole 4-row tiles from a shared counter.
+// As ops.cpp's launch: chunks of whole 4-row tiles.
 template <class F>
 static void run(F f, const fd::QuantArgs& a) {
-  if (threads == 1) return f(a, 0, a.N);
-  const int64_t tiles = (a.N + 3) / 4, chunk = std::max<int64_t>(16, tiles / (threads * 4));
-  std::atomic<int64_t> next{0};
-#pragma omp parallel num_threads(threads)
-  for (int64_t t0; (t0 = next.fetch_add(chunk)) < tiles;) f(a, t0 * 4, std::min(a.N, (t0 + chunk) * 4));
+  split((a.N + 3) / 4, 16, [&](int64_t t0, int64_t t1) { f(a, 4 * t0, std::min(a.N, 4 * t1)); });
 }
 
 int main(int argc, char** argv) {
