@@ -6,7 +6,8 @@
 // HEAD, the same weights in their own layout) and checked against them to rounding (the float
 // sums run in another order, so the bits differ).
 //
-//   panel_proto.sh -- M N K [ROUNDS]        (THREADS, COPIES as tile_ab.sh; ISA=avx2: both on AVX2)
+//   panel_proto.sh -- M N K [ROUNDS [LAYOUT]]   (LAYOUT 2: q4k, VNNI only; THREADS, COPIES as
+//                                               tile_ab.sh; ISA=avx2: both on AVX2)
 #include <immintrin.h>
 #include <algorithm>
 #include <atomic>
@@ -28,7 +29,7 @@ namespace A {
 
 // Panel layout: [N / 16][nb][256 value bytes | 16 float16 scales | 16 float16 minima]. Unit u
 // (64 bytes) of a block: row i's 4 bytes at 4 i, low nibbles values 4u..4u+3, high 16+4u..16+4u+3.
-constexpr int64_t kPanelBlock = 256 + 64;
+constexpr int64_t kPanelBlock = 256 + 64, kPanelBlockK = 256;
 
 // Activations: [M][nb][32] int8 in natural order, d and d * sum(q) per block [M][nb].
 struct XNat {
@@ -77,16 +78,26 @@ static inline void panel_tile(const uint8_t* panel, const XNat& x, int64_t m, fl
   }
 }
 #else
-template <int C>
+// KQ: q4k's panel: the blocks' values (kPanelBlockK, so that units stay 64-byte aligned), then per
+// block the 16 rows' 6-bit scales and minima as bytes [nb][16 | 16], then per 8 blocks their
+// float16 d and dmin [nb / 8][16 | 16].
+template <int C, bool KQ = false>
 static inline void panel_tile(const uint8_t* panel, const XNat& x, int64_t m, float* y, int64_t N, int64_t n,
                               int64_t ahead) {
   __m512 acc[C], macc[C];
   for (int c = 0; c < C; ++c) acc[c] = macc[c] = _mm512_setzero_ps();
   const __m512i low = _mm512_set1_epi8(0x0F);
+  const int64_t stride = KQ ? kPanelBlockK : kPanelBlock;
+  const uint8_t* spart = panel + x.nb * stride;  // KQ: [nb][16 sc | 16 mn]
+  const uint8_t* dpart = spart + x.nb * 32;       // KQ: [nb / 8][16 d | 16 dmin]
+  __m512 d = _mm512_setzero_ps(), ndmin = d;
   for (int64_t b = 0; b < x.nb; ++b) {
-    const uint8_t* pb = panel + b * kPanelBlock;
-    if (ahead)
-      for (int l = 0; l < kPanelBlock; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + ahead + l), _MM_HINT_T0);
+    const uint8_t* pb = panel + b * stride;
+    if (ahead) {
+      for (int l = 0; l < stride; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + ahead + l), _MM_HINT_T0);
+      if (KQ && b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(spart + 32 * b + ahead), _MM_HINT_T0);
+      if (KQ && b % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(dpart + 4 * b + ahead), _MM_HINT_T0);
+    }
     __m512i I[C];
     for (int c = 0; c < C; ++c) I[c] = _mm512_setzero_si512();
     for (int u = 0; u < 4; ++u) {
@@ -99,8 +110,21 @@ static inline void panel_tile(const uint8_t* panel, const XNat& x, int64_t m, fl
         I[c] = _mm512_dpbusd_epi32(I[c], hi, _mm512_set1_epi32(a1));
       }
     }
-    const __m512 ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 256)));
-    const __m512 mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 288)));
+    __m512 ws, mv;
+    if constexpr (KQ) {
+      if (b % 8 == 0) {
+        const uint8_t* dp = dpart + (b / 8) * 64;
+        d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dp)));
+        ndmin = _mm512_castsi512_ps(_mm512_xor_si512(  // -dmin
+            _mm512_castps_si512(_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dp + 32)))),
+            _mm512_set1_epi32(static_cast<int>(0x80000000u))));
+      }
+      ws = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(spart + 32 * b)))));
+      mv = _mm512_mul_ps(ndmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(spart + 32 * b + 16)))));
+    } else {
+      ws = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 256)));
+      mv = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb + 288)));
+    }
     for (int c = 0; c < C; ++c) {
       const int64_t at = (m + c) * x.nb + b;
       acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(ws, _mm512_set1_ps(x.d[at]))));
@@ -112,17 +136,24 @@ static inline void panel_tile(const uint8_t* panel, const XNat& x, int64_t m, fl
 #endif
 
 // Panels [p0, p1) for all M rows: each panel against tiles of up to 8 activation rows.
+template <bool KQ = false>
 static void panel_rows(const uint8_t* w, const XNat& x, int64_t M, float* y, int64_t N, int64_t p0, int64_t p1) {
-  const int64_t bytes = x.nb * kPanelBlock;
+  const int64_t bytes = KQ ? x.nb * (kPanelBlockK + 32) + x.nb / 8 * 64 : x.nb * kPanelBlock;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* panel = w + p * bytes;
     const int64_t ahead = p + 1 < p1 ? 4096 : 0;
     for (int64_t m = 0; m < M;) {
       const int64_t left = M - m, first = m == 0 ? ahead : 0;
-      if (left >= 8 && !AB_AVX2) { panel_tile<8>(panel, x, m, y, N, 16 * p, first); m += 8; }
-      else if (left >= 4) { panel_tile<4>(panel, x, m, y, N, 16 * p, first); m += 4; }
+#if AB_AVX2
+      if (left >= 4) { panel_tile<4>(panel, x, m, y, N, 16 * p, first); m += 4; }
       else if (left >= 2) { panel_tile<2>(panel, x, m, y, N, 16 * p, first); m += 2; }
       else { panel_tile<1>(panel, x, m, y, N, 16 * p, first); m += 1; }
+#else
+      if (left >= 8) { panel_tile<8, KQ>(panel, x, m, y, N, 16 * p, first); m += 8; }
+      else if (left >= 4) { panel_tile<4, KQ>(panel, x, m, y, N, 16 * p, first); m += 4; }
+      else if (left >= 2) { panel_tile<2, KQ>(panel, x, m, y, N, 16 * p, first); m += 2; }
+      else { panel_tile<1, KQ>(panel, x, m, y, N, 16 * p, first); m += 1; }
+#endif
     }
   }
 }
@@ -131,9 +162,11 @@ static void panel_rows(const uint8_t* w, const XNat& x, int64_t M, float* y, int
 #include "harness.h"
 
 int main(int argc, char** argv) {
-  if (argc < 4) return fprintf(stderr, "usage: panel_proto M N K [ROUNDS]\n"), 2;
+  if (argc < 4) return fprintf(stderr, "usage: panel_proto M N K [ROUNDS [LAYOUT]]\n"), 2;
   const int64_t M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
   const int rounds = argc > 4 ? atoi(argv[4]) : 100;
+  const bool kq = argc > 5 && atoi(argv[5]) == fd::kQ4K;  // else q4
+  if (kq && (AB_AVX2 || K % 256)) return fprintf(stderr, "q4k: VNNI only, K a multiple of 256\n"), 2;
   threads = getenv("THREADS") ? atoi(getenv("THREADS")) : 1;
   const int copies = getenv("COPIES") ? atoi(getenv("COPIES")) : 1;
   if (N % 16 || K % 32) return fprintf(stderr, "N must be a multiple of 16, K of 32\n"), 2;
@@ -156,24 +189,45 @@ int main(int argc, char** argv) {
 
   std::vector<uint8_t> q(N * K / 2);
   for (auto& v : q) v = g();
-  std::vector<uint16_t> sc(N * nb), mn(N * nb);
-  for (auto& v : sc) v = 0x2000 + (g() & 0xff);
-  for (auto& v : mn) v = 0xa000 + (g() & 0xff);
-  std::vector<uint8_t> panel(N / 16 * nb * kPanelBlock);
-  for (int64_t n = 0; n < N; ++n)
+  // q4: float16 scale and minimum per block. q4k: 6-bit scale and minimum bytes per block, float16
+  // d and dmin per 8 blocks.
+  std::vector<uint16_t> sc(N * nb), mn(N * nb), d(N * nb / 8), dm(N * nb / 8);
+  for (auto& v : sc) v = kq ? g() & 0x3f : 0x2000 + (g() & 0xff);
+  for (auto& v : mn) v = kq ? g() & 0x3f : 0xa000 + (g() & 0xff);
+  for (auto& v : d) v = 0x2000 + (g() & 0xff);
+  for (auto& v : dm) v = 0x2000 + (g() & 0xff);
+  std::vector<uint8_t> sc8(sc.begin(), sc.end()), mn8(mn.begin(), mn.end());
+  const int64_t block = kq ? kPanelBlockK : kPanelBlock, panel_bytes = nb * block + (kq ? nb * 32 + nb / 8 * 64 : 0);
+  std::vector<uint8_t> panel(N / 16 * panel_bytes);
+  for (int64_t n = 0; n < N; ++n) {
+    const int i = n % 16;
+    uint8_t* pn = panel.data() + (n / 16) * panel_bytes;
     for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* pb = panel.data() + ((n / 16) * nb + b) * kPanelBlock;
-      const int i = n % 16;
+      uint8_t* pb = pn + b * block;
       const int64_t unit = tail && b / 8 == nb / 8 ? 4 * tail : 32;  // a last group of g < 8 blocks is packed 4 g bytes a unit
       for (int u = 0; u < 4; ++u) std::memcpy(pb + 64 * u + 4 * i, q.data() + n * K / 2 + (b / 8) * 128 + unit * u + 4 * (b % 8), 4);
-      std::memcpy(pb + 256 + 2 * i, &sc[n * nb + b], 2);
-      std::memcpy(pb + 288 + 2 * i, &mn[n * nb + b], 2);
+      if (kq) {
+        pn[nb * block + 32 * b + i] = sc8[n * nb + b];
+        pn[nb * block + 32 * b + 16 + i] = mn8[n * nb + b];
+      } else {
+        std::memcpy(pb + 256 + 2 * i, &sc[n * nb + b], 2);
+        std::memcpy(pb + 288 + 2 * i, &mn[n * nb + b], 2);
+      }
     }
+    if (kq)
+      for (int64_t s8 = 0; s8 < nb / 8; ++s8) {
+        std::memcpy(pn + nb * (block + 32) + s8 * 64 + 2 * i, &d[n * nb / 8 + s8], 2);
+        std::memcpy(pn + nb * (block + 32) + s8 * 64 + 32 + 2 * i, &dm[n * nb / 8 + s8], 2);
+      }
+  }
   std::vector<std::vector<uint8_t>> qc(copies, q), pc(copies, panel);
   std::vector<std::vector<uint16_t>> scc(copies, sc), mnc(copies, mn);
+  std::vector<std::vector<uint8_t>> sc8c(copies, sc8), mn8c(copies, mn8);
 
   fd::QuantArgs a{};
-  a.layout = fd::kQ4;
+  a.layout = kq ? fd::kQ4K : fd::kQ4;
+  a.d = d.data();
+  a.dmin = dm.data();
   a.qs = K / 2;
   a.scs = nb;
   a.nb = nb;
@@ -183,14 +237,19 @@ int main(int argc, char** argv) {
   std::vector<double> ta, tp;
   for (int r = 0; r < rounds; ++r) {
     const int k = r % copies;
-    a.q = qc[k].data(); a.sc = reinterpret_cast<const uint8_t*>(scc[k].data()); a.mn = reinterpret_cast<const uint8_t*>(mnc[k].data());
+    a.q = qc[k].data();
+    a.sc = kq ? sc8c[k].data() : reinterpret_cast<const uint8_t*>(scc[k].data());
+    a.mn = kq ? mn8c[k].data() : reinterpret_cast<const uint8_t*>(mnc[k].data());
     a.y = ya.data();
     double t0 = now();
     split((N + 3) / 4, 16, [&](int64_t t0_, int64_t t1_) { A::dispatch(a, 4 * t0_, std::min(N, 4 * t1_)); });
     ta.push_back(now() - t0);
     const uint8_t* w = pc[(r + copies / 2) % copies].data();
     t0 = now();
-    split(N / 16, 4, [&](int64_t p0, int64_t p1) { panel_rows(w, x, M, yp.data(), N, p0, p1); });
+    split(N / 16, 4, [&](int64_t p0, int64_t p1) {
+      if (kq) panel_rows<true>(w, x, M, yp.data(), N, p0, p1);
+      else panel_rows(w, x, M, yp.data(), N, p0, p1);
+    });
     tp.push_back(now() - t0);
   }
   double worst = 0, scale = 0;
@@ -201,7 +260,7 @@ int main(int argc, char** argv) {
   std::sort(ta.begin(), ta.end());
   std::sort(tp.begin(), tp.end());
   const double mac = double(M) * N * K, qa = ta[rounds / 4], qp = tp[rounds / 4];
-  printf("M=%ld N=%ld K=%ld  tiles q1 %.1f us (%.1f GMAC/s)  panels q1 %.1f us (%.1f GMAC/s)  panels/tiles speed %.3f  "
+  printf("%s M=%ld N=%ld K=%ld  tiles q1 %.1f us (%.1f GMAC/s)  panels q1 %.1f us (%.1f GMAC/s)  panels/tiles speed %.3f  "
          "max |diff| %.2e of max |y| %.2e\n",
-         M, N, K, qa * 1e6, mac / qa / 1e9, qp * 1e6, mac / qp / 1e9, qa / qp, worst, scale);
+         kq ? "q4k" : "q4", M, N, K, qa * 1e6, mac / qa / 1e9, qp * 1e6, mac / qp / 1e9, qa / qp, worst, scale);
 }
