@@ -6,7 +6,7 @@
 // HEAD, the same weights in their own layout) and checked against them to rounding (the float
 // sums run in another order, so the bits differ).
 //
-//   panel_proto.sh -- M N K [ROUNDS [LAYOUT]]   (LAYOUT 2: q4k, VNNI only; THREADS, COPIES as
+//   panel_proto.sh -- M N K [ROUNDS [LAYOUT]]   (LAYOUT 2 q4k, 4 q6k: VNNI only; THREADS, COPIES as
 //                                               tile_ab.sh; ISA=avx2: both on AVX2)
 #include <immintrin.h>
 #include <algorithm>
@@ -29,13 +29,14 @@ namespace A {
 
 // Panel layout: [N / 16][nb][256 value bytes | 16 float16 scales | 16 float16 minima]. Unit u
 // (64 bytes) of a block: row i's 4 bytes at 4 i, low nibbles values 4u..4u+3, high 16+4u..16+4u+3.
-constexpr int64_t kPanelBlock = 256 + 64, kPanelBlockK = 256;
+constexpr int64_t kPanelBlock = 256 + 64, kPanelBlockK = 256, kPanelBlock6 = 256 + 128;
 
 // Activations: [M][nb][32] int8 in natural order, d and d * sum(q) per block [M][nb].
 struct XNat {
   const int8_t* q;
   const float *d, *s;
   int64_t nb;
+  const int32_t* h32;  // q6k: 32 x the sums of each block's two halves (values 0-15, 16-31) [M][nb][2]
 };
 
 typedef int32_t Word __attribute__((may_alias, aligned(1)));
@@ -135,24 +136,90 @@ static inline void panel_tile(const uint8_t* panel, const XNat& x, int64_t m, fl
 }
 #endif
 
-// Panels [p0, p1) for all M rows: each panel against tiles of up to 8 activation rows.
-template <bool KQ = false>
+#if !AB_AVX2
+// q6k's panel: per block 4 units of low nibbles (as q4's) and 2 of top bits (half h: byte t of
+// lane i holds, in bits 2s and 2s + 1, value 4s + t's top bits of that half), kPanelBlock6 bytes;
+// then per block the 16 rows' int8 half scales [nb][16 lo | 16 hi]; then per 8 blocks their
+// float16 d [nb / 8][16]. I_b = sc_lo (I_lo - 32 sum_lo x) + sc_hi (I_hi - 32 sum_hi x), as the
+// engine's q6k.
+template <int C>
+static inline void panel_tile6(const uint8_t* panel, const XNat& x, int64_t m, float* y, int64_t N, int64_t n,
+                               int64_t ahead) {
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  const __m512i low = _mm512_set1_epi8(0x0F), top = _mm512_set1_epi8(0x30);
+  const uint8_t* spart = panel + x.nb * kPanelBlock6;
+  const uint8_t* dpart = spart + x.nb * 32;
+  __m512 d = _mm512_setzero_ps();
+  for (int64_t b = 0; b < x.nb; ++b) {
+    const uint8_t* pb = panel + b * kPanelBlock6;
+    if (ahead) {
+      for (int l = 0; l < kPanelBlock6; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + ahead + l), _MM_HINT_T0);
+      if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(spart + 32 * b + ahead), _MM_HINT_T0);
+      if (b % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(dpart + 4 * b + ahead), _MM_HINT_T0);
+    }
+    if (b % 8 == 0) d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dpart + 4 * b)));
+    const __m512i h0 = _mm512_loadu_si512(pb + 256), h1 = _mm512_loadu_si512(pb + 320);
+    __m512i Ilo[C], Ihi[C];
+    for (int c = 0; c < C; ++c) Ilo[c] = Ihi[c] = _mm512_setzero_si512();
+    auto unit = [&](int u) __attribute__((always_inline)) {
+      const __m512i v = _mm512_loadu_si512(pb + 64 * u);
+      const int sh = 2 * u;  // top bits of sub-step u at bits 2u, 2u + 1 -> bits 4, 5
+      const __m512i t0 = sh <= 4 ? _mm512_slli_epi16(h0, 4 - sh) : _mm512_srli_epi16(h0, sh - 4);
+      const __m512i t1 = sh <= 4 ? _mm512_slli_epi16(h1, 4 - sh) : _mm512_srli_epi16(h1, sh - 4);
+      const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, low), _mm512_and_si512(t0, top));
+      const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_and_si512(t1, top));
+      for (int c = 0; c < C; ++c) {
+        const int8_t* xb = x.q + ((m + c) * x.nb + b) * 32;
+        Ilo[c] = _mm512_dpbusd_epi32(Ilo[c], lo, _mm512_set1_epi32(reinterpret_cast<const Word*>(xb)[u]));
+        Ihi[c] = _mm512_dpbusd_epi32(Ihi[c], hi, _mm512_set1_epi32(reinterpret_cast<const Word*>(xb)[4 + u]));
+      }
+    };
+    unit(0);
+    unit(1);
+    unit(2);
+    unit(3);
+    const __m512i slo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(spart + 32 * b)));
+    const __m512i shi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(spart + 32 * b + 16)));
+    for (int c = 0; c < C; ++c) {
+      const int64_t at = (m + c) * x.nb + b;
+      const __m512i I = _mm512_add_epi32(
+          _mm512_mullo_epi32(_mm512_sub_epi32(Ilo[c], _mm512_set1_epi32(x.h32[2 * at])), slo),
+          _mm512_mullo_epi32(_mm512_sub_epi32(Ihi[c], _mm512_set1_epi32(x.h32[2 * at + 1])), shi));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(d, _mm512_set1_ps(x.d[at]))));
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + (m + c) * N + n, acc[c]);
+}
+#endif
+
+// Panels [p0, p1) for all M rows: each panel against tiles of up to 8 activation rows. L: the
+// layout (kernels.h: kQ4, kQ4K or kQ6K).
+template <int L = fd::kQ4>
 static void panel_rows(const uint8_t* w, const XNat& x, int64_t M, float* y, int64_t N, int64_t p0, int64_t p1) {
-  const int64_t bytes = KQ ? x.nb * (kPanelBlockK + 32) + x.nb / 8 * 64 : x.nb * kPanelBlock;
+  const int64_t bytes = L == fd::kQ4K   ? x.nb * (kPanelBlockK + 32) + x.nb / 8 * 64
+                        : L == fd::kQ6K ? x.nb * (kPanelBlock6 + 32) + x.nb / 8 * 32
+                                        : x.nb * kPanelBlock;
   for (int64_t p = p0; p < p1; ++p) {
     const uint8_t* panel = w + p * bytes;
     const int64_t ahead = p + 1 < p1 ? 4096 : 0;
     for (int64_t m = 0; m < M;) {
       const int64_t left = M - m, first = m == 0 ? ahead : 0;
+      const int64_t n = 16 * p;
 #if AB_AVX2
-      if (left >= 4) { panel_tile<4>(panel, x, m, y, N, 16 * p, first); m += 4; }
-      else if (left >= 2) { panel_tile<2>(panel, x, m, y, N, 16 * p, first); m += 2; }
-      else { panel_tile<1>(panel, x, m, y, N, 16 * p, first); m += 1; }
+      if (left >= 4) { panel_tile<4>(panel, x, m, y, N, n, first); m += 4; }
+      else if (left >= 2) { panel_tile<2>(panel, x, m, y, N, n, first); m += 2; }
+      else { panel_tile<1>(panel, x, m, y, N, n, first); m += 1; }
 #else
-      if (left >= 8) { panel_tile<8, KQ>(panel, x, m, y, N, 16 * p, first); m += 8; }
-      else if (left >= 4) { panel_tile<4, KQ>(panel, x, m, y, N, 16 * p, first); m += 4; }
-      else if (left >= 2) { panel_tile<2, KQ>(panel, x, m, y, N, 16 * p, first); m += 2; }
-      else { panel_tile<1, KQ>(panel, x, m, y, N, 16 * p, first); m += 1; }
+      auto run = [&]<int C>() {
+        if constexpr (L == fd::kQ6K) panel_tile6<C>(panel, x, m, y, N, n, first);
+        else panel_tile<C, L == fd::kQ4K>(panel, x, m, y, N, n, first);
+        m += C;
+      };
+      if (left >= 8) run.template operator()<8>();
+      else if (left >= 4) run.template operator()<4>();
+      else if (left >= 2) run.template operator()<2>();
+      else run.template operator()<1>();
 #endif
     }
   }
@@ -165,8 +232,10 @@ int main(int argc, char** argv) {
   if (argc < 4) return fprintf(stderr, "usage: panel_proto M N K [ROUNDS [LAYOUT]]\n"), 2;
   const int64_t M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
   const int rounds = argc > 4 ? atoi(argv[4]) : 100;
-  const bool kq = argc > 5 && atoi(argv[5]) == fd::kQ4K;  // else q4
-  if (kq && (AB_AVX2 || K % 256)) return fprintf(stderr, "q4k: VNNI only, K a multiple of 256\n"), 2;
+  const int lay = argc > 5 ? atoi(argv[5]) : fd::kQ4;
+  const bool kq = lay == fd::kQ4K, k6 = lay == fd::kQ6K;
+  if (lay != fd::kQ4 && !kq && !k6) return fprintf(stderr, "LAYOUT: 0 (q4), 2 (q4k) or 4 (q6k)\n"), 2;
+  if ((kq || k6) && (AB_AVX2 || K % 256)) return fprintf(stderr, "q4k, q6k: VNNI only, K a multiple of 256\n"), 2;
   threads = getenv("THREADS") ? atoi(getenv("THREADS")) : 1;
   const int copies = getenv("COPIES") ? atoi(getenv("COPIES")) : 1;
   if (N % 16 || K % 32) return fprintf(stderr, "N must be a multiple of 16, K of 32\n"), 2;
@@ -185,19 +254,30 @@ int main(int argc, char** argv) {
   std::vector<float> xdn(M * nb), xsn(M * nb);  // per block, without the padding of a last group
   for (int64_t m = 0; m < M; ++m)
     for (int64_t b = 0; b < nb; ++b) xdn[m * nb + b] = xd[m * G * 8 + b], xsn[m * nb + b] = xs[m * G * 8 + b];
-  const XNat x{xn.data(), xdn.data(), xsn.data(), nb};
+  std::vector<int32_t> h32(M * nb * 2);
+  for (int64_t i = 0; i < M * nb * 2; ++i) {
+    int32_t t = 0;
+    for (int k = 0; k < 16; ++k) t += xn[i * 16 + k];
+    h32[i] = 32 * t;
+  }
+  const XNat x{xn.data(), xdn.data(), xsn.data(), nb, h32.data()};
 
   std::vector<uint8_t> q(N * K / 2);
   for (auto& v : q) v = g();
   // q4: float16 scale and minimum per block. q4k: 6-bit scale and minimum bytes per block, float16
-  // d and dmin per 8 blocks.
+  // d and dmin per 8 blocks. q6k: top bits [N][K/4], int8 half scales [N][2 nb] (the engine's lane
+  // order: 16 G + 8 h + j), float16 d per 8 blocks.
   std::vector<uint16_t> sc(N * nb), mn(N * nb), d(N * nb / 8), dm(N * nb / 8);
   for (auto& v : sc) v = kq ? g() & 0x3f : 0x2000 + (g() & 0xff);
   for (auto& v : mn) v = kq ? g() & 0x3f : 0xa000 + (g() & 0xff);
   for (auto& v : d) v = 0x2000 + (g() & 0xff);
   for (auto& v : dm) v = 0x2000 + (g() & 0xff);
-  std::vector<uint8_t> sc8(sc.begin(), sc.end()), mn8(mn.begin(), mn.end());
-  const int64_t block = kq ? kPanelBlockK : kPanelBlock, panel_bytes = nb * block + (kq ? nb * 32 + nb / 8 * 64 : 0);
+  std::vector<uint8_t> sc8(sc.begin(), sc.end()), mn8(mn.begin(), mn.end()), qh(k6 ? N * K / 4 : 0), sc6(k6 ? N * 2 * nb : 0);
+  for (auto& v : qh) v = g();
+  for (auto& v : sc6) v = g();
+  const int64_t block = kq ? kPanelBlockK : k6 ? kPanelBlock6 : kPanelBlock;
+  const int64_t scales_at = nb * block, d_at = scales_at + nb * 32;  // (q4k, q6k)
+  const int64_t panel_bytes = kq ? d_at + nb / 8 * 64 : k6 ? d_at + nb / 8 * 32 : nb * block;
   std::vector<uint8_t> panel(N / 16 * panel_bytes);
   for (int64_t n = 0; n < N; ++n) {
     const int i = n % 16;
@@ -207,29 +287,34 @@ int main(int argc, char** argv) {
       const int64_t unit = tail && b / 8 == nb / 8 ? 4 * tail : 32;  // a last group of g < 8 blocks is packed 4 g bytes a unit
       for (int u = 0; u < 4; ++u) std::memcpy(pb + 64 * u + 4 * i, q.data() + n * K / 2 + (b / 8) * 128 + unit * u + 4 * (b % 8), 4);
       if (kq) {
-        pn[nb * block + 32 * b + i] = sc8[n * nb + b];
-        pn[nb * block + 32 * b + 16 + i] = mn8[n * nb + b];
+        pn[scales_at + 32 * b + i] = sc8[n * nb + b];
+        pn[scales_at + 32 * b + 16 + i] = mn8[n * nb + b];
+      } else if (k6) {
+        for (int h = 0; h < 2; ++h) {
+          std::memcpy(pb + 256 + 64 * h + 4 * i, qh.data() + n * K / 4 + 64 * (b / 8) + 32 * h + 4 * (b % 8), 4);
+          pn[scales_at + 32 * b + 16 * h + i] = sc6[n * 2 * nb + 16 * (b / 8) + 8 * h + b % 8];
+        }
       } else {
         std::memcpy(pb + 256 + 2 * i, &sc[n * nb + b], 2);
         std::memcpy(pb + 288 + 2 * i, &mn[n * nb + b], 2);
       }
     }
-    if (kq)
-      for (int64_t s8 = 0; s8 < nb / 8; ++s8) {
-        std::memcpy(pn + nb * (block + 32) + s8 * 64 + 2 * i, &d[n * nb / 8 + s8], 2);
-        std::memcpy(pn + nb * (block + 32) + s8 * 64 + 32 + 2 * i, &dm[n * nb / 8 + s8], 2);
-      }
+    for (int64_t s8 = 0; s8 < nb / 8 && (kq || k6); ++s8) {
+      std::memcpy(pn + d_at + s8 * (kq ? 64 : 32) + 2 * i, &d[n * nb / 8 + s8], 2);
+      if (kq) std::memcpy(pn + d_at + s8 * 64 + 32 + 2 * i, &dm[n * nb / 8 + s8], 2);
+    }
   }
   std::vector<std::vector<uint8_t>> qc(copies, q), pc(copies, panel);
   std::vector<std::vector<uint16_t>> scc(copies, sc), mnc(copies, mn);
-  std::vector<std::vector<uint8_t>> sc8c(copies, sc8), mn8c(copies, mn8);
+  std::vector<std::vector<uint8_t>> sc8c(copies, sc8), mn8c(copies, mn8), qhc(copies, qh), sc6c(copies, sc6);
 
   fd::QuantArgs a{};
-  a.layout = kq ? fd::kQ4K : fd::kQ4;
+  a.layout = static_cast<fd::Layout>(lay);
+  a.qhs = K / 4;
+  a.scs = k6 ? 2 * nb : nb;
   a.d = d.data();
   a.dmin = dm.data();
   a.qs = K / 2;
-  a.scs = nb;
   a.nb = nb;
   a.xq = xq.data(); a.xd = xd.data(); a.xs = xs.data(); a.xsums = xsums.data();
   a.M = M; a.N = N; a.wide = !AB_AVX2;
@@ -238,7 +323,8 @@ int main(int argc, char** argv) {
   for (int r = 0; r < rounds; ++r) {
     const int k = r % copies;
     a.q = qc[k].data();
-    a.sc = kq ? sc8c[k].data() : reinterpret_cast<const uint8_t*>(scc[k].data());
+    a.sc = kq ? sc8c[k].data() : k6 ? sc6c[k].data() : reinterpret_cast<const uint8_t*>(scc[k].data());
+    a.qh = qhc[k].data();
     a.mn = kq ? mn8c[k].data() : reinterpret_cast<const uint8_t*>(mnc[k].data());
     a.y = ya.data();
     double t0 = now();
@@ -247,7 +333,8 @@ int main(int argc, char** argv) {
     const uint8_t* w = pc[(r + copies / 2) % copies].data();
     t0 = now();
     split(N / 16, 4, [&](int64_t p0, int64_t p1) {
-      if (kq) panel_rows<true>(w, x, M, yp.data(), N, p0, p1);
+      if (kq) panel_rows<fd::kQ4K>(w, x, M, yp.data(), N, p0, p1);
+      else if (k6) panel_rows<fd::kQ6K>(w, x, M, yp.data(), N, p0, p1);
       else panel_rows(w, x, M, yp.data(), N, p0, p1);
     });
     tp.push_back(now() - t0);
@@ -262,5 +349,5 @@ int main(int argc, char** argv) {
   const double mac = double(M) * N * K, qa = ta[rounds / 4], qp = tp[rounds / 4];
   printf("%s M=%ld N=%ld K=%ld  tiles q1 %.1f us (%.1f GMAC/s)  panels q1 %.1f us (%.1f GMAC/s)  panels/tiles speed %.3f  "
          "max |diff| %.2e of max |y| %.2e\n",
-         kq ? "q4k" : "q4", M, N, K, qa * 1e6, mac / qa / 1e9, qp * 1e6, mac / qp / 1e9, qa / qp, worst, scale);
+         kq ? "q4k" : k6 ? "q6k" : "q4", M, N, K, qa * 1e6, mac / qa / 1e9, qp * 1e6, mac / qp / 1e9, qa / qp, worst, scale);
 }
