@@ -155,8 +155,11 @@ static inline void panel_tile6(const uint8_t* panel, const XNat& x, int64_t m, f
     const uint8_t* pb = panel + b * kPanelBlock6;
     if (ahead) {
       for (int l = 0; l < kPanelBlock6; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + ahead + l), _MM_HINT_T0);
-      if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(spart + 32 * b + ahead), _MM_HINT_T0);
-      if (b % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(dpart + 4 * b + ahead), _MM_HINT_T0);
+      // the scales' and d's streams, which the values' (ahead in memory) reach only at the panel's end
+      if (b == 0)
+        for (int l = 0; l < 1024; l += 64) _mm_prefetch(reinterpret_cast<const char*>(spart + l), _MM_HINT_T0);
+      if (b % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(spart + 32 * b + 1024), _MM_HINT_T0);
+      if (b % 16 == 0) _mm_prefetch(reinterpret_cast<const char*>(dpart + 4 * b), _MM_HINT_T0);
     }
     if (b % 8 == 0) d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(dpart + 4 * b)));
     const __m512i h0 = _mm512_loadu_si512(pb + 256), h1 = _mm512_loadu_si512(pb + 320);
