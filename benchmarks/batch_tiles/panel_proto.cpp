@@ -1,6 +1,7 @@
 // A prototype, not the engine's kernel: q4 weights (Q4_1's 4-bit values, float16 scale and
-// minimum per block of 32) repacked in panels of 16 rows, so that one 512-bit register holds
-// 4 values of each of 16 rows and vpdpbusd against 4 broadcast activation bytes leaves each
+// minimum per block of 32), and on VNNI q4k and q6k weights too, repacked in panels of 16 rows
+// (each layout's own bytes, transposed), so that one 512-bit register holds 4 values of each of
+// 16 rows and vpdpbusd against 4 broadcast activation bytes leaves each
 // row's block sum in its own lane. The per-block float scaling then runs once per 16 outputs,
 // and no output needs a horizontal sum. Timed against the engine's tiles (quant_kernel.h at
 // HEAD, the same weights in their own layout) and checked against them to rounding (the float
@@ -10,13 +11,11 @@
 //                                               tile_ab.sh; ISA=avx2: both on AVX2)
 #include <immintrin.h>
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <random>
 #include <vector>
 #include "kernels.h"
@@ -27,7 +26,7 @@ namespace A {
 #include QK_A_DISPATCH
 }
 
-// Panel layout: [N / 16][nb][256 value bytes | 16 float16 scales | 16 float16 minima]. Unit u
+// q4's panel layout: [N / 16][nb][256 value bytes | 16 float16 scales | 16 float16 minima]. Unit u
 // (64 bytes) of a block: row i's 4 bytes at 4 i, low nibbles values 4u..4u+3, high 16+4u..16+4u+3.
 constexpr int64_t kPanelBlock = 256 + 64, kPanelBlockK = 256, kPanelBlock6 = 256 + 128;
 

@@ -20,9 +20,6 @@
 #include <cstdlib>
 #include <vector>
 #include <random>
-#include <ctime>
-#include <omp.h>
-#include <atomic>
 #include "kernels.h"
 
 #include "isa_begin.h"
