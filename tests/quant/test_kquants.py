@@ -19,7 +19,7 @@ from gguf import quants as gq
 from fastdecode import kernels
 from fastdecode.checkpoints import dequant
 from fastdecode.quant import formats, reference
-from fastdecode.quant.linear import QuantLinear, SplitLinear, packed_linear, qlinear
+from fastdecode.quant.linear import QuantLinear, SplitLinear, packed_linear
 
 KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS]
 LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k", T.Q5_0: "q5s", T.Q5_1: "q5", T.IQ4_NL: "q4nl", T.IQ4_XS: "q4xs"}
@@ -203,27 +203,6 @@ def test_iq4_nl_equals_a_q8_repack(native):
         for m in MS:
             x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
             assert torch.equal(packed_linear(x, "q4nl", p, native), packed_linear(x, "q8", q8, native)), (name, m)
-    kernels.set_isa(None) if native else None
-
-
-@pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])
-def test_q4k_equals_the_float32_q4_repack(native):
-    """q4k forms d * sc and -(dmin * mn) on the fly: the values the earlier float32 q4
-    repack of Q4_K stored, so the results are bit-identical to that path's (the twin's: the
-    kernels take float16 scales only)."""
-    if native and not ISAS:
-        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
-    n, k = 45, 1024
-    raw, _ = random_blocks(T.Q4_K, n, k, seed=6)
-    p = formats.pack_gguf(raw, T.Q4_K, n, k)
-    scales, mins = formats.kquant_scales(p)
-    for name in ISAS if native else [None]:
-        if name:
-            kernels.set_isa(name)
-        for m in MS:
-            x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
-            old = qlinear(x, p["qweight"], scales, mins, native=False)
-            assert torch.equal(packed_linear(x, "q4k", p, native=native), old), (name, m)
     kernels.set_isa(None) if native else None
 
 

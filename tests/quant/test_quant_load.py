@@ -57,6 +57,21 @@ def test_gguf_types_stay_packed_and_dequantize_to_the_float_path(quant_gguf):
     assert "Q4_1->q4 x6" in q.weights_summary and "Q5_0->q5s x4" in q.weights_summary
 
 
+def test_q4_parts_of_part_panels_run_as_split_matmuls(tmp_path):
+    """q4 keeps rows in panels of 16: a fused part of 24 rows (k, with head_dim 12) cannot be
+    followed in one matrix, so q + k and v run split, and still give the float path's results."""
+    q4 = {f"blk.{i}.attn_{p}.weight": T.Q4_1 for i in range(2) for p in ("q", "k", "v")}
+    path = write_gguf(tmp_path / "h12.gguf", gguf_tensors(hf_model(head_dim=12)), quant=q4, head_dim=12)
+    q = fastdecode.load(str(path), weights="auto")
+    f = fastdecode.load(str(path), weights="float")
+    wqkv = q.model.layers[0].attention.wqkv
+    assert [p.out_features for p in wqkv.parts] == [72, 24]
+    fused = torch.cat([dequantize(p.packed()) for p in wqkv.parts])
+    assert torch.equal(fused, f.model.layers[0].attention.wqkv.weight)
+    a, b = logits(q), logits(f)
+    assert (a - b).abs().max() < 0.05 * b.abs().max()
+
+
 @pytest.mark.parametrize("weights", ["int8", "int4"])
 def test_float_checkpoint_quantized_at_load(tmp_path, weights):
     d = write_hf_dir(tmp_path / "hf", hf_model(tie=False))

@@ -245,11 +245,17 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
     """One GGUF tensor under our key names: its packed tensors, or one float tensor."""
     raw, qtype, shape = f.raw(name)
     key = our_name(name)
-    packed = pack_gguf(raw, qtype, *shape) if weights == "auto" and len(shape) == 2 else None
+    packed = None
+    if weights == "auto" and len(shape) == 2:
+        # Q and K rows are put back in order before packing (q4 packs rows in panels of 16).
+        order = None
+        if permuted and (".attn_q." in name or ".attn_k." in name):
+            order = _unpermute(torch.arange(shape[0]), name, args).numpy()
+        packed = pack_gguf(raw, qtype, *shape, order=order)
     if packed is not None:
         kinds[f"{qtype.name}->{GGUF_LAYOUTS[qtype].layout}"] += 1
         base = key.removesuffix(".weight")
-        return {f"{base}.{suffix}": _unpermute(t, name, args) if permuted else t for suffix, t in packed.items()}
+        return {f"{base}.{suffix}": t for suffix, t in packed.items()}
     note = " (dequantized: no native layout)" if weights == "auto" and qtype in GGUF_LAYOUTS else ""
     kinds[f"{qtype.name}->float{note}" if len(shape) == 2 else qtype.name] += 1
     t = f.tensor(name, dtype)
@@ -257,7 +263,7 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
 
 
 def _unpermute(t: torch.Tensor, name: str, args: ModelArgs) -> torch.Tensor:
-    """Q and K rows (float or packed: rows are independent) back to Hugging Face's order."""
+    """Q and K rows (of a float matrix, or its row numbers) back to Hugging Face's order."""
     if ".attn_q." in name:
         return unpermute_rows(t, args.n_heads).contiguous()
     if ".attn_k." in name:

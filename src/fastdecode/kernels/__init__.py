@@ -60,7 +60,7 @@ _HERE = Path(__file__).parent
 # Longest compile first (alone on Zen 4: quant_avx2 17 s, quant_vnni 14 s, ops 13 s, attention
 # 4 s, math 1 s), so that on two cores the quant units start together and the rest fill in.
 _SOURCES = ("quant_avx2.cpp", "quant_vnni.cpp", "ops.cpp", "attention.cpp", "math.cpp")
-_HEADERS = ("kernels.h", "quant_kernel.h", "quant_dispatch.h", "simd.h")
+_HEADERS = ("kernels.h", "quant_kernel.h", "quant_panel.h", "quant_dispatch.h", "simd.h")
 _CFLAGS = ("-fPIC", "-std=c++20", "-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-ffp-contract=off")
 _LDFLAGS = ("-shared", "-fopenmp")
 _LIBS = ("-lc10", "-ltorch_cpu", "-ltorch")

@@ -83,7 +83,8 @@ void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, fl
 void rows(const QuantArgs& a, int64_t n0, int64_t n1);
 }  // namespace vnni
 
-// Weight rows per tile on each instruction set (ops.cpp splits rows across threads in whole tiles).
-constexpr int64_t kTileRows = 4;
+// Weight rows per tile on each instruction set (ops.cpp splits rows across threads in whole tiles),
+// and q4's rows per panel (quant_panel.h).
+constexpr int64_t kTileRows = 4, kPanelRows = 16;
 
 }  // namespace fd

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels.h"
 
@@ -12,6 +13,7 @@ namespace fd_vnni {
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #define FD_VNNI 1
 #include "quant_kernel.h"
+#include "quant_panel.h"
 #include "quant_dispatch.h"
 #undef FD_VNNI
 #pragma GCC pop_options

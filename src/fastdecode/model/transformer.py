@@ -358,8 +358,9 @@ PACKED_SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin"
 
 
 def _fuse(state_dict: dict, prefix: str, parts: tuple[str, ...], fused: str) -> None:
-    # Float weights and biases, or the packed tensors of quantized weights
-    # (rows of a block-quantized matrix are independent, so they concatenate too).
+    # Float weights and biases, or the packed tensors of quantized weights (rows of a
+    # block-quantized matrix are independent, so they concatenate too; q4's panels of 16 rows
+    # only after parts of whole panels, which quant.transform.build_model sees to).
     for suffix in ("weight", "bias", *PACKED_SUFFIXES):
         keys = [f"{prefix}{p}.{suffix}" for p in parts]
         if all(k in state_dict for k in keys):

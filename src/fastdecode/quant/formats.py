@@ -1,9 +1,24 @@
 """fastdecode's quantized weight layouts, and how GGUF types and float weights map onto them.
 
-All layouts are row-major, one row per output feature, K (the input dimension)
-in blocks of 32 values; the kernels (`kernels/quant_kernel.h`) read them as is.
+Every layout but q4 is row-major, one row per output feature, K (the input
+dimension) in blocks of 32 values; q4 keeps its rows in panels of 16 (below). The
+kernels (`kernels/quant_kernel.h`, `kernels/quant_panel.h`) read them as is.
 
-**Lane order.** Within a row, the blocks go in groups of 8 (the last group may
+**Panels (q4).** Rows 16 p .. 16 p + r - 1 (r = 16, or N mod 16 for a last, short
+panel) are stored together, block by block, so that one 64-byte unit holds 4 values
+of each of 16 rows and a 16-lane dot product leaves each row's block sum in its own
+lane. The tensors keep their shapes ([N, K/2] bytes, [N, K/32] float16); only the
+order within them changes. Panel p starts where row 16 p would:
+
+    qweight  [nb][4 units u][r rows][4 bytes j]: the low nibble of byte j holds
+             value 4u + j of the block, the high nibble value 16 + 4u + j
+    scales, mins  [nb][r]
+
+A slice of whole panels (rows a multiple of 16 apart) is the same slice of rows, so
+tensor-parallel row shards and fused matrices whose parts are multiples of 16 rows
+concatenate as they are; anything else goes through `q4_from_panels`.
+
+**Lane order** (every layout but q4). Within a row, the blocks go in groups of 8 (the last group may
 hold g < 8), one block per 32-bit lane of the kernels' 8-lane registers. A
 group's values are stored by sub-step: sub-step i (0..7) holds values
 4i..4i+3 of each of the group's blocks, block after block (4 g bytes of 8-bit
@@ -15,7 +30,7 @@ blocks (every group before the last is full, g = 8):
 
     bytes:    8 sub-steps x 4g bytes (q8)
     nibbles:  4 chunks x 4g bytes; chunk c holds sub-step c in its low nibbles
-              and sub-step c + 4 in its high ones (q4, q4s, q4nl, q4k, q5k, q5, q5s,
+              and sub-step c + 4 in its high ones (q4s, q4nl, q4k, q5k, q5, q5s,
               q6k's low 4 bits), so sub-steps 0-3 are each block's values 0..15
     plane5:   4g bytes; bit i of byte l is the fifth bit of sub-step i's byte l
     plane6:   2 x 4g bytes; bits 2i', 2i' + 1 of byte l of half h are the top two
@@ -23,7 +38,7 @@ blocks (every group before the last is full, g = 8):
 
 Bits per weight count every byte stored:
 
-    q4  (5 bpw)
+    q4  (5 bpw; in panels, above)
         qweight uint8 [N, K/2]   nibbles
         scales, mins [N, K/32]   float16;  w = scale * q + min, q in 0..15
     q8  (8.5 bpw)
@@ -41,10 +56,10 @@ Bits per weight count every byte stored:
         sc int8 [N, K/16]        one scale per 16 values; per group the 8 blocks'
                                  first-half scales, then their second-half ones
         d float16 [N, K/256]     w = (d * sc) * (q - 32), q in 0..63
-    q5  (6 bpw; Q5_1) q4's qweight, float16 scales and mins [N, K/32], and
+    q5  (6 bpw; Q5_1) nibbles [N, K/2] (row-major), float16 scales and mins [N, K/32], and
         qhigh uint8 [N, K/8]     plane5; w = scale * q + min, q in 0..31
     q5s (5.5 bpw; Q5_0) q5 without mins; w = scale * (q - 16)
-    q4s (4.5 bpw; Q4_0) q4 without mins, float16 scales; w = scale * (q - 8)
+    q4s (4.5 bpw; Q4_0) nibbles [N, K/2] (row-major), float16 scales [N, K/32]; w = scale * (q - 8)
     q4nl (4.5 bpw; IQ4_NL) q4s's qweight as indices, and
         d float16 [N, K/32]      w = d * NONLINEAR[q], q in 0..15
     q4xs (4.3125 bpw; IQ4_XS, 4.25; K a multiple of 256) q4nl's qweight, and
@@ -84,10 +99,12 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
-# Bump when a layout changes; cached conversions are rebuilt (5: lane order; 6: Q4_0 as q4s).
-LAYOUT_VERSION = 6
+# Bump when a layout changes; cached conversions are rebuilt (5: lane order; 6: Q4_0 as q4s;
+# 7: q4 in panels).
+LAYOUT_VERSION = 7
 BLOCK = 32
 GROUP = 8  # blocks per lane group (the kernels' 8 lanes)
+PANEL = 16  # q4's rows per panel
 SUPER = 256  # the K-quants' super-blocks
 # Every packed tensor's suffix, in the order the ops take them.
 SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin")
@@ -312,6 +329,64 @@ def q6_scales_in_rows(sc: Tensor) -> Tensor:
     return sc.reshape(*lead, -1, 2, GROUP).transpose(-1, -2).reshape(*lead, -1)
 
 
+# -- q4's panels ------------------------------------------------------------------------------
+
+def _panel_runs(n: int) -> list[tuple[int, int, int]]:
+    """(first row, panels, rows per panel) of the full panels of n rows, and of a short last one."""
+    full, r = divmod(n, PANEL)
+    return ([(0, full, PANEL)] if full else []) + ([(full * PANEL, 1, r)] if r else [])
+
+
+def q4_to_panels(values: Tensor, scales: Tensor, mins: Tensor) -> dict[str, Tensor]:
+    """q4's tensors from values 0..15 [N, K] and float16 scales and mins [N, K/32], all in row order."""
+    n, k = values.shape
+    nb = k // BLOCK
+    q, sc, mn = [], [], []
+    for r0, count, r in _panel_runs(n):
+        rows = slice(r0, r0 + count * r)
+        v = values[rows].to(torch.uint8).reshape(count, r, nb, 2, 4, 4)  # [panel, row, block, half, u, j]
+        q.append((v[..., 0, :, :] | (v[..., 1, :, :] << 4)).permute(0, 2, 3, 1, 4).reshape(-1))
+        sc.append(scales[rows].reshape(count, r, nb).transpose(1, 2).reshape(-1))
+        mn.append(mins[rows].reshape(count, r, nb).transpose(1, 2).reshape(-1))
+    return {"qweight": torch.cat(q).reshape(n, k // 2), "scales": torch.cat(sc).reshape(n, nb),
+            "mins": torch.cat(mn).reshape(n, nb)}
+
+
+def q4_from_panels(t: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """The inverse of q4_to_panels: (values uint8 [N, K], scales, mins [N, K/32]) in row order."""
+    qw = t["qweight"]
+    n, half = qw.shape
+    nb = 2 * half // BLOCK
+    flat = [qw.reshape(-1), t["scales"].reshape(-1), t["mins"].reshape(-1)]
+    vals, sc, mn = [], [], []
+    for r0, count, r in _panel_runs(n):
+        b = flat[0][r0 * half:(r0 + count * r) * half].reshape(count, nb, 4, r, 4).permute(0, 3, 1, 2, 4)
+        vals.append(torch.stack([b & 0x0F, b >> 4], dim=3).reshape(count * r, 2 * half))
+        for out, f in ((sc, flat[1]), (mn, flat[2])):
+            out.append(f[r0 * nb:(r0 + count * r) * nb].reshape(count, nb, r).transpose(1, 2).reshape(count * r, nb))
+    return torch.cat(vals), torch.cat(sc), torch.cat(mn)
+
+
+def q4_rows(t: dict[str, Tensor], rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Rows `rows` [...] of a q4 matrix, gathered from its panels by tensor arithmetic (an
+    embedding lookup in traced graphs): (values uint8 [..., K], scales, mins [..., K/32])."""
+    qw = t["qweight"]
+    n, half = qw.shape
+    nb = 2 * half // BLOCK
+    rows = rows.long()
+    i = rows % PANEL
+    first = rows - i  # the panel's first row
+    r = torch.clamp(n - first, max=PANEL)  # its rows
+    ar = lambda m: torch.arange(m, device=qw.device)  # noqa: E731
+    e = lambda x: x[..., None, None, None]  # noqa: E731  [...] -> [..., block, u, j]
+    # byte j of unit u of block b: first * K/2 + b * 16 r + u * 4 r + 4 i + j
+    at = e(first * half + 4 * i) + e(r) * (16 * ar(nb)[:, None, None] + 4 * ar(4)[:, None]) + ar(4)
+    b = qw.reshape(-1)[at]  # [..., nb, 4, 4]
+    vals = torch.stack([b & 0x0F, b >> 4], dim=-3).reshape(*rows.shape, 2 * half)
+    s_at = (first * nb + i)[..., None] + r[..., None] * ar(nb)
+    return vals, t["scales"].reshape(-1)[s_at], t["mins"].reshape(-1)[s_at]
+
+
 # -- GGUF blocks -> layouts -------------------------------------------------------------------
 
 def _f16(b: np.ndarray, at: int) -> np.ndarray:
@@ -400,6 +475,8 @@ def _gguf_fields(b: np.ndarray, qtype: T, n: int) -> dict[str, np.ndarray]:
 def pack_fields(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[str, Tensor]:
     """A layout's tensors from a matrix's values [n, K] (row order; q8 signed, the others
     unsigned as stored) and its scale fields in block order (q6k: sc per 16 values)."""
+    if layout == "q4":
+        return {name: x.contiguous() for name, x in q4_to_panels(values, fields["scales"], fields["mins"]).items()}
     out = dict(fields)
     if layout == "q8":
         out["qweight"] = pack_bytes(values)
@@ -418,16 +495,18 @@ def pack_fields(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[
 _PACK_BYTES = 2 << 20
 
 
-def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int) -> Optional[dict[str, Tensor]]:
-    """The packed tensors of a GGUF tensor [n, k] of type `qtype`, or None if it has no native layout."""
+def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int, order: Optional[np.ndarray] = None
+              ) -> Optional[dict[str, Tensor]]:
+    """The packed tensors of a GGUF tensor [n, k] of type `qtype`, its rows taken in `order` (a
+    permutation of range(n)) if given, or None if it has no native layout."""
     mapping = GGUF_LAYOUTS.get(qtype)
     if mapping is None or mapping.layout is None or k % BLOCK:
         return None
     if mapping.layout in ("q4k", "q5k", "q6k", "q4xs") and k % SUPER:
         return None
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
-    rows = raw.reshape(n, -1)
-    step = max(1, _PACK_BYTES // rows.shape[1])
+    rows = raw.reshape(n, -1) if order is None else raw.reshape(n, -1)[order]
+    step = PANEL * max(1, _PACK_BYTES // (PANEL * rows.shape[1]))  # whole panels (q4) per chunk
     out: dict[str, Tensor] = {}
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
@@ -463,7 +542,7 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
     d = ((hi - m.float()) / 15).to(torch.float16)
     inv = torch.where(d > 0, 1 / d.float(), torch.zeros_like(d, dtype=torch.float32))
     q = torch.round((wb - m.float()[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
-    return {"qweight": pack_nibbles(q.reshape(n, k)), "scales": d, "mins": m}
+    return q4_to_panels(q.reshape(n, k), d, m)
 
 
 # -- layouts -> float (the reference) --------------------------------------------------------
@@ -515,7 +594,8 @@ def nonlinear_values(t: dict[str, Tensor]) -> Tensor:
 
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
-    """Packed rows [..., K] back to float (float32 math, then `dtype`)."""
+    """Packed rows [..., K] back to float (float32 math, then `dtype`); a q4 group is a whole
+    matrix [N, K] in its panels (rows of one: `dequantize_rows`)."""
     if layout_of(t) in ("q4nl", "q4xs"):  # d * NONLINEAR[q], (d * sc) * NONLINEAR[q], as the gguf package computes them
         vals = nonlinear_values(t)
         shape = vals.shape
@@ -540,11 +620,22 @@ def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tens
         else:
             w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK) + mins[..., None]
         return w.reshape(shape).to(dtype)
-    q = t["qweight"]
-    vals = unpack_q4(q) if q.dtype == torch.uint8 else unpack_q8(q)
+    if "mins" in t:  # q4
+        return _q4_float(*q4_from_panels(t), dtype)
+    vals = unpack_q8(t["qweight"])
     shape = vals.shape
-    vals = vals.reshape(*shape[:-1], -1, BLOCK).float()
-    w = vals * t["scales"].float()[..., None]
-    if "mins" in t:
-        w = w + t["mins"].float()[..., None]
+    w = vals.reshape(*shape[:-1], -1, BLOCK).float() * t["scales"].float()[..., None]
     return w.reshape(shape).to(dtype)
+
+
+def _q4_float(vals: Tensor, scales: Tensor, mins: Tensor, dtype: torch.dtype) -> Tensor:
+    shape = vals.shape
+    w = vals.reshape(*shape[:-1], -1, BLOCK).float() * scales.float()[..., None] + mins.float()[..., None]
+    return w.reshape(shape).to(dtype)
+
+
+def dequantize_rows(t: dict[str, Tensor], rows: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Rows `rows` [...] of a packed matrix in float [..., K] (an embedding lookup)."""
+    if layout_of(t) == "q4":
+        return _q4_float(*q4_rows(t, rows), dtype)
+    return dequantize({name: x[rows] for name, x in t.items()}, dtype)

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from . import reference
-from .formats import LAYOUT_TENSORS, dequantize, packed_shapes, tensor_dtypes
+from .formats import LAYOUT_TENSORS, dequantize_rows, packed_shapes, tensor_dtypes
 
 # The op each layout's matmul calls (torch.ops.fastdecode.<op>).
 LAYOUT_OPS = {"q4": "q4_linear", "q8": "q8_linear", "q4k": "q4k_linear", "q5k": "q5k_linear", "q6k": "q6k_linear",
@@ -98,7 +98,7 @@ class QuantEmbedding(_Packed):
         self.dtype = dtype  # of the rows returned
 
     def forward(self, tokens: Tensor) -> Tensor:
-        return dequantize({name: t[tokens] for name, t in self.packed().items()}, self.dtype)
+        return dequantize_rows(self.packed(), tokens, self.dtype)
 
     def as_linear(self, x: Tensor) -> Tensor:
         return self.matmul(x)

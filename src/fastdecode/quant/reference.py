@@ -11,8 +11,14 @@ q - 32); then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
     acc[j] = acc[j] + I_b * (w_scale_b * x_scale_b)
     macc[j] = macc[j] + w_min_b * (x_scale_b * sum(q_b))     (layouts with minima)
 
-and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. The integer
-sums are exact in float32 here (below 2^24), so their order does not matter.
+and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4, whose rows
+the kernels read in panels of 16 (one row per lane), has no lanes within a row:
+per output, blocks in order,
+
+    acc = acc + I_b * (w_scale_b * x_scale_b);  macc = macc + w_min_b * (x_scale_b * sum(q_b))
+    y = acc + macc
+
+The integer sums are exact in float32 here (below 2^24), so their order does not matter.
 
 Used on CPUs without AVX2, without a compiler, and in tests. It is slow.
 """
@@ -25,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .formats import (BLOCK, GROUP, kquant_scales, kquant_values, layout_of, nonlinear_scales, nonlinear_values,
-                      q6_scales_in_rows, unpack_q4, unpack_q8, value_offset)
+                      q4_from_panels, q6_scales_in_rows, unpack_q8, value_offset)
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
 
@@ -83,28 +89,49 @@ def _matmul(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], sc: Option
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] = None) -> Tensor:
     """x [M, K] float -> [M, N] float32, for a q4 (mins given) or q8 weight."""
     N, K = qweight.shape[0], x.shape[1]
-    vals = unpack_q4(qweight) if mins is not None else unpack_q8(qweight)
-    w = vals.float().reshape(N, K // BLOCK, BLOCK)
-    return _matmul(x, w, scales.float(), None if mins is None else mins.float(), None)
+    if mins is None:
+        w = unpack_q8(qweight).float().reshape(N, K // BLOCK, BLOCK)
+        return _matmul(x, w, scales.float(), None, None)
+    vals, ws, mn = q4_from_panels({"qweight": qweight, "scales": scales, "mins": mins})
+    return _blocks_in_order(x, vals.float().reshape(N, K // BLOCK, BLOCK), ws.float(), mn.float())
+
+
+def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Tensor) -> Tensor:
+    """q4's sums (module docstring): x [M, K]; w [N, nb, 32] values; ws, mins [N, nb] float32."""
+    M = x.shape[0]
+    N, nb = ws.shape
+    q, d = quantize_activations(x)
+    xs = d * q.sum(-1)  # [M, nb]
+    rows = max(1, _MAX_ELEMENTS // (N * nb))
+    out = []
+    for m0 in range(0, M, rows):
+        terms = torch.einsum("cbi,nbi->cnb", q[m0:m0 + rows], w) * (ws[None] * d[m0:m0 + rows, None, :])
+        mterms = mins[None] * xs[m0:m0 + rows, None, :]
+        acc = torch.zeros(terms.shape[:2], device=x.device)
+        macc = torch.zeros_like(acc)
+        for b in range(nb):
+            acc = acc + terms[..., b]
+            macc = macc + mterms[..., b]
+        out.append(acc + macc)
+    return torch.cat(out)
 
 
 def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s, q4s, q4nl or q4xs weight group `t`,
     as the kernels compute it.
 
-    q5 is q4 with a fifth bit, q5s and q4s q8 with values q - 16 and q - 8, q4nl q8 with values
-    NONLINEAR[q] and its scales named d, q4xs the same with block scales d * sc; q4k/q5k are q4 with each
-    block's float32 scale d * sc and minimum -(dmin * mn) formed from the stored bytes
-    (exact products, the values an fp32 q4 repack would store), so the operations are
-    `qlinear`'s. q6k: I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi (q - 32) x, its
-    block scale the super-block's d.
+    All of them sum in lanes (module docstring). q5 has 5-bit values, a scale and a minimum per
+    block; q5s and q4s are q8 with values q - 16 and q - 8, q4nl q8 with values NONLINEAR[q] and
+    its scales named d, q4xs the same with block scales d * sc; q4k/q5k have each block's float32
+    scale d * sc and minimum -(dmin * mn) formed from the stored bytes (exact products). q6k:
+    I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi (q - 32) x, its block scale the super-block's d.
     """
     N, K = t["qweight"].shape[0], x.shape[1]
     nb = K // BLOCK
     if layout_of(t) in ("q4nl", "q4xs"):
         return _matmul(x, nonlinear_values(t).float().reshape(N, nb, BLOCK), nonlinear_scales(t), None, None)
     vals = kquant_values(t).float().reshape(N, nb, BLOCK)
-    if "scales" in t:  # q5 (as qlinear's q4), q5s and q4s (as q8, with q - 16 and q - 8)
+    if "scales" in t:  # q5 (with minima), q5s and q4s (as q8, with q - 16 and q - 8)
         mins = t["mins"].float() if "mins" in t else None
         return _matmul(x, vals - value_offset(t), t["scales"].float(), mins, None)
     if "mn" not in t:  # q6k
