@@ -172,40 +172,6 @@ def test_partial_last_groups(isa, qtype, k):
         assert torch.equal(packed_linear(x, LAYOUT[qtype], p, True), packed_linear(x, LAYOUT[qtype], p, False)), m
 
 
-@pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])
-def test_q5_0_equals_the_former_q8_repack(native):
-    """q5s's lanes are sum q x - 16 sum x = sum (q - 16) x: Q5_0's results are those of its earlier q8 repack."""
-    if native and not ISAS:
-        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
-    raw, _ = random_blocks(T.Q5_0, 29, 320, seed=9)
-    p = formats.pack_gguf(raw, T.Q5_0, 29, 320)
-    q8 = {"qweight": formats.pack_bytes(formats.kquant_values(p).to(torch.int16) - 16), "scales": p["scales"]}
-    for m in MS:
-        x = torch.randn(m, 320)
-        assert torch.equal(packed_linear(x, "q5s", p, native), packed_linear(x, "q8", q8, native)), m
-
-
-@pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])
-def test_iq4_nl_equals_a_q8_repack(native):
-    """q4nl looks its indices up in IQ4_NL's table before the int8 dot product, so its results
-    are those of the same values stored as q8 bytes with the same scales, on every instruction set."""
-    if native and not ISAS:
-        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
-    n, k = 33, 352  # 11 blocks: a full group and a partial one
-    raw, ref = random_blocks(T.IQ4_NL, n, k, seed=10)
-    p = formats.pack_gguf(raw, T.IQ4_NL, n, k)
-    values = torch.tensor(gq.IQ4_NL.kvalues)[formats.kquant_values(p).long()]
-    q8 = {"qweight": formats.pack_bytes(values), "scales": p["d"]}
-    assert torch.equal(formats.dequantize(q8), ref)
-    for name in ISAS if native else [None]:
-        if name:
-            kernels.set_isa(name)
-        for m in MS:
-            x = torch.randn(m, k, generator=torch.Generator().manual_seed(m))
-            assert torch.equal(packed_linear(x, "q4nl", p, native), packed_linear(x, "q8", q8, native)), (name, m)
-    kernels.set_isa(None) if native else None
-
-
 def test_bad_shapes_raise():
     if not ISAS:
         pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")

@@ -1,26 +1,41 @@
-"""The lane order of the packed layouts (quant/formats.py's docstring), on values whose
-position is their value, so each test reads the stored bytes as the docstring says."""
+"""The lane order and the panels of the packed layouts (quant/formats.py's docstring): each
+test reads the stored bytes where the docstring says they are."""
 
 import torch
 
 from fastdecode.quant import formats
 
 
-def _block_value(nb: int) -> torch.Tensor:
-    """[1, 32 nb]: value v of block b is (b * 32 + v) mod 256, as int64."""
-    return torch.arange(32 * nb)[None] % 256
-
-
-def test_q8_bytes_are_by_sub_step_then_block():
-    for nb in (8, 11):  # a full group, then a full and a partial one
-        values = _block_value(nb)
-        q = formats.pack_bytes(values.to(torch.uint8).view(torch.int8)).view(torch.uint8)[0].long()
-        for b in range(nb):
-            G, j = divmod(b, 8)
-            g = min(8, nb - 8 * G)
-            for v in range(32):
-                i, t = divmod(v, 4)
-                assert q[256 * G + 4 * g * i + 4 * j + t] == (32 * b + v) % 256
+def test_q4_and_q8_panels_hold_16_rows_per_unit():
+    """Panel p, block b, unit u, row i, byte j (a last panel of r < 16 rows stored short)."""
+    n, nb = 37, 3  # two full panels and one of 5 rows
+    gen = torch.Generator().manual_seed(2)
+    for layout, units in (("q4", 4), ("q8", 8)):
+        values = torch.randint(0, 16, (n, 32 * nb), generator=gen)
+        if layout == "q8":
+            values = values * 16 - 128 + torch.randint(0, 16, (n, 32 * nb), generator=gen)
+        scales = torch.randn(n, nb).half()
+        t = formats.to_panels(layout, values, {"scales": scales})
+        q = t["qweight"].reshape(-1).view(torch.uint8).long()
+        s = t["scales"].reshape(-1)
+        for row in range(n):
+            p, i = divmod(row, 16)
+            r = min(16, n - 16 * p)
+            base = 16 * p * 4 * units * nb
+            for b in range(nb):
+                assert s[16 * p * nb + r * b + i] == scales[row, b]
+                for v in range(32):
+                    u, j = divmod(v % 16, 4) if layout == "q4" else divmod(v, 4)
+                    byte = q[base + 4 * units * r * b + 4 * r * u + 4 * i + j]
+                    if layout == "q4":
+                        assert (byte >> 4 if v >= 16 else byte & 15) == values[row, 32 * b + v]
+                    else:
+                        assert byte == values[row, 32 * b + v] % 256
+        vals, fields = formats.from_panels(layout, t)
+        assert torch.equal(vals.long(), values) and torch.equal(fields["scales"], scales)
+        rows = torch.tensor([[0, 15, 16], [33, 36, 7]])
+        got, got_fields = formats.panel_rows(layout, t, rows)
+        assert torch.equal(got.long(), values[rows]) and torch.equal(got_fields["scales"], scales[rows])
 
 
 def test_nibbles_hold_sub_steps_c_and_c_plus_4():

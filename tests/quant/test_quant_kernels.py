@@ -132,7 +132,7 @@ def test_quantize_float_weights(layout):
     w = torch.randn(33, 64)
     p = formats.quantize(w, layout)
     deq = formats.dequantize(p)
-    scales = formats.q4_from_panels(p)[1] if layout == "q4" else p["scales"]  # in row order
+    scales = formats.from_panels(layout, p)[1]["scales"]  # in row order
     step = scales.float().repeat_interleave(32, dim=1)
     assert ((deq - w).abs() <= step / 2 + 1e-3 * w.abs() + 1e-6).all()
     with pytest.raises(formats.BlockSizeError):
@@ -155,3 +155,15 @@ def test_bad_shapes_raise():
     p = formats.pack_gguf(raw, T.Q4_1, 8, 64)
     with pytest.raises(RuntimeError, match="qweight has"):
         torch.ops.fastdecode.q4_linear(torch.randn(2, 96), p["qweight"], p["scales"], p["mins"])
+
+
+def test_q8_minus_128_weights(isa):
+    """A crafted Q8_0 block may hold -128, which VNNI's w + 128 and AVX2's |w| must still take exactly."""
+    v = torch.randint(-128, 128, (40, 96), generator=torch.Generator().manual_seed(4))
+    v[:, :7] = -128
+    p = formats.to_panels("q8", v, {"scales": torch.rand(40, 3).half()})
+    x = torch.randn(5, 96)
+    y = qlinear(x, p["qweight"], p["scales"], None, native=True)
+    assert torch.equal(y, qlinear(x, p["qweight"], p["scales"], None, native=False))
+    exact = x.double() @ formats.dequantize(p).double().T
+    assert ((y.double() - exact).abs() <= act_bound(x, formats.dequantize(p)) * 1.001 + 1e-4 * (1 + exact.abs())).all()

@@ -1,10 +1,10 @@
 """Slicing one matrix for tensor parallelism: float (`nn.Linear` and subclasses)
 or block-quantized (`QuantLinear`), by output rows or by input columns.
 
-Rows of a block-quantized matrix are independent, so row slices are free (q4's,
-stored in panels of 16 rows, go through its row order); a column slice must fall
-on 32-value block boundaries, and its values are regrouped into the lane order of
-the narrower row, or q4's panels (formats.py), which is exact.
+Rows of a block-quantized matrix are independent, so row slices are free (q4's and
+q8's, stored in panels of 16 rows, go through their row order); a column slice must
+fall on 32-value block boundaries, and its values are regrouped into the lane order
+of the narrower row, or into panels (formats.py), which is exact.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import FastDecodeError
-from ..quant.formats import BLOCK, pack_bytes, pack_nibbles, q4_from_panels, q4_to_panels, unpack_q4, unpack_q8
+from ..quant.formats import BLOCK, PANEL_LAYOUTS, from_panels, pack_nibbles, to_panels, unpack_q4
 from ..quant.linear import QuantLinear, _Packed
 
 Linear = Union[nn.Linear, QuantLinear]
@@ -27,9 +27,10 @@ def take_rows(linear: Union[Linear, nn.Embedding, _Packed], rows: Tensor) -> Lin
     rows = rows.to(_device(linear))
     bias = getattr(linear, "bias", None)
     bias = None if bias is None else bias[rows].clone()
-    if isinstance(linear, _Packed) and linear.layout == "q4":
-        vals, scales, mins = (t[rows] for t in q4_from_panels(linear.packed()))
-        return new_quant(linear, linear.k, q4_to_panels(vals, scales, mins), bias)
+    if isinstance(linear, _Packed) and linear.layout in PANEL_LAYOUTS:
+        vals, fields = from_panels(linear.layout, linear.packed())
+        packed = to_panels(linear.layout, vals[rows], {name: f[rows] for name, f in fields.items()})
+        return new_quant(linear, linear.k, packed, bias)
     if isinstance(linear, _Packed):
         return new_quant(linear, linear.k, {n: t[rows].clone() for n, t in linear.packed().items()}, bias)
     return new_float(linear, linear.weight[rows].clone(), bias)
@@ -51,16 +52,13 @@ def _packed_columns(linear: QuantLinear, start: int, n: int, name: str) -> dict[
         raise FastDecodeError(f"{name}: tensor parallelism splits the inputs of q4, q4s, q4nl and q8 matrices, "
                               f"not {linear.layout}; run this model with tp=1")
     b0, nb = start // BLOCK, n // BLOCK
-    if linear.layout == "q4":
-        vals, scales, mins = q4_from_panels(linear.packed())
-        return q4_to_panels(vals[:, start:start + n], scales[:, b0:b0 + nb], mins[:, b0:b0 + nb])
+    if linear.layout in PANEL_LAYOUTS:
+        vals, fields = from_panels(linear.layout, linear.packed())
+        return to_panels(linear.layout, vals[:, start:start + n], {k: f[:, b0:b0 + nb] for k, f in fields.items()})
     scale = "d" if linear.layout == "q4nl" else "scales"  # the per-block scales, by the layout's name
     out = {scale: getattr(linear, scale)[:, b0:b0 + nb].clone()}
     # A row's blocks are stored in groups of 8 (formats.py): unpack, slice, regroup.
-    if linear.layout == "q8":
-        out["qweight"] = pack_bytes(unpack_q8(linear.qweight.cpu())[:, start:start + n]).to(_device(linear))
-    else:
-        out["qweight"] = pack_nibbles(unpack_q4(linear.qweight.cpu())[:, start:start + n]).to(_device(linear))
+    out["qweight"] = pack_nibbles(unpack_q4(linear.qweight.cpu())[:, start:start + n]).to(_device(linear))
     return out
 
 

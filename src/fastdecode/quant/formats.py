@@ -1,24 +1,25 @@
 """fastdecode's quantized weight layouts, and how GGUF types and float weights map onto them.
 
-Every layout but q4 is row-major, one row per output feature, K (the input
-dimension) in blocks of 32 values; q4 keeps its rows in panels of 16 (below). The
-kernels (`kernels/quant_kernel.h`, `kernels/quant_panel.h`) read them as is.
+Every layout but q4 and q8 is row-major, one row per output feature, K (the input
+dimension) in blocks of 32 values; q4 and q8 keep their rows in panels of 16 (below).
+The kernels (`kernels/quant_kernel.h`, `kernels/quant_panel.h`) read them as is.
 
-**Panels (q4).** Rows 16 p .. 16 p + r - 1 (r = 16, or N mod 16 for a last, short
-panel) are stored together, block by block, so that one 64-byte unit holds 4 values
-of each of 16 rows and a 16-lane dot product leaves each row's block sum in its own
-lane. The tensors keep their shapes ([N, K/2] bytes, [N, K/32] float16); only the
-order within them changes. Panel p starts where row 16 p would:
+**Panels (q4, q8).** Rows 16 p .. 16 p + r - 1 (r = 16, or N mod 16 for a last,
+short panel) are stored together, block by block, so that one 64-byte unit holds 4
+values of each of 16 rows and a 16-lane dot product leaves each row's block sum in
+its own lane. The tensors keep their shapes; only the order within them changes.
+Panel p starts where row 16 p would:
 
-    qweight  [nb][4 units u][r rows][4 bytes j]: the low nibble of byte j holds
-             value 4u + j of the block, the high nibble value 16 + 4u + j
-    scales, mins  [nb][r]
+    qweight  [nb][U units u][r rows][4 bytes j]
+             q4 (U = 4): the low nibble of byte j holds value 4u + j of the block,
+             the high nibble value 16 + 4u + j;  q8 (U = 8): byte j is value 4u + j
+    scales (and q4's mins)  [nb][r]
 
 A slice of whole panels (rows a multiple of 16 apart) is the same slice of rows, so
 tensor-parallel row shards and fused matrices whose parts are multiples of 16 rows
-concatenate as they are; anything else goes through `q4_from_panels`.
+concatenate as they are; anything else goes through `from_panels`.
 
-**Lane order** (every layout but q4). Within a row, the blocks go in groups of 8 (the last group may
+**Lane order** (every layout but q4 and q8). Within a row, the blocks go in groups of 8 (the last group may
 hold g < 8), one block per 32-bit lane of the kernels' 8-lane registers. A
 group's values are stored by sub-step: sub-step i (0..7) holds values
 4i..4i+3 of each of the group's blocks, block after block (4 g bytes of 8-bit
@@ -28,7 +29,6 @@ own lane (`to_lanes` makes that order, `from_lanes` undoes it). Per-block scales
 (8 contiguous per group). The packings of that value sequence, per group of g
 blocks (every group before the last is full, g = 8):
 
-    bytes:    8 sub-steps x 4g bytes (q8)
     nibbles:  4 chunks x 4g bytes; chunk c holds sub-step c in its low nibbles
               and sub-step c + 4 in its high ones (q4s, q4nl, q4k, q5k, q5, q5s,
               q6k's low 4 bits), so sub-steps 0-3 are each block's values 0..15
@@ -41,7 +41,7 @@ Bits per weight count every byte stored:
     q4  (5 bpw; in panels, above)
         qweight uint8 [N, K/2]   nibbles
         scales, mins [N, K/32]   float16;  w = scale * q + min, q in 0..15
-    q8  (8.5 bpw)
+    q8  (8.5 bpw; in panels, above)
         qweight int8 [N, K]      bytes
         scales [N, K/32]         float16;  w = scale * q
     q4k (4.625 bpw; Q4_K's fields unpacked to bytes; K a multiple of 256)
@@ -77,11 +77,10 @@ the packed form gives bit-identical float32 values to dequantizing the file
     Q5_K  -> q5k                                       exact
     Q6_K  -> q6k                                       exact
     Q8_0  -> q8, float16 scales                        exact
-    Q5_0  -> q5s                                       exact (results equal the former
-                                                       q8 repack's: the same integer sums)
+    Q5_0  -> q5s                                       exact
     Q5_1  -> q5                                        exact
     IQ4_NL -> q4nl                                     exact (the kernels look the indices up
-                                                       in NONLINEAR; results equal a q8 repack's)
+                                                       in NONLINEAR)
     IQ4_XS -> q4xs                                     exact (scales unpacked; d * sc is exact)
     F32, F16, BF16                                     float (or int8/int4 on request)
 
@@ -100,11 +99,11 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
 # Bump when a layout changes; cached conversions are rebuilt (5: lane order; 6: Q4_0 as q4s;
-# 7: q4 in panels).
-LAYOUT_VERSION = 7
+# 7: q4 in panels; 8: q8 in panels).
+LAYOUT_VERSION = 8
 BLOCK = 32
 GROUP = 8  # blocks per lane group (the kernels' 8 lanes)
-PANEL = 16  # q4's rows per panel
+PANEL = 16  # q4's and q8's rows per panel
 SUPER = 256  # the K-quants' super-blocks
 # Every packed tensor's suffix, in the order the ops take them.
 SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin")
@@ -281,15 +280,6 @@ def unpack_q4(qweight: Tensor) -> Tensor:
     return from_lanes(_from_groups(qweight, nb, 4, lambda b: torch.cat([b & 0x0F, b >> 4], dim=-2)))
 
 
-def pack_bytes(values: Tensor) -> Tensor:
-    """q8's int8 values [..., K] (row order) -> its qweight [..., K] (the lane order)."""
-    return to_lanes(values.to(torch.int8))
-
-
-def unpack_q8(qweight: Tensor) -> Tensor:
-    return from_lanes(qweight)
-
-
 def pack_plane5(bits: Tensor) -> Tensor:
     """Fifth bits 0/1 [..., K] (row order) -> plane5 [..., K/8]."""
     seq = to_lanes(bits.to(torch.uint8))
@@ -329,7 +319,11 @@ def q6_scales_in_rows(sc: Tensor) -> Tensor:
     return sc.reshape(*lead, -1, 2, GROUP).transpose(-1, -2).reshape(*lead, -1)
 
 
-# -- q4's panels ------------------------------------------------------------------------------
+# -- panels (q4, q8) ---------------------------------------------------------------------------
+
+PANEL_LAYOUTS = ("q4", "q8")
+_UNITS = {"q4": 4, "q8": 8}  # 4-byte units per row and block
+
 
 def _panel_runs(n: int) -> list[tuple[int, int, int]]:
     """(first row, panels, rows per panel) of the full panels of n rows, and of a short last one."""
@@ -337,54 +331,74 @@ def _panel_runs(n: int) -> list[tuple[int, int, int]]:
     return ([(0, full, PANEL)] if full else []) + ([(full * PANEL, 1, r)] if r else [])
 
 
-def q4_to_panels(values: Tensor, scales: Tensor, mins: Tensor) -> dict[str, Tensor]:
-    """q4's tensors from values 0..15 [N, K] and float16 scales and mins [N, K/32], all in row order."""
+def _units(layout: str, values: Tensor) -> Tensor:
+    """Values [N, K] in row order -> each row's blocks as 4-byte units [N, nb, U, 4] (q4: byte j of
+    unit u holds value 4u + j in its low nibble and 16 + 4u + j in its high one; q8: value 4u + j)."""
     n, k = values.shape
-    nb = k // BLOCK
-    q, sc, mn = [], [], []
+    if layout == "q8":
+        return values.to(torch.int8).reshape(n, k // BLOCK, 8, 4)
+    v = values.to(torch.uint8).reshape(n, k // BLOCK, 2, 4, 4)
+    return v[:, :, 0] | (v[:, :, 1] << 4)
+
+
+def _values(layout: str, units: Tensor) -> Tensor:
+    """The inverse of _units: [..., nb, U, 4] -> values [..., K] in row order."""
+    lead = units.shape[:-3]
+    if layout == "q8":
+        return units.reshape(*lead, -1)
+    return torch.stack([units & 0x0F, units >> 4], dim=-3).reshape(*lead, -1)
+
+
+def to_panels(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[str, Tensor]:
+    """A panel layout's tensors from values [N, K] and per-block fields [N, K/32] (q4: scales
+    and mins; q8: scales), all in row order."""
+    units = _units(layout, values)
+    n, nb, U = units.shape[:3]
+    out: dict[str, list[Tensor]] = {name: [] for name in ("qweight", *fields)}
     for r0, count, r in _panel_runs(n):
         rows = slice(r0, r0 + count * r)
-        v = values[rows].to(torch.uint8).reshape(count, r, nb, 2, 4, 4)  # [panel, row, block, half, u, j]
-        q.append((v[..., 0, :, :] | (v[..., 1, :, :] << 4)).permute(0, 2, 3, 1, 4).reshape(-1))
-        sc.append(scales[rows].reshape(count, r, nb).transpose(1, 2).reshape(-1))
-        mn.append(mins[rows].reshape(count, r, nb).transpose(1, 2).reshape(-1))
-    return {"qweight": torch.cat(q).reshape(n, k // 2), "scales": torch.cat(sc).reshape(n, nb),
-            "mins": torch.cat(mn).reshape(n, nb)}
+        out["qweight"].append(units[rows].reshape(count, r, nb, U, 4).permute(0, 2, 3, 1, 4).reshape(-1))
+        for name, f in fields.items():
+            out[name].append(f[rows].reshape(count, r, nb).transpose(1, 2).reshape(-1))
+    shapes = {"qweight": (n, nb * U * 4), **{name: (n, nb) for name in fields}}
+    return {name: torch.cat(parts).reshape(shapes[name]) for name, parts in out.items()}
 
 
-def q4_from_panels(t: dict[str, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """The inverse of q4_to_panels: (values uint8 [N, K], scales, mins [N, K/32]) in row order."""
+def from_panels(layout: str, t: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+    """The inverse of to_panels: (values [N, K], fields [N, K/32]) in row order."""
     qw = t["qweight"]
-    n, half = qw.shape
-    nb = 2 * half // BLOCK
-    flat = [qw.reshape(-1), t["scales"].reshape(-1), t["mins"].reshape(-1)]
-    vals, sc, mn = [], [], []
+    n, row = qw.shape
+    U = _UNITS[layout]
+    nb = row // (4 * U)
+    fields = {name: x for name, x in t.items() if name != "qweight"}
+    units, out = [], {name: [] for name in fields}
     for r0, count, r in _panel_runs(n):
-        b = flat[0][r0 * half:(r0 + count * r) * half].reshape(count, nb, 4, r, 4).permute(0, 3, 1, 2, 4)
-        vals.append(torch.stack([b & 0x0F, b >> 4], dim=3).reshape(count * r, 2 * half))
-        for out, f in ((sc, flat[1]), (mn, flat[2])):
-            out.append(f[r0 * nb:(r0 + count * r) * nb].reshape(count, nb, r).transpose(1, 2).reshape(count * r, nb))
-    return torch.cat(vals), torch.cat(sc), torch.cat(mn)
+        units.append(qw.reshape(-1)[r0 * row:(r0 + count * r) * row].reshape(count, nb, U, r, 4)
+                     .permute(0, 3, 1, 2, 4).reshape(count * r, nb, U, 4))
+        for name, f in fields.items():
+            part = f.reshape(-1)[r0 * nb:(r0 + count * r) * nb]
+            out[name].append(part.reshape(count, nb, r).transpose(1, 2).reshape(count * r, nb))
+    return _values(layout, torch.cat(units)), {name: torch.cat(parts) for name, parts in out.items()}
 
 
-def q4_rows(t: dict[str, Tensor], rows: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Rows `rows` [...] of a q4 matrix, gathered from its panels by tensor arithmetic (an
-    embedding lookup in traced graphs): (values uint8 [..., K], scales, mins [..., K/32])."""
+def panel_rows(layout: str, t: dict[str, Tensor], rows: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+    """Rows `rows` [...] of a matrix in panels, gathered by tensor arithmetic (an embedding
+    lookup in traced graphs): (values [..., K], fields [..., K/32])."""
     qw = t["qweight"]
-    n, half = qw.shape
-    nb = 2 * half // BLOCK
+    n, row = qw.shape
+    U = _UNITS[layout]
+    nb = row // (4 * U)
     rows = rows.long()
     i = rows % PANEL
     first = rows - i  # the panel's first row
     r = torch.clamp(n - first, max=PANEL)  # its rows
     ar = lambda m: torch.arange(m, device=qw.device)  # noqa: E731
-    e = lambda x: x[..., None, None, None]  # noqa: E731  [...] -> [..., block, u, j]
-    # byte j of unit u of block b: first * K/2 + b * 16 r + u * 4 r + 4 i + j
-    at = e(first * half + 4 * i) + e(r) * (16 * ar(nb)[:, None, None] + 4 * ar(4)[:, None]) + ar(4)
-    b = qw.reshape(-1)[at]  # [..., nb, 4, 4]
-    vals = torch.stack([b & 0x0F, b >> 4], dim=-3).reshape(*rows.shape, 2 * half)
-    s_at = (first * nb + i)[..., None] + r[..., None] * ar(nb)
-    return vals, t["scales"].reshape(-1)[s_at], t["mins"].reshape(-1)[s_at]
+    e = lambda x: x[..., None, None, None]  # noqa: E731  [...] -> [..., block, unit, byte]
+    # byte j of unit u of block b: first * row + b * 4 U r + u * 4 r + 4 i + j
+    at = e(first * row + 4 * i) + e(r) * (4 * U * ar(nb)[:, None, None] + 4 * ar(U)[:, None]) + ar(4)
+    f_at = (first * nb + i)[..., None] + r[..., None] * ar(nb)
+    fields = {name: x.reshape(-1)[f_at] for name, x in t.items() if name != "qweight"}
+    return _values(layout, qw.reshape(-1)[at]), fields
 
 
 # -- GGUF blocks -> layouts -------------------------------------------------------------------
@@ -475,13 +489,10 @@ def _gguf_fields(b: np.ndarray, qtype: T, n: int) -> dict[str, np.ndarray]:
 def pack_fields(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[str, Tensor]:
     """A layout's tensors from a matrix's values [n, K] (row order; q8 signed, the others
     unsigned as stored) and its scale fields in block order (q6k: sc per 16 values)."""
-    if layout == "q4":
-        return {name: x.contiguous() for name, x in q4_to_panels(values, fields["scales"], fields["mins"]).items()}
+    if layout in PANEL_LAYOUTS:
+        return to_panels(layout, values, {name: fields[name] for name in LAYOUT_TENSORS[layout][1:]})
     out = dict(fields)
-    if layout == "q8":
-        out["qweight"] = pack_bytes(values)
-    else:
-        out["qweight"] = pack_nibbles(values & 0x0F)
+    out["qweight"] = pack_nibbles(values & 0x0F)
     if layout in ("q5k", "q5", "q5s"):
         out["qhigh"] = pack_plane5(values >> 4)
     elif layout == "q6k":
@@ -506,7 +517,7 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int, order: Optional[np.ndar
         return None
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
     rows = raw.reshape(n, -1) if order is None else raw.reshape(n, -1)[order]
-    step = PANEL * max(1, _PACK_BYTES // (PANEL * rows.shape[1]))  # whole panels (q4) per chunk
+    step = PANEL * max(1, _PACK_BYTES // (PANEL * rows.shape[1]))  # whole panels (q4, q8) per chunk
     out: dict[str, Tensor] = {}
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
@@ -536,13 +547,13 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
         d = (wb.abs().amax(-1) / 127).to(torch.float16)
         inv = torch.where(d > 0, 1 / d.float(), torch.zeros_like(d, dtype=torch.float32))
         q = torch.round(wb * inv[..., None]).clamp(-127, 127).to(torch.int8)
-        return {"qweight": pack_bytes(q.reshape(n, k)), "scales": d}
+        return to_panels("q8", q.reshape(n, k), {"scales": d})
     lo, hi = wb.amin(-1), wb.amax(-1)
     m = lo.to(torch.float16)
     d = ((hi - m.float()) / 15).to(torch.float16)
     inv = torch.where(d > 0, 1 / d.float(), torch.zeros_like(d, dtype=torch.float32))
     q = torch.round((wb - m.float()[..., None]) * inv[..., None]).clamp(0, 15).to(torch.uint8)
-    return q4_to_panels(q.reshape(n, k), d, m)
+    return to_panels("q4", q.reshape(n, k), {"scales": d, "mins": m})
 
 
 # -- layouts -> float (the reference) --------------------------------------------------------
@@ -594,8 +605,8 @@ def nonlinear_values(t: dict[str, Tensor]) -> Tensor:
 
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
-    """Packed rows [..., K] back to float (float32 math, then `dtype`); a q4 group is a whole
-    matrix [N, K] in its panels (rows of one: `dequantize_rows`)."""
+    """Packed rows [..., K] back to float (float32 math, then `dtype`); a q4 or q8 group is a
+    whole matrix [N, K] in its panels (rows of one: `dequantize_rows`)."""
     if layout_of(t) in ("q4nl", "q4xs"):  # d * NONLINEAR[q], (d * sc) * NONLINEAR[q], as the gguf package computes them
         vals = nonlinear_values(t)
         shape = vals.shape
@@ -620,22 +631,21 @@ def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tens
         else:
             w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK) + mins[..., None]
         return w.reshape(shape).to(dtype)
-    if "mins" in t:  # q4
-        return _q4_float(*q4_from_panels(t), dtype)
-    vals = unpack_q8(t["qweight"])
-    shape = vals.shape
-    w = vals.reshape(*shape[:-1], -1, BLOCK).float() * t["scales"].float()[..., None]
-    return w.reshape(shape).to(dtype)
+    return _panel_float(*from_panels(layout_of(t), t), dtype)  # q4, q8
 
 
-def _q4_float(vals: Tensor, scales: Tensor, mins: Tensor, dtype: torch.dtype) -> Tensor:
+def _panel_float(vals: Tensor, fields: dict[str, Tensor], dtype: torch.dtype) -> Tensor:
+    """q4's scale * q + min, q8's scale * q, from values [..., K] and fields [..., K/32]."""
     shape = vals.shape
-    w = vals.reshape(*shape[:-1], -1, BLOCK).float() * scales.float()[..., None] + mins.float()[..., None]
+    w = vals.reshape(*shape[:-1], -1, BLOCK).float() * fields["scales"].float()[..., None]
+    if "mins" in fields:
+        w = w + fields["mins"].float()[..., None]
     return w.reshape(shape).to(dtype)
 
 
 def dequantize_rows(t: dict[str, Tensor], rows: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     """Rows `rows` [...] of a packed matrix in float [..., K] (an embedding lookup)."""
-    if layout_of(t) == "q4":
-        return _q4_float(*q4_rows(t, rows), dtype)
+    layout = layout_of(t)
+    if layout in PANEL_LAYOUTS:
+        return _panel_float(*panel_rows(layout, t, rows), dtype)
     return dequantize({name: x[rows] for name, x in t.items()}, dtype)

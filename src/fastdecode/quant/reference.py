@@ -11,12 +11,12 @@ q - 32); then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
     acc[j] = acc[j] + I_b * (w_scale_b * x_scale_b)
     macc[j] = macc[j] + w_min_b * (x_scale_b * sum(q_b))     (layouts with minima)
 
-and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4, whose rows
-the kernels read in panels of 16 (one row per lane), has no lanes within a row:
-per output, blocks in order,
+and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4 and q8, whose
+rows the kernels read in panels of 16 (one row per lane), have no lanes within a
+row: per output, blocks in order,
 
-    acc = acc + I_b * (w_scale_b * x_scale_b);  macc = macc + w_min_b * (x_scale_b * sum(q_b))
-    y = acc + macc
+    acc = acc + I_b * (w_scale_b * x_scale_b);  macc = macc + w_min_b * (x_scale_b * sum(q_b))  (q4)
+    y = acc [+ macc]
 
 The integer sums are exact in float32 here (below 2^24), so their order does not matter.
 
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .formats import (BLOCK, GROUP, kquant_scales, kquant_values, layout_of, nonlinear_scales, nonlinear_values,
-                      q4_from_panels, q6_scales_in_rows, unpack_q8, value_offset)
+                      from_panels, q6_scales_in_rows, value_offset)
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
 
@@ -89,15 +89,15 @@ def _matmul(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], sc: Option
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] = None) -> Tensor:
     """x [M, K] float -> [M, N] float32, for a q4 (mins given) or q8 weight."""
     N, K = qweight.shape[0], x.shape[1]
-    if mins is None:
-        w = unpack_q8(qweight).float().reshape(N, K // BLOCK, BLOCK)
-        return _matmul(x, w, scales.float(), None, None)
-    vals, ws, mn = q4_from_panels({"qweight": qweight, "scales": scales, "mins": mins})
-    return _blocks_in_order(x, vals.float().reshape(N, K // BLOCK, BLOCK), ws.float(), mn.float())
+    t = {"qweight": qweight, "scales": scales} | ({} if mins is None else {"mins": mins})
+    vals, fields = from_panels("q8" if mins is None else "q4", t)
+    mins = fields.get("mins")
+    return _blocks_in_order(x, vals.float().reshape(N, K // BLOCK, BLOCK), fields["scales"].float(),
+                            None if mins is None else mins.float())
 
 
-def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Tensor) -> Tensor:
-    """q4's sums (module docstring): x [M, K]; w [N, nb, 32] values; ws, mins [N, nb] float32."""
+def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor]) -> Tensor:
+    """q4's and q8's sums (module docstring): x [M, K]; w [N, nb, 32] values; ws, mins [N, nb]."""
     M = x.shape[0]
     N, nb = ws.shape
     q, d = quantize_activations(x)
@@ -106,13 +106,16 @@ def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Tensor) -> Tensor:
     out = []
     for m0 in range(0, M, rows):
         terms = torch.einsum("cbi,nbi->cnb", q[m0:m0 + rows], w) * (ws[None] * d[m0:m0 + rows, None, :])
-        mterms = mins[None] * xs[m0:m0 + rows, None, :]
         acc = torch.zeros(terms.shape[:2], device=x.device)
-        macc = torch.zeros_like(acc)
         for b in range(nb):
             acc = acc + terms[..., b]
-            macc = macc + mterms[..., b]
-        out.append(acc + macc)
+        if mins is not None:
+            mterms = mins[None] * xs[m0:m0 + rows, None, :]
+            macc = torch.zeros_like(acc)
+            for b in range(nb):
+                macc = macc + mterms[..., b]
+            acc = acc + macc
+        out.append(acc)
     return torch.cat(out)
 
 

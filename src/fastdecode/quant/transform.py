@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..model.args import ModelArgs
 from ..errors import FastDecodeError
 from ..model.transformer import Attention, Embedding, RMSNorm, Transformer, adjacent_rows
-from .formats import PANEL, SUFFIXES, BlockSizeError, dequantize, layout_of, packed_k, quantize
+from .formats import PANEL, PANEL_LAYOUTS, SUFFIXES, BlockSizeError, dequantize, layout_of, packed_k, quantize
 from .linear import LAYOUT_OPS, QuantEmbedding, QuantLinear, SplitLinear, _Packed
 
 WEIGHTS = ("auto", "float", "int8", "int4")
@@ -77,12 +77,12 @@ def build_model(args: ModelArgs, state_dict: dict[str, Tensor], dtype: torch.dty
                     state_dict[f"{p}.weight"] = dequantize(_pop_packed(state_dict, p), dtype)
             notes.append(f"{path}: mixed layouts {sorted(map(str, set(layouts)))}, dequantized")
             continue
-        # Each run of parts that share a layout (and for q4, whose rows are in panels of 16,
-        # follow a part of whole panels) concatenates; several runs each take their own
+        # Each run of parts that share a layout (and for q4 and q8, whose rows are in panels of
+        # 16, follow a part of whole panels) concatenates; several runs each take their own
         # kernel (SplitLinear).
         runs: list[list[int]] = []
         for i, lay in enumerate(layouts):
-            whole = lay != "q4" or i == 0 or packs[i - 1]["qweight"].shape[0] % PANEL == 0
+            whole = lay not in PANEL_LAYOUTS or i == 0 or packs[i - 1]["qweight"].shape[0] % PANEL == 0
             if runs and layouts[runs[-1][0]] == lay and whole:
                 runs[-1].append(i)
             else:

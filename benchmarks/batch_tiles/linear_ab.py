@@ -1,0 +1,81 @@
+"""Time one quantized matmul op (q4_linear or q8_linear) of two source trees, through torch, in
+alternating rounds, and print each shape's median time per tree and their ratio.
+
+    python benchmarks/batch_tiles/linear_ab.py BASE_SRC NEW_SRC [--layout q4|q8] [--rounds 3] MxNxK ...
+
+BASE_SRC and NEW_SRC are `src` folders (e.g. of a `git archive` copy); each round runs each tree in
+a fresh process. The weights are `formats.quantize` of random floats in that tree's layout,
+rotated over COPIES copies (default 8) so that they stream from memory as a model's do; the time
+of a shape is the first quartile of ROUNDS_PER_RUN calls (default 60). THREADS (default 2) sets
+torch's threads; ISA=avx2 (with ATEN_CPU_CAPABILITY=avx2) runs the AVX2 kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def worker(src: str, layout: str, shapes: list[str]) -> None:
+    sys.path.insert(0, src)
+    import torch
+
+    from fastdecode import kernels
+    from fastdecode.quant import formats
+
+    kernels.load_kernels()
+    if os.environ.get("ISA"):
+        kernels.set_isa(os.environ["ISA"])
+    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
+    copies, calls = int(os.environ.get("COPIES", "8")), int(os.environ.get("ROUNDS_PER_RUN", "60"))
+    out = {}
+    for spec in shapes:
+        m, n, k = map(int, spec.split("x"))
+        g = torch.Generator().manual_seed(0)
+        ps = [formats.quantize(torch.randn(n, k, generator=g), layout) for _ in range(copies)]
+        x = torch.randn(m, k, generator=g)
+        ts = []
+        for r in range(calls):
+            p = ps[r % copies]
+            t0 = time.perf_counter()
+            if layout == "q4":
+                torch.ops.fastdecode.q4_linear(x, p["qweight"], p["scales"], p["mins"])
+            else:
+                torch.ops.fastdecode.q8_linear(x, p["qweight"], p["scales"])
+            ts.append(time.perf_counter() - t0)
+        out[spec] = sorted(ts)[calls // 4]
+    print(json.dumps(out))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("base")
+    ap.add_argument("new")
+    ap.add_argument("shapes", nargs="+", help="MxNxK")
+    ap.add_argument("--layout", choices=("q4", "q8"), default="q4")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a.base, a.layout, a.shapes)
+    times: dict[str, dict[str, list[float]]] = {s: {"base": [], "new": []} for s in a.shapes}
+    for _ in range(a.rounds):
+        for side, src in (("base", a.base), ("new", a.new)):
+            cmd = [sys.executable, __file__, src, src, *a.shapes, "--layout", a.layout, "--worker"]
+            res = subprocess.run(cmd, capture_output=True, text=True, check=True)
+            for spec, t in json.loads(res.stdout.strip().splitlines()[-1]).items():
+                times[spec][side].append(t)
+    print(f"{'M x N x K':>14} {'base us':>9} {'new us':>9} {'new GMAC/s':>10} {'speed':>6}")
+    for spec, t in times.items():
+        m, n, k = map(int, spec.split("x"))
+        b, w = statistics.median(t["base"]), statistics.median(t["new"])
+        print(f"{spec:>14} {b * 1e6:9.1f} {w * 1e6:9.1f} {m * n * k / w / 1e9:10.1f} {b / w:6.2f}")
+
+
+if __name__ == "__main__":
+    main()
