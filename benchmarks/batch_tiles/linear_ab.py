@@ -1,13 +1,15 @@
-"""Time one quantized matmul op (q4_linear or q8_linear) of two source trees, through torch, in
-alternating rounds, and print each shape's median time per tree and their ratio.
+"""Time one quantized matmul (of a Q4_1, Q8_0 or Q4_0 weight: layouts q4, q8, q4s) of two source
+trees, through torch, in alternating rounds, and print each shape's median time per tree and
+their ratio.
 
-    python benchmarks/batch_tiles/linear_ab.py BASE_SRC NEW_SRC [--layout q4|q8] [--rounds 3] MxNxK ...
+    python benchmarks/batch_tiles/linear_ab.py BASE_SRC NEW_SRC [--type Q4_1|Q8_0|Q4_0] [--rounds 3] MxNxK ...
 
 BASE_SRC and NEW_SRC are `src` folders (e.g. of a `git archive` copy); each round runs each tree in
-a fresh process. The weights are `formats.quantize` of random floats in that tree's layout,
-rotated over COPIES copies (default 8) so that they stream from memory as a model's do; the time
-of a shape is the first quartile of ROUNDS_PER_RUN calls (default 60). THREADS (default 2) sets
-torch's threads; ISA=avx2 (with ATEN_CPU_CAPABILITY=avx2) runs the AVX2 kernels.
+a fresh process. The weights are random GGUF blocks (any bytes are valid ones; the float16 scales
+set to small values) packed by that tree's `formats.pack_gguf`, rotated over COPIES copies
+(default 8) so that they stream from memory as a model's do; the time of a shape is the first
+quartile of ROUNDS_PER_RUN calls (default 60). THREADS (default 2) sets torch's threads; ISA=avx2
+(with ATEN_CPU_CAPABILITY=avx2) runs the AVX2 kernels.
 """
 
 from __future__ import annotations
@@ -21,32 +23,40 @@ import sys
 import time
 
 
-def worker(src: str, layout: str, shapes: list[str]) -> None:
+def worker(src: str, qtype_name: str, shapes: list[str]) -> None:
     sys.path.insert(0, src)
+    import numpy as np
     import torch
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     from fastdecode import kernels
     from fastdecode.quant import formats
+    from fastdecode.quant.linear import packed_linear
 
     kernels.load_kernels()
     if os.environ.get("ISA"):
         kernels.set_isa(os.environ["ISA"])
     torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     copies, calls = int(os.environ.get("COPIES", "8")), int(os.environ.get("ROUNDS_PER_RUN", "60"))
+    qtype = GGMLQuantizationType[qtype_name]
+    block_bytes = GGML_QUANT_SIZES[qtype][1]
+    halves = 2 if qtype == GGMLQuantizationType.Q4_1 else 1  # d (and Q4_1's m) lead each block
+    rng = np.random.default_rng(0)
     out = {}
     for spec in shapes:
         m, n, k = map(int, spec.split("x"))
-        g = torch.Generator().manual_seed(0)
-        ps = [formats.quantize(torch.randn(n, k, generator=g), layout) for _ in range(copies)]
-        x = torch.randn(m, k, generator=g)
+        ps = []
+        for _ in range(copies):
+            raw = rng.integers(0, 256, size=(n * k // 32, block_bytes), dtype=np.uint8)
+            raw[:, :2 * halves] = np.full((raw.shape[0], halves), 0.01, np.float16).view(np.uint8)
+            ps.append(formats.pack_gguf(raw, qtype, n, k))
+        layout = formats.layout_of(ps[0])
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(0))
         ts = []
         for r in range(calls):
             p = ps[r % copies]
             t0 = time.perf_counter()
-            if layout == "q4":
-                torch.ops.fastdecode.q4_linear(x, p["qweight"], p["scales"], p["mins"])
-            else:
-                torch.ops.fastdecode.q8_linear(x, p["qweight"], p["scales"])
+            packed_linear(x, layout, p, native=True)
             ts.append(time.perf_counter() - t0)
         out[spec] = sorted(ts)[calls // 4]
     print(json.dumps(out))
@@ -57,16 +67,16 @@ def main() -> None:
     ap.add_argument("base")
     ap.add_argument("new")
     ap.add_argument("shapes", nargs="+", help="MxNxK")
-    ap.add_argument("--layout", choices=("q4", "q8"), default="q4")
+    ap.add_argument("--type", choices=("Q4_1", "Q8_0", "Q4_0"), default="Q4_1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
-        return worker(a.base, a.layout, a.shapes)
+        return worker(a.base, a.type, a.shapes)
     times: dict[str, dict[str, list[float]]] = {s: {"base": [], "new": []} for s in a.shapes}
     for _ in range(a.rounds):
         for side, src in (("base", a.base), ("new", a.new)):
-            cmd = [sys.executable, __file__, src, src, *a.shapes, "--layout", a.layout, "--worker"]
+            cmd = [sys.executable, __file__, src, src, *a.shapes, "--type", a.type, "--worker"]
             res = subprocess.run(cmd, capture_output=True, text=True, check=True)
             for spec, t in json.loads(res.stdout.strip().splitlines()[-1]).items():
                 times[spec][side].append(t)

@@ -6,11 +6,11 @@ import torch
 from fastdecode.quant import formats
 
 
-def test_q4_and_q8_panels_hold_16_rows_per_unit():
+def test_panels_hold_16_rows_per_unit():
     """Panel p, block b, unit u, row i, byte j (a last panel of r < 16 rows stored short)."""
     n, nb = 37, 3  # two full panels and one of 5 rows
     gen = torch.Generator().manual_seed(2)
-    for layout, units in (("q4", 4), ("q8", 8)):
+    for layout, units in (("q4", 4), ("q4s", 4), ("q8", 8)):
         values = torch.randint(0, 16, (n, 32 * nb), generator=gen)
         if layout == "q8":
             values = values * 16 - 128 + torch.randint(0, 16, (n, 32 * nb), generator=gen)
@@ -25,9 +25,9 @@ def test_q4_and_q8_panels_hold_16_rows_per_unit():
             for b in range(nb):
                 assert s[16 * p * nb + r * b + i] == scales[row, b]
                 for v in range(32):
-                    u, j = divmod(v % 16, 4) if layout == "q4" else divmod(v, 4)
+                    u, j = divmod(v % 16, 4) if units == 4 else divmod(v, 4)
                     byte = q[base + 4 * units * r * b + 4 * r * u + 4 * i + j]
-                    if layout == "q4":
+                    if units == 4:
                         assert (byte >> 4 if v >= 16 else byte & 15) == values[row, 32 * b + v]
                     else:
                         assert byte == values[row, 32 * b + v] % 256

@@ -84,7 +84,8 @@ void rows(const QuantArgs& a, int64_t n0, int64_t n1);
 }  // namespace vnni
 
 // Weight rows per tile on each instruction set (ops.cpp splits rows across threads in whole tiles),
-// and q4's rows per panel (quant_panel.h).
+// and rows per panel of the layouts stored in panels (quant_panel.h).
 constexpr int64_t kTileRows = 4, kPanelRows = 16;
+constexpr bool in_panels(Layout l) { return l == kQ4 || l == kQ8 || l == kQ4S; }
 
 }  // namespace fd

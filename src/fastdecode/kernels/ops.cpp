@@ -170,7 +170,7 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // Matmuls on block-quantized weights, for every M (decode, batches, prefill).
 //
 // Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s, q4s, q4nl, q4xs), K a
-// multiple of 32, each row's blocks in groups of 8 lanes; q4's and q8's rows in panels of 16. Activations are quantized once per call to
+// multiple of 32, each row's blocks in groups of 8 lanes; q4's, q8's and q4s' rows in panels of 16. Activations are quantized once per call to
 // int8 blocks of 32 (one scale per block), as llama.cpp does, so the inner loop is an
 // int8 dot product.
 //
@@ -218,7 +218,7 @@ at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   a.N = N;
   const bool vnni = active_isa() == kVnni;
   a.wide = wide();
-  const int64_t rt = a.layout == fd::kQ4 || a.layout == fd::kQ8 ? fd::kPanelRows : fd::kTileRows;
+  const int64_t rt = fd::in_panels(a.layout) ? fd::kPanelRows : fd::kTileRows;
   const int64_t tiles = (N + rt - 1) / rt, threads = at::get_num_threads();
   const int64_t chunk = std::max<int64_t>(64 / rt, tiles / (threads * kChunksPerThread));
   std::atomic<int64_t> next{0};

@@ -1,9 +1,9 @@
 // The tile shapes per instruction set and the layout switch, included after
-// quant_kernel.h and quant_panel.h in each per-ISA translation unit. q4 and q8 run on their
-// panels (quant_panel.h); the tiles below are the other layouts'.
+// quant_kernel.h and quant_panel.h in each per-ISA translation unit. q4, q8 and q4s run on
+// their panels (quant_panel.h); the tiles below are the other layouts'.
 
-// Tiles, measured on Zen 4 (benchmarks/real_sizes.md, benchmarks/batch_tiles.md; q4 and q8 ran
-// on them until their panels, and the figures below that name them are from then). One
+// Tiles, measured on Zen 4 (benchmarks/real_sizes.md, benchmarks/batch_tiles.md; q4, q8 and q4s
+// ran on them until their panels, and the figures below that name them are from then). One
 // activation row (batch-1 decode): one weight row at a time, so that each core reads one
 // sequential stream from DRAM (4 rows side by side computed faster from cache but streamed
 // slower, down to 9 GB/s a core for q6k/q8 at K = 2048). A decode batch (M <= kFewRows) whose
@@ -17,8 +17,7 @@
 // q8 (timed through torch, 2-thread), and 0.74-0.78x at M = 16, K = 2048 (32 KB), which stays
 // on 4 x 4 (benchmarks/serve/README.md).
 // More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still no slower than 4 x 2 or
-// 4 x 3, and faster for q6k). On VNNI also short rows (K <= kShortK) of the q4s and q5 layouts
-// (q4nl with them: q4s's bytes and one lookup more)
+// 4 x 3, and faster for q6k). On VNNI also short rows (K <= kShortK) of the q5 layouts and q4nl
 // at any M > 1: there the one-row tiles ran 0.68-0.94x the 4 x 4's speed at M = 2..16 (K = 512
 // to 768, one thread, weights from DRAM; 1.0-1.2x at K = 1024, 1.1-2.0x at K >= 1536), while
 // AVX2's one-row tiles, and VNNI's for q8 and the K-quants, stayed ahead (benchmarks/batch_tiles.md,
@@ -26,7 +25,7 @@
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
 constexpr int64_t kFewRows = 8, kFewK = 4096, kMoreRows = 16, kMoreBytes = 24576, kShortK = 768;
 template <int L>
-constexpr bool kShortRows4x4 = FD_VNNI && (L == kQ4S || L == kQ4NL || L == kQ5 || L == kQ5S);
+constexpr bool kShortRows4x4 = FD_VNNI && (L == kQ4NL || L == kQ5 || L == kQ5S);
 #ifndef FD_PAIRS
 #define FD_PAIRS FD_VNNI
 #endif
@@ -64,7 +63,7 @@ static void dispatch(const Args& a, int64_t n0, int64_t n1) {
     case kQ6K: return run_layout<kQ6K>(a, n0, n1);
     case kQ5: return run_layout<kQ5>(a, n0, n1);
     case kQ5S: return run_layout<kQ5S>(a, n0, n1);
-    case kQ4S: return run_layout<kQ4S>(a, n0, n1);
+    case kQ4S: return panel_rows<kQ4S>(a, n0, n1);
     case kQ4NL: return run_layout<kQ4NL>(a, n0, n1);
     case kQ4XS: return run_layout<kQ4XS>(a, n0, n1);
   }

@@ -1,4 +1,4 @@
-// q4's and q8's matmul on their panels of 16 weight rows (quant/formats.py), included after
+// q4's, q8's and q4s' matmul on their panels of 16 weight rows (quant/formats.py), included after
 // quant_kernel.h in each per-ISA translation unit.
 //
 // A 64-byte unit of a panel holds 4 values of each of its 16 rows, so a dot product against 4
@@ -12,7 +12,8 @@
 //   y = acc [+ macc]
 //
 // whatever the tile, M, thread count or instruction set; quant/reference.py repeats it.
-// I_b = sum q x (q4: q in 0..15; q8: signed w, which VNNI takes as w + 128, less 128 sum x).
+// I_b = sum q x (q4: q in 0..15; q8: signed w, which VNNI takes as w + 128, less 128 sum x;
+// q4s: sum q x - 8 sum x).
 // Against the lane-order tiles q4 measured 1.1-2.6x on VNNI and up to 1.6x on AVX2
 // (benchmarks/batch_tiles/panels.md).
 
@@ -20,7 +21,7 @@ constexpr int64_t kPanel = ::fd::kPanelRows;
 
 typedef int32_t PanelWord __attribute__((may_alias, aligned(1)));
 
-// 4-byte units per row and block: q4's 32 nibbles, q8's 32 bytes.
+// 4-byte units per row and block: q4's and q4s' 32 nibbles, q8's 32 bytes.
 template <int L>
 constexpr int kUnits = L == kQ8 ? 8 : 4;
 
@@ -34,6 +35,12 @@ struct Panel {
 // quantize_rows' lane order), `row` bytes further on.
 static FD_INLINE int32_t xword(const int8_t* xb, int64_t row, int w) {
   return reinterpret_cast<const PanelWord*>(xb + row)[8 * w];
+}
+
+// The integer sum of activation row m's block b (quantize_rows' sums of values 0..15 and 16..31).
+static FD_INLINE int32_t block_sum(const Args& a, int64_t m, int64_t b) {
+  const int32_t* s = a.xsums + m * ((a.nb + 7) / 8) * 16 + 16 * (b / 8) + b % 8;
+  return s[0] + s[8];
 }
 
 // Prefetch `ahead` bytes ahead in the values' stream, and in the scales' (and minima's), which
@@ -67,9 +74,7 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
         const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(pb + 64 * u), flip);  // w + 128
         for (int c = 0; c < C; ++c) I[c] = _mm512_dpbusd_epi32(I[c], v, _mm512_set1_epi32(xword(xb, c * xrow, u)));
       }
-      const int32_t* sums = a.xsums + m * G * 16 + 16 * (b / 8) + b % 8;  // values 0..15, 16..31
-      for (int c = 0; c < C; ++c)
-        I[c] = _mm512_sub_epi32(I[c], _mm512_set1_epi32((sums[c * G * 16] + sums[c * G * 16 + 8]) * 128));
+      for (int c = 0; c < C; ++c) I[c] = _mm512_sub_epi32(I[c], _mm512_set1_epi32(128 * block_sum(a, m + c, b)));
     } else {
       for (int u = 0; u < 4; ++u) {
         const __m512i v = _mm512_loadu_si512(pb + 64 * u);
@@ -79,6 +84,8 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
           I[c] = _mm512_dpbusd_epi32(I[c], hi, _mm512_set1_epi32(xword(xb, c * xrow, 4 + u)));
         }
       }
+      if constexpr (L == kQ4S)  // q - 8
+        for (int c = 0; c < C; ++c) I[c] = _mm512_sub_epi32(I[c], _mm512_set1_epi32(8 * block_sum(a, m + c, b)));
     }
     const __m512 ws = _mm512_cvtph_ps(load32(p.sc + 16 * b));
     for (int c = 0; c < C; ++c) {
@@ -139,8 +146,10 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
           }
         }
       }
-      for (int h = 0; h < 2; ++h)
-        for (int c = 0; c < C; ++c) I[h][c] = _mm256_madd_epi16(P[h][c], ones);
+      for (int c = 0; c < C; ++c) {
+        const __m256i off = _mm256_set1_epi32(L == kQ4S ? 8 * block_sum(a, m + c, b) : 0);  // q4s: q - 8
+        for (int h = 0; h < 2; ++h) I[h][c] = _mm256_sub_epi32(_mm256_madd_epi16(P[h][c], ones), off);
+      }
     }
     for (int h = 0; h < 2; ++h) {
       const __m256 ws = scales8(p.sc + 16 * b + 8 * h);
@@ -177,7 +186,7 @@ static void panel_all_rows(const Panel& p, const Args& a, float* y, int64_t ldy,
   }
 }
 
-// Output rows [n0, n1) of a q4 or q8 matmul: n0 a multiple of 16, n1 one too or N. A last panel
+// Output rows [n0, n1) of a matmul in panels: n0 a multiple of 16, n1 one too or N. A last panel
 // of r < 16 rows (stored [nb][U][r][4] and [nb][r]) is copied into a zero-padded full one first;
 // its outputs go through a buffer [M, 16].
 template <int L>

@@ -1,17 +1,17 @@
 """fastdecode's quantized weight layouts, and how GGUF types and float weights map onto them.
 
-Every layout but q4 and q8 is row-major, one row per output feature, K (the input
-dimension) in blocks of 32 values; q4 and q8 keep their rows in panels of 16 (below).
+Every layout but q4, q8 and q4s is row-major, one row per output feature, K (the input
+dimension) in blocks of 32 values; those three keep their rows in panels of 16 (below).
 The kernels (`kernels/quant_kernel.h`, `kernels/quant_panel.h`) read them as is.
 
-**Panels (q4, q8).** Rows 16 p .. 16 p + r - 1 (r = 16, or N mod 16 for a last,
+**Panels (q4, q8, q4s).** Rows 16 p .. 16 p + r - 1 (r = 16, or N mod 16 for a last,
 short panel) are stored together, block by block, so that one 64-byte unit holds 4
 values of each of 16 rows and a 16-lane dot product leaves each row's block sum in
 its own lane. The tensors keep their shapes; only the order within them changes.
 Panel p starts where row 16 p would:
 
     qweight  [nb][U units u][r rows][4 bytes j]
-             q4 (U = 4): the low nibble of byte j holds value 4u + j of the block,
+             q4, q4s (U = 4): the low nibble of byte j holds value 4u + j of the block,
              the high nibble value 16 + 4u + j;  q8 (U = 8): byte j is value 4u + j
     scales (and q4's mins)  [nb][r]
 
@@ -19,7 +19,7 @@ A slice of whole panels (rows a multiple of 16 apart) is the same slice of rows,
 tensor-parallel row shards and fused matrices whose parts are multiples of 16 rows
 concatenate as they are; anything else goes through `from_panels`.
 
-**Lane order** (every layout but q4 and q8). Within a row, the blocks go in groups of 8 (the last group may
+**Lane order** (the other layouts). Within a row, the blocks go in groups of 8 (the last group may
 hold g < 8), one block per 32-bit lane of the kernels' 8-lane registers. A
 group's values are stored by sub-step: sub-step i (0..7) holds values
 4i..4i+3 of each of the group's blocks, block after block (4 g bytes of 8-bit
@@ -30,7 +30,7 @@ own lane (`to_lanes` makes that order, `from_lanes` undoes it). Per-block scales
 blocks (every group before the last is full, g = 8):
 
     nibbles:  4 chunks x 4g bytes; chunk c holds sub-step c in its low nibbles
-              and sub-step c + 4 in its high ones (q4s, q4nl, q4k, q5k, q5, q5s,
+              and sub-step c + 4 in its high ones (q4nl, q4k, q5k, q5, q5s,
               q6k's low 4 bits), so sub-steps 0-3 are each block's values 0..15
     plane5:   4g bytes; bit i of byte l is the fifth bit of sub-step i's byte l
     plane6:   2 x 4g bytes; bits 2i', 2i' + 1 of byte l of half h are the top two
@@ -59,8 +59,8 @@ Bits per weight count every byte stored:
     q5  (6 bpw; Q5_1) nibbles [N, K/2] (row-major), float16 scales and mins [N, K/32], and
         qhigh uint8 [N, K/8]     plane5; w = scale * q + min, q in 0..31
     q5s (5.5 bpw; Q5_0) q5 without mins; w = scale * (q - 16)
-    q4s (4.5 bpw; Q4_0) nibbles [N, K/2] (row-major), float16 scales [N, K/32]; w = scale * (q - 8)
-    q4nl (4.5 bpw; IQ4_NL) q4s's qweight as indices, and
+    q4s (4.5 bpw; Q4_0; in panels) nibbles [N, K/2], float16 scales [N, K/32]; w = scale * (q - 8)
+    q4nl (4.5 bpw; IQ4_NL) nibbles [N, K/2] (row-major) as indices, and
         d float16 [N, K/32]      w = d * NONLINEAR[q], q in 0..15
     q4xs (4.3125 bpw; IQ4_XS, 4.25; K a multiple of 256) q4nl's qweight, and
         sc int8 [N, K/32]        each block's 6-bit scale minus 32
@@ -99,11 +99,11 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
 # Bump when a layout changes; cached conversions are rebuilt (5: lane order; 6: Q4_0 as q4s;
-# 7: q4 in panels; 8: q8 in panels).
-LAYOUT_VERSION = 8
+# 7: q4 in panels; 8: q8 in panels; 9: q4s in panels).
+LAYOUT_VERSION = 9
 BLOCK = 32
 GROUP = 8  # blocks per lane group (the kernels' 8 lanes)
-PANEL = 16  # q4's and q8's rows per panel
+PANEL = 16  # rows per panel (PANEL_LAYOUTS)
 SUPER = 256  # the K-quants' super-blocks
 # Every packed tensor's suffix, in the order the ops take them.
 SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin")
@@ -321,8 +321,8 @@ def q6_scales_in_rows(sc: Tensor) -> Tensor:
 
 # -- panels (q4, q8) ---------------------------------------------------------------------------
 
-PANEL_LAYOUTS = ("q4", "q8")
-_UNITS = {"q4": 4, "q8": 8}  # 4-byte units per row and block
+PANEL_LAYOUTS = ("q4", "q8", "q4s")
+_UNITS = {"q4": 4, "q8": 8, "q4s": 4}  # 4-byte units per row and block
 
 
 def _panel_runs(n: int) -> list[tuple[int, int, int]]:
@@ -517,7 +517,7 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int, order: Optional[np.ndar
         return None
     block_size, block_bytes = GGML_QUANT_SIZES[qtype]
     rows = raw.reshape(n, -1) if order is None else raw.reshape(n, -1)[order]
-    step = PANEL * max(1, _PACK_BYTES // (PANEL * rows.shape[1]))  # whole panels (q4, q8) per chunk
+    step = PANEL * max(1, _PACK_BYTES // (PANEL * rows.shape[1]))  # whole panels per chunk
     out: dict[str, Tensor] = {}
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
@@ -559,7 +559,7 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
 # -- layouts -> float (the reference) --------------------------------------------------------
 
 def kquant_values(t: dict[str, Tensor]) -> Tensor:
-    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s/q4s/q4nl/q4xs group [..., K] (uint8, row
+    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s/q4nl/q4xs group [..., K] (uint8, row
     order; q4nl's and q4xs' are indices into NONLINEAR)."""
     vals = unpack_q4(t["qweight"])
     nb = vals.shape[-1] // BLOCK
@@ -605,15 +605,18 @@ def nonlinear_values(t: dict[str, Tensor]) -> Tensor:
 
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
-    """Packed rows [..., K] back to float (float32 math, then `dtype`); a q4 or q8 group is a
-    whole matrix [N, K] in its panels (rows of one: `dequantize_rows`)."""
-    if layout_of(t) in ("q4nl", "q4xs"):  # d * NONLINEAR[q], (d * sc) * NONLINEAR[q], as the gguf package computes them
+    """Packed rows [..., K] back to float (float32 math, then `dtype`); a q4, q8 or q4s group is
+    a whole matrix [N, K] in its panels (rows of one: `dequantize_rows`)."""
+    layout = layout_of(t)
+    if layout in PANEL_LAYOUTS:
+        return _panel_float(layout, *from_panels(layout, t), dtype)
+    if layout in ("q4nl", "q4xs"):  # d * NONLINEAR[q], (d * sc) * NONLINEAR[q], as the gguf package computes them
         vals = nonlinear_values(t)
         shape = vals.shape
         w = nonlinear_scales(t)[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK)
         return w.reshape(shape).to(dtype)
     offset = value_offset(t)
-    if offset or ("qhigh" in t and "scales" in t):  # q5: scale * q + min; q5s, q4s: scale * (q - offset)
+    if offset or ("qhigh" in t and "scales" in t):  # q5: scale * q + min; q5s: scale * (q - offset)
         vals = kquant_values(t)
         shape = vals.shape
         v = vals.float().reshape(*shape[:-1], -1, BLOCK)
@@ -631,13 +634,15 @@ def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tens
         else:
             w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK) + mins[..., None]
         return w.reshape(shape).to(dtype)
-    return _panel_float(*from_panels(layout_of(t), t), dtype)  # q4, q8
+    raise ValueError(f"no dequantization for layout {layout}")
 
 
-def _panel_float(vals: Tensor, fields: dict[str, Tensor], dtype: torch.dtype) -> Tensor:
-    """q4's scale * q + min, q8's scale * q, from values [..., K] and fields [..., K/32]."""
+def _panel_float(layout: str, vals: Tensor, fields: dict[str, Tensor], dtype: torch.dtype) -> Tensor:
+    """q4's scale * q + min, q8's scale * q, q4s' scale * (q - 8), from values [..., K] and fields
+    [..., K/32]."""
     shape = vals.shape
-    w = vals.reshape(*shape[:-1], -1, BLOCK).float() * fields["scales"].float()[..., None]
+    v = vals.reshape(*shape[:-1], -1, BLOCK).float()
+    w = fields["scales"].float()[..., None] * (v - 8 if layout == "q4s" else v)
     if "mins" in fields:
         w = w + fields["mins"].float()[..., None]
     return w.reshape(shape).to(dtype)
@@ -647,5 +652,5 @@ def dequantize_rows(t: dict[str, Tensor], rows: Tensor, dtype: torch.dtype = tor
     """Rows `rows` [...] of a packed matrix in float [..., K] (an embedding lookup)."""
     layout = layout_of(t)
     if layout in PANEL_LAYOUTS:
-        return _panel_float(*panel_rows(layout, t, rows), dtype)
+        return _panel_float(layout, *panel_rows(layout, t, rows), dtype)
     return dequantize({name: x[rows] for name, x in t.items()}, dtype)

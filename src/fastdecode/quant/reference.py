@@ -11,9 +11,9 @@ q - 32); then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
     acc[j] = acc[j] + I_b * (w_scale_b * x_scale_b)
     macc[j] = macc[j] + w_min_b * (x_scale_b * sum(q_b))     (layouts with minima)
 
-and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4 and q8, whose
-rows the kernels read in panels of 16 (one row per lane), have no lanes within a
-row: per output, blocks in order,
+and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4, q8 and q4s,
+whose rows the kernels read in panels of 16 (one row per lane), have no lanes
+within a row: per output, blocks in order,
 
     acc = acc + I_b * (w_scale_b * x_scale_b);  macc = macc + w_min_b * (x_scale_b * sum(q_b))  (q4)
     y = acc [+ macc]
@@ -97,7 +97,7 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] =
 
 
 def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor]) -> Tensor:
-    """q4's and q8's sums (module docstring): x [M, K]; w [N, nb, 32] values; ws, mins [N, nb]."""
+    """The panel layouts' sums (module docstring): x [M, K]; w [N, nb, 32] values; ws, mins [N, nb]."""
     M = x.shape[0]
     N, nb = ws.shape
     q, d = quantize_activations(x)
@@ -123,18 +123,22 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s, q4s, q4nl or q4xs weight group `t`,
     as the kernels compute it.
 
-    All of them sum in lanes (module docstring). q5 has 5-bit values, a scale and a minimum per
-    block; q5s and q4s are q8 with values q - 16 and q - 8, q4nl q8 with values NONLINEAR[q] and
-    its scales named d, q4xs the same with block scales d * sc; q4k/q5k have each block's float32
-    scale d * sc and minimum -(dmin * mn) formed from the stored bytes (exact products). q6k:
-    I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi (q - 32) x, its block scale the super-block's d.
+    All but q4s sum in lanes (module docstring); q4s, in panels, sums its blocks in order with
+    values q - 8. q5 has 5-bit values, a scale and a minimum per block; q5s has values q - 16;
+    q4nl values NONLINEAR[q] and its scales named d, q4xs the same with block scales d * sc;
+    q4k/q5k have each block's float32 scale d * sc and minimum -(dmin * mn) formed from the stored
+    bytes (exact products). q6k: I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi (q - 32) x, its
+    block scale the super-block's d.
     """
     N, K = t["qweight"].shape[0], x.shape[1]
     nb = K // BLOCK
+    if layout_of(t) == "q4s":  # in panels: blocks in order, values q - 8
+        vals, fields = from_panels("q4s", t)
+        return _blocks_in_order(x, vals.float().reshape(N, nb, BLOCK) - 8, fields["scales"].float(), None)
     if layout_of(t) in ("q4nl", "q4xs"):
         return _matmul(x, nonlinear_values(t).float().reshape(N, nb, BLOCK), nonlinear_scales(t), None, None)
     vals = kquant_values(t).float().reshape(N, nb, BLOCK)
-    if "scales" in t:  # q5 (with minima), q5s and q4s (as q8, with q - 16 and q - 8)
+    if "scales" in t:  # q5 (with minima), q5s (values q - 16)
         mins = t["mins"].float() if "mins" in t else None
         return _matmul(x, vals - value_offset(t), t["scales"].float(), mins, None)
     if "mn" not in t:  # q6k
