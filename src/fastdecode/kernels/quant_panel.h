@@ -14,8 +14,8 @@
 // whatever the tile, M, thread count or instruction set; quant/reference.py repeats it.
 // I_b = sum q x (q4: q in 0..15; q8: signed w, which VNNI takes as w + 128, less 128 sum x;
 // q4s: sum q x - 8 sum x).
-// Against the lane-order tiles q4 measured 1.1-2.6x on VNNI and up to 1.6x on AVX2
-// (benchmarks/batch_tiles/panels.md).
+// Against the lane-order tiles (Zen 4, 2 threads): VNNI 1.2-2.5x from two activation rows and
+// level to 1.3x at one; AVX2 1.3-1.8x at K = 576, level at K = 2048 (benchmarks/batch_tiles/panels.md).
 
 constexpr int64_t kPanel = ::fd::kPanelRows;
 
@@ -90,11 +90,13 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
     const __m512 ws = _mm512_cvtph_ps(load32(p.sc + 16 * b));
     for (int c = 0; c < C; ++c) {
       const int64_t at = (m + c) * G * 8 + b;
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I[c]), _mm512_mul_ps(ws, _mm512_set1_ps(a.xd[at]))));
+      const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(a.xd[at]));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I[c]), scale));
     }
     if constexpr (L == kQ4) {
       const __m512 mv = _mm512_cvtph_ps(load32(p.mn + 16 * b));
-      for (int c = 0; c < C; ++c) macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(a.xs[(m + c) * G * 8 + b])));
+      for (int c = 0; c < C; ++c)
+        macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(a.xs[(m + c) * G * 8 + b])));
     }
   }
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
@@ -155,7 +157,8 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
       const __m256 ws = scales8(p.sc + 16 * b + 8 * h);
       for (int c = 0; c < C; ++c) {
         const int64_t at = (m + c) * G * 8 + b;
-        acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(I[h][c]), _mm256_mul_ps(ws, _mm256_set1_ps(a.xd[at]))));
+        const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(a.xd[at]));
+        acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(I[h][c]), scale));
       }
       if constexpr (L == kQ4) {
         const __m256 mv = scales8(p.mn + 16 * b + 8 * h);
@@ -196,6 +199,7 @@ static void panel_rows(const Args& a, int64_t n0, int64_t n1) {
   const uint16_t *sc = reinterpret_cast<const uint16_t*>(a.sc), *mn = reinterpret_cast<const uint16_t*>(a.mn);
   for (int64_t n = n0; n < last; n += kPanel) {
     const Panel p{a.q + n * a.qs, sc + n * nb, L == kQ4 ? mn + n * nb : nullptr};
+    // 16 blocks ahead (q8 at 8 blocks ran 0.88x the lane tiles at M = 4, streamed from DRAM)
     panel_all_rows<L>(p, a, a.y + n, a.N, n + kPanel < last ? 1024 * U : 0);
   }
   if (last == n1) return;

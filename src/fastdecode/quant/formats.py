@@ -319,7 +319,7 @@ def q6_scales_in_rows(sc: Tensor) -> Tensor:
     return sc.reshape(*lead, -1, 2, GROUP).transpose(-1, -2).reshape(*lead, -1)
 
 
-# -- panels (q4, q8) ---------------------------------------------------------------------------
+# -- panels (q4, q8, q4s) ----------------------------------------------------------------------
 
 PANEL_LAYOUTS = ("q4", "q8", "q4s")
 _UNITS = {"q4": 4, "q8": 8, "q4s": 4}  # 4-byte units per row and block
@@ -332,8 +332,8 @@ def _panel_runs(n: int) -> list[tuple[int, int, int]]:
 
 
 def _units(layout: str, values: Tensor) -> Tensor:
-    """Values [N, K] in row order -> each row's blocks as 4-byte units [N, nb, U, 4] (q4: byte j of
-    unit u holds value 4u + j in its low nibble and 16 + 4u + j in its high one; q8: value 4u + j)."""
+    """Values [N, K] in row order -> each row's blocks as 4-byte units [N, nb, U, 4] (q4, q4s: byte
+    j of unit u holds value 4u + j in its low nibble and 16 + 4u + j in its high one; q8: value 4u + j)."""
     n, k = values.shape
     if layout == "q8":
         return values.to(torch.int8).reshape(n, k // BLOCK, 8, 4)
@@ -351,7 +351,7 @@ def _values(layout: str, units: Tensor) -> Tensor:
 
 def to_panels(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[str, Tensor]:
     """A panel layout's tensors from values [N, K] and per-block fields [N, K/32] (q4: scales
-    and mins; q8: scales), all in row order."""
+    and mins; q8, q4s: scales), all in row order."""
     units = _units(layout, values)
     n, nb, U = units.shape[:3]
     out: dict[str, list[Tensor]] = {name: [] for name in ("qweight", *fields)}
