@@ -248,9 +248,8 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
     packed = None
     if weights == "auto" and len(shape) == 2:
         # Q and K rows are put back in order before packing (q4 packs rows in panels of 16).
-        order = None
-        if permuted and (".attn_q." in name or ".attn_k." in name):
-            order = _unpermute(torch.arange(shape[0]), name, args).numpy()
+        heads = _qk_heads(name, args) if permuted else None
+        order = None if heads is None else unpermute_rows(torch.arange(shape[0]), heads).numpy()
         packed = pack_gguf(raw, qtype, *shape, order=order)
     if packed is not None:
         kinds[f"{qtype.name}->{GGUF_LAYOUTS[qtype].layout}"] += 1
@@ -262,10 +261,16 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
     return {key: (_unpermute(t, name, args) if permuted else t).contiguous()}
 
 
-def _unpermute(t: torch.Tensor, name: str, args: ModelArgs) -> torch.Tensor:
-    """Q and K rows (of a float matrix, or its row numbers) back to Hugging Face's order."""
+def _qk_heads(name: str, args: ModelArgs) -> Optional[int]:
+    """The heads whose rows llama.cpp's converter permuted in tensor `name` (Q or K), else None."""
     if ".attn_q." in name:
-        return unpermute_rows(t, args.n_heads).contiguous()
+        return args.n_heads
     if ".attn_k." in name:
-        return unpermute_rows(t, args.n_kv_heads).contiguous()
-    return t
+        return args.n_kv_heads
+    return None
+
+
+def _unpermute(t: torch.Tensor, name: str, args: ModelArgs) -> torch.Tensor:
+    """A float matrix's Q or K rows back to Hugging Face's order."""
+    heads = _qk_heads(name, args)
+    return t if heads is None else unpermute_rows(t, heads).contiguous()

@@ -170,9 +170,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // Matmuls on block-quantized weights, for every M (decode, batches, prefill).
 //
 // Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s, q4s, q4nl, q4xs), K a
-// multiple of 32, each row's blocks in groups of 8 lanes; q4's, q8's and q4s' rows in panels of 16. Activations are quantized once per call to
-// int8 blocks of 32 (one scale per block), as llama.cpp does, so the inner loop is an
-// int8 dot product.
+// multiple of 32; q4's, q8's and q4s' rows in panels of 16, the others' blocks in groups of 8
+// lanes. Activations are quantized once per call to int8 blocks of 32 (one scale per block), as
+// llama.cpp does, so the inner loop is an int8 dot product.
 //
 // Two instruction sets share one body (quant_kernel.h, compiled by quant_avx2.cpp and
 // quant_vnni.cpp): AVX2 (maddubs) and AVX-512 VNNI (vpdpbusd), with exact integer sums

@@ -17,7 +17,7 @@
 // Against the lane-order tiles (Zen 4, 2 threads): VNNI 1.2-2.5x from two activation rows and
 // level to 1.3x at one; AVX2 1.3-1.8x at K = 576, level at K = 2048 (benchmarks/batch_tiles/panels.md).
 
-constexpr int64_t kPanel = ::fd::kPanelRows;
+using ::fd::kPanelRows;
 
 typedef int32_t PanelWord __attribute__((may_alias, aligned(1)));
 
@@ -195,12 +195,12 @@ static void panel_all_rows(const Panel& p, const Args& a, float* y, int64_t ldy,
 template <int L>
 static void panel_rows(const Args& a, int64_t n0, int64_t n1) {
   constexpr int64_t U = kUnits<L>;
-  const int64_t nb = a.nb, last = n1 == a.N && a.N % kPanel ? n1 - a.N % kPanel : n1;
+  const int64_t nb = a.nb, last = n1 == a.N && a.N % kPanelRows ? n1 - a.N % kPanelRows : n1;
   const uint16_t *sc = reinterpret_cast<const uint16_t*>(a.sc), *mn = reinterpret_cast<const uint16_t*>(a.mn);
-  for (int64_t n = n0; n < last; n += kPanel) {
+  for (int64_t n = n0; n < last; n += kPanelRows) {
     const Panel p{a.q + n * a.qs, sc + n * nb, L == kQ4 ? mn + n * nb : nullptr};
     // 16 blocks ahead (q8 at 8 blocks ran 0.88x the lane tiles at M = 4, streamed from DRAM)
-    panel_all_rows<L>(p, a, a.y + n, a.N, n + kPanel < last ? 1024 * U : 0);
+    panel_all_rows<L>(p, a, a.y + n, a.N, n + kPanelRows < last ? 1024 * U : 0);
   }
   if (last == n1) return;
   const int64_t r = n1 - last;
@@ -208,14 +208,14 @@ static void panel_rows(const Args& a, int64_t n0, int64_t n1) {
   thread_local std::vector<uint16_t> s;
   thread_local std::vector<float> y;
   q.assign(64 * U * nb, 0);
-  s.assign(2 * kPanel * nb, 0);
-  y.resize(kPanel * a.M);
+  s.assign(2 * kPanelRows * nb, 0);
+  y.resize(kPanelRows * a.M);
   const uint8_t* src = a.q + last * a.qs;
   for (int64_t b = 0; b < nb; ++b) {
     for (int u = 0; u < U; ++u) std::memcpy(&q[64 * (U * b + u)], src + 4 * r * (U * b + u), 4 * r);
-    std::memcpy(&s[kPanel * b], sc + last * nb + r * b, 2 * r);
-    if (L == kQ4) std::memcpy(&s[kPanel * (nb + b)], mn + last * nb + r * b, 2 * r);
+    std::memcpy(&s[kPanelRows * b], sc + last * nb + r * b, 2 * r);
+    if (L == kQ4) std::memcpy(&s[kPanelRows * (nb + b)], mn + last * nb + r * b, 2 * r);
   }
-  panel_all_rows<L>(Panel{q.data(), s.data(), s.data() + kPanel * nb}, a, y.data(), kPanel, 0);
-  for (int64_t m = 0; m < a.M; ++m) std::memcpy(a.y + m * a.N + last, &y[kPanel * m], 4 * r);
+  panel_all_rows<L>(Panel{q.data(), s.data(), s.data() + kPanelRows * nb}, a, y.data(), kPanelRows, 0);
+  for (int64_t m = 0; m < a.M; ++m) std::memcpy(a.y + m * a.N + last, &y[kPanelRows * m], 4 * r);
 }
