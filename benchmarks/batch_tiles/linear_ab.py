@@ -1,8 +1,8 @@
-"""Time one quantized matmul (of a Q4_1, Q8_0 or Q4_0 weight: layouts q4, q8, q4s) of two source
-trees, through torch, in alternating rounds, and print each shape's median time per tree and
+"""Time one quantized matmul (of a Q4_1, Q8_0, Q4_0, Q4_K or Q6_K weight: layouts q4, q8, q4s, q4k,
+q6k) of two source trees, through torch, in alternating rounds, and print each shape's median time per tree and
 their ratio.
 
-    python benchmarks/batch_tiles/linear_ab.py BASE_SRC NEW_SRC [--type Q4_1|Q8_0|Q4_0] [--rounds 3] MxNxK ...
+    python benchmarks/batch_tiles/linear_ab.py BASE_SRC NEW_SRC [--type Q4_1|Q8_0|Q4_0|Q4_K|Q6_K] [--rounds 3] MxNxK ...
 
 BASE_SRC and NEW_SRC are `src` folders (e.g. of a `git archive` copy); each round runs each tree in
 a fresh process. The weights are random GGUF blocks (any bytes are valid ones; the float16 scales
@@ -39,16 +39,18 @@ def worker(src: str, qtype_name: str, shapes: list[str]) -> None:
     torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     copies, calls = int(os.environ.get("COPIES", "8")), int(os.environ.get("ROUNDS_PER_RUN", "60"))
     qtype = GGMLQuantizationType[qtype_name]
-    block_bytes = GGML_QUANT_SIZES[qtype][1]
-    halves = 2 if qtype == GGMLQuantizationType.Q4_1 else 1  # d (and Q4_1's m) lead each block
+    block_size, block_bytes = GGML_QUANT_SIZES[qtype]
+    # where each block's float16 fields are (d, and Q4_1's m, Q4_K's dmin)
+    halves = {"Q4_1": (0, 2), "Q4_K": (0, 2), "Q6_K": (208,)}.get(qtype_name, (0,))
     rng = np.random.default_rng(0)
     out = {}
     for spec in shapes:
         m, n, k = map(int, spec.split("x"))
         ps = []
         for _ in range(copies):
-            raw = rng.integers(0, 256, size=(n * k // 32, block_bytes), dtype=np.uint8)
-            raw[:, :2 * halves] = np.full((raw.shape[0], halves), 0.01, np.float16).view(np.uint8)
+            raw = rng.integers(0, 256, size=(n * k // block_size, block_bytes), dtype=np.uint8)
+            for at in halves:
+                raw[:, at:at + 2] = np.full((raw.shape[0], 1), 0.01, np.float16).view(np.uint8)
             ps.append(formats.pack_gguf(raw, qtype, n, k))
         layout = formats.layout_of(ps[0])
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(0))
@@ -67,7 +69,7 @@ def main() -> None:
     ap.add_argument("base")
     ap.add_argument("new")
     ap.add_argument("shapes", nargs="+", help="MxNxK")
-    ap.add_argument("--type", choices=("Q4_1", "Q8_0", "Q4_0"), default="Q4_1")
+    ap.add_argument("--type", choices=("Q4_1", "Q8_0", "Q4_0", "Q4_K", "Q6_K"), default="Q4_1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()

@@ -86,6 +86,6 @@ void rows(const QuantArgs& a, int64_t n0, int64_t n1);
 // Weight rows per tile on each instruction set (ops.cpp splits rows across threads in whole tiles),
 // and rows per panel of the layouts stored in panels (quant_panel.h).
 constexpr int64_t kTileRows = 4, kPanelRows = 16;
-constexpr bool in_panels(Layout l) { return l == kQ4 || l == kQ8 || l == kQ4S; }
+constexpr bool in_panels(Layout l) { return l == kQ4 || l == kQ8 || l == kQ4S || l == kQ4K || l == kQ6K; }
 
 }  // namespace fd

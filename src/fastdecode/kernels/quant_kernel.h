@@ -2,8 +2,8 @@
 // quant_avx2.cpp and quant_vnni.cpp, inside a `#pragma GCC target` region
 // (FD_VNNI selects the int8 dot product).
 //
-// Every layout but q4, q8 and q4s (quant/formats.py; their panels: quant_panel.h, with the same
-// I_b as below) stores a row's blocks in groups of 8, one
+// Every layout but q4, q8, q4s, q4k and q6k (quant/formats.py; their panels: quant_panel.h, with
+// the same I_b as below) stores a row's blocks in groups of 8, one
 // block per 32-bit lane, values by sub-step (values 4i..4i+3 of each block), so
 // that a 32-byte register holds the next 4 values of 8 blocks. Summing the
 // integer dot products of the 8 sub-steps in int32 leaves each block's exact

@@ -1,5 +1,5 @@
-// q4's, q8's and q4s' matmul on their panels of 16 weight rows (quant/formats.py), included after
-// quant_kernel.h in each per-ISA translation unit.
+// The matmul of the layouts stored in panels of 16 weight rows (q4, q8, q4s, q4k, q6k;
+// quant/formats.py), included after quant_kernel.h in each per-ISA translation unit.
 //
 // A 64-byte unit of a panel holds 4 values of each of its 16 rows, so a dot product against 4
 // broadcast activation bytes leaves each row's block sum I_b in its own 32-bit lane (VNNI: one
@@ -8,27 +8,41 @@
 // row n), blocks in order:
 //
 //   acc  = acc  + float(I_b) * (w_scale_b * x_scale_b)
-//   macc = macc + w_min_b * x_sum_b                      (q4)
+//   macc = macc + w_min_b * x_sum_b                      (q4, q4k)
 //   y = acc [+ macc]
 //
 // whatever the tile, M, thread count or instruction set; quant/reference.py repeats it.
-// I_b = sum q x (q4: q in 0..15; q8: signed w, which VNNI takes as w + 128, less 128 sum x;
-// q4s: sum q x - 8 sum x).
-// Against the lane-order tiles (Zen 4, 2 threads): VNNI 1.2-2.5x from two activation rows and
-// level to 1.3x at one; AVX2 1.3-1.8x at K = 576, level at K = 2048 (benchmarks/batch_tiles/panels.md).
+// I_b = sum q x (q4, q4k: q in 0..15; q8: signed w, which VNNI takes as w + 128, less 128 sum x;
+// q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x) + sc_hi (sum_hi q x - 32 sum_hi x)
+// over the block's values 0-15 and 16-31, |I_b| < 2^24). q4k's w_scale_b = d * sc_b and
+// w_min_b = -dmin * mn_b, exact products of a float16 and a 6-bit integer; q6k's w_scale_b is d.
+// Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
+// on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
+// level at K = 2048. q4k, q6k at the 1B shapes: VNNI 1.0-1.8x (q6k 0.94 at one row, K = 8192);
+// AVX2 0.8-0.96x at 1-8 rows, 1.2x at 16.
 
 using ::fd::kPanelRows;
 
 typedef int32_t PanelWord __attribute__((may_alias, aligned(1)));
 
-// 4-byte units per row and block: q4's and q4s' 32 nibbles, q8's 32 bytes.
+// 4-byte units per row and block of qweight: q4's, q4s', q4k's and q6k's 32 nibbles, q8's 32 bytes.
 template <int L>
 constexpr int kUnits = L == kQ8 ? 8 : 4;
+template <int L>
+constexpr bool kPanelMins = L == kQ4 || L == kQ4K;
+// Bytes of sc (and mn) per row and block: float16 scales, q4k's 6-bit scale bytes, q6k's two int8
+// half scales.
+template <int L>
+constexpr int kPanelScaleBytes = L == kQ4K ? 1 : 2;
+template <int L>
+constexpr bool kPanelD = L == kQ4K || L == kQ6K;  // float16 d per 8 blocks
 
-// A panel of 16 rows: values [nb][kUnits][16 rows][4 bytes], float16 scales (and q4's minima) [nb][16].
+// A panel of 16 rows: values [nb][kUnits][16 rows][4 bytes] (q6k: their low 4 bits, and the top 2 in
+// qh [nb][2][16][4]); scales (and minima) [nb][16] float16, or q4k's bytes, or q6k's [nb][2][16]
+// int8; q4k's and q6k's float16 d (and q4k's dmin) [nb / 8][16].
 struct Panel {
-  const uint8_t* q;
-  const uint16_t *sc, *mn;
+  const uint8_t *q, *qh, *sc, *mn;
+  const uint16_t *d, *dmin;
 };
 
 // The 4 activation bytes of values 4w..4w+3 of a block (xb: the block's first word in
@@ -37,26 +51,70 @@ static FD_INLINE int32_t xword(const int8_t* xb, int64_t row, int w) {
   return reinterpret_cast<const PanelWord*>(xb + row)[8 * w];
 }
 
-// The integer sum of activation row m's block b (quantize_rows' sums of values 0..15 and 16..31).
+// The integer sums of activation row m's block b's values 0..15 (h = 0) and 16..31 (h = 1), from
+// quantize_rows, and of the whole block.
+static FD_INLINE int32_t half_sum(const Args& a, int64_t m, int64_t b, int h) {
+  return a.xsums[m * ((a.nb + 7) / 8) * 16 + 16 * (b / 8) + 8 * h + b % 8];
+}
 static FD_INLINE int32_t block_sum(const Args& a, int64_t m, int64_t b) {
-  const int32_t* s = a.xsums + m * ((a.nb + 7) / 8) * 16 + 16 * (b / 8) + b % 8;
-  return s[0] + s[8];
+  return half_sum(a, m, b, 0) + half_sum(a, m, b, 1);
 }
 
-// Prefetch `ahead` bytes ahead in the values' stream, and in the scales' (and minima's), which
-// move 32 bytes a block, in proportion.
+// Prefetch `ahead` bytes ahead in the values' stream, and in the other streams in proportion: q6k's
+// top bits, 128 bytes a block; the scales' (and minima's), 16 x kPanelScaleBytes bytes a block; d
+// (and dmin), 4 bytes a block.
 template <int L>
 static FD_INLINE void panel_prefetch(const Panel& p, const uint8_t* pb, int64_t b, int64_t ahead) {
-  for (int l = 0; l < 64 * kUnits<L>; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + ahead + l), _MM_HINT_T0);
-  if (b % 2 == 0) {
-    const int64_t at = ahead / (2 * kUnits<L>);
-    _mm_prefetch(reinterpret_cast<const char*>(p.sc + 16 * b) + at, _MM_HINT_T0);
-    if (L == kQ4) _mm_prefetch(reinterpret_cast<const char*>(p.mn + 16 * b) + at, _MM_HINT_T0);
+  constexpr int64_t S = 16 * kPanelScaleBytes<L>, V = 64 * kUnits<L>;
+  auto fetch = [](const void* at) { _mm_prefetch(static_cast<const char*>(at), _MM_HINT_T0); };
+  for (int l = 0; l < V; l += 64) fetch(pb + ahead + l);
+  if constexpr (L == kQ6K)
+    for (int l = 0; l < 128; l += 64) fetch(p.qh + 128 * b + ahead / 2 + l);
+  if (b % (64 / S) == 0) {
+    fetch(p.sc + S * b + ahead * S / V);
+    if (kPanelMins<L>) fetch(p.mn + S * b + ahead * S / V);
+  }
+  if constexpr (kPanelD<L>) {
+    if (b % 16) return;
+    fetch(reinterpret_cast<const uint8_t*>(p.d + 2 * b) + ahead * 4 / V);
+    if (kPanelMins<L>) fetch(reinterpret_cast<const uint8_t*>(p.dmin + 2 * b) + ahead * 4 / V);
   }
 }
 
+// q6k's top bits of sub-step u (bits 2u, 2u + 1 of each byte of h) moved to bits 4 and 5, the rest
+// of each byte cleared (shifts in 16-bit lanes: what crosses into the next byte is masked).
+template <class V, class Sl, class Sr, class And>
+static FD_INLINE V top_bits(V h, int u, V mask, Sl sl, Sr sr, And and_) {
+  return and_(u == 0 ? sl(h, 4) : u == 1 ? sl(h, 2) : u == 2 ? h : sr(h, 2), mask);
+}
+
 #if FD_VNNI
-constexpr int kPanelCols = 8;  // activation rows a tile: 2 x 8 accumulators of 32 registers
+// Block b's 16 weight scales and minima (panel_scales8, panel_mins8 on AVX2: half h's 8).
+static FD_INLINE __m512 bytes16_ps(const uint8_t* p) {  // 16 uint8 -> float
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+static FD_INLINE __m512 halves16_ps(const uint16_t* p) { return _mm512_cvtph_ps(load32(p)); }  // 16 float16 -> float
+template <int L>
+static FD_INLINE __m512 panel_scales(const Panel& p, int64_t b) {
+  if constexpr (L == kQ6K) return halves16_ps(p.d + 16 * (b / 8));
+  else if constexpr (L == kQ4K) return _mm512_mul_ps(halves16_ps(p.d + 16 * (b / 8)), bytes16_ps(p.sc + 16 * b));
+  else return _mm512_cvtph_ps(load32(p.sc + 32 * b));
+}
+template <int L>
+static FD_INLINE __m512 panel_mins(const Panel& p, int64_t b) {
+  if constexpr (L == kQ4K) {  // (-dmin) * mn: the bits of -(dmin * mn)
+    const __m512i dmin = _mm512_castps_si512(halves16_ps(p.dmin + 16 * (b / 8)));
+    const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(dmin, _mm512_set1_epi32(INT32_MIN)));
+    return _mm512_mul_ps(neg, bytes16_ps(p.mn + 16 * b));
+  } else {
+    return _mm512_cvtph_ps(load32(p.mn + 32 * b));
+  }
+}
+
+// Activation rows a tile: 2 x 8 accumulators of 32 registers; q6k's two sums a block spill at 8
+// (4: 1.05-1.08x at M = 8 and 16, 1B shapes).
+template <int L>
+constexpr int kPanelCols = L == kQ6K ? 4 : 8;
 template <int L, int C>
 static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   const int64_t G = (a.nb + 7) / 8, xrow = G * 256;
@@ -75,6 +133,32 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
         for (int c = 0; c < C; ++c) I[c] = _mm512_dpbusd_epi32(I[c], v, _mm512_set1_epi32(xword(xb, c * xrow, u)));
       }
       for (int c = 0; c < C; ++c) I[c] = _mm512_sub_epi32(I[c], _mm512_set1_epi32(128 * block_sum(a, m + c, b)));
+    } else if constexpr (L == kQ6K) {
+      const __m512i h0 = _mm512_loadu_si512(p.qh + 128 * b), h1 = _mm512_loadu_si512(p.qh + 128 * b + 64);
+      const __m512i top = _mm512_set1_epi8(0x30);
+      auto sl = [](__m512i v, int n) { return n == 4 ? _mm512_slli_epi16(v, 4) : _mm512_slli_epi16(v, 2); };
+      auto sr = [](__m512i v, int) { return _mm512_srli_epi16(v, 2); };
+      auto and_ = [](__m512i x, __m512i y) { return _mm512_and_si512(x, y); };
+      __m512i Ih[C];  // the second half's sums (I: the first's)
+      for (int c = 0; c < C; ++c) Ih[c] = _mm512_setzero_si512();
+#pragma GCC unroll 4  // (each u's shifts fold)
+      for (int u = 0; u < 4; ++u) {
+        const __m512i v = _mm512_loadu_si512(pb + 64 * u);
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, low), top_bits(h0, u, top, sl, sr, and_));
+        const __m512i hi =
+            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), top_bits(h1, u, top, sl, sr, and_));
+        for (int c = 0; c < C; ++c) {
+          I[c] = _mm512_dpbusd_epi32(I[c], lo, _mm512_set1_epi32(xword(xb, c * xrow, u)));
+          Ih[c] = _mm512_dpbusd_epi32(Ih[c], hi, _mm512_set1_epi32(xword(xb, c * xrow, 4 + u)));
+        }
+      }
+      const __m512i slo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.sc + 32 * b)));
+      const __m512i shi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 16)));
+      for (int c = 0; c < C; ++c) {
+        const __m512i lo32 = _mm512_sub_epi32(I[c], _mm512_set1_epi32(32 * half_sum(a, m + c, b, 0)));
+        const __m512i hi32 = _mm512_sub_epi32(Ih[c], _mm512_set1_epi32(32 * half_sum(a, m + c, b, 1)));
+        I[c] = _mm512_add_epi32(_mm512_mullo_epi32(lo32, slo), _mm512_mullo_epi32(hi32, shi));
+      }
     } else {
       for (int u = 0; u < 4; ++u) {
         const __m512i v = _mm512_loadu_si512(pb + 64 * u);
@@ -87,28 +171,122 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
       if constexpr (L == kQ4S)  // q - 8
         for (int c = 0; c < C; ++c) I[c] = _mm512_sub_epi32(I[c], _mm512_set1_epi32(8 * block_sum(a, m + c, b)));
     }
-    const __m512 ws = _mm512_cvtph_ps(load32(p.sc + 16 * b));
+    const __m512 ws = panel_scales<L>(p, b);
     for (int c = 0; c < C; ++c) {
       const int64_t at = (m + c) * G * 8 + b;
       const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(a.xd[at]));
       acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I[c]), scale));
     }
-    if constexpr (L == kQ4) {
-      const __m512 mv = _mm512_cvtph_ps(load32(p.mn + 16 * b));
+    if constexpr (kPanelMins<L>) {
+      const __m512 mv = panel_mins<L>(p, b);
       for (int c = 0; c < C; ++c)
         macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(a.xs[(m + c) * G * 8 + b])));
     }
   }
-  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, kPanelMins<L> ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
 }
 #else
-constexpr int kPanelCols = 2;  // 16 registers: both halves' 2 x 2 x 2 accumulators, the unpacked weights
+template <int L>
+static FD_INLINE __m256 panel_scales8(const Panel& p, int64_t b, int h) {
+  if constexpr (L == kQ6K) return scales8(p.d + 16 * (b / 8) + 8 * h);
+  else if constexpr (L == kQ4K)
+    return _mm256_mul_ps(scales8(p.d + 16 * (b / 8) + 8 * h), bytes8_ps(p.sc + 16 * b + 8 * h));
+  else return scales8(p.sc + 32 * b + 16 * h);
+}
+template <int L>
+static FD_INLINE __m256 panel_mins8(const Panel& p, int64_t b, int h) {
+  if constexpr (L == kQ4K)
+    return _mm256_mul_ps(_mm256_xor_ps(scales8(p.dmin + 16 * (b / 8) + 8 * h), _mm256_set1_ps(-0.f)),
+                         bytes8_ps(p.mn + 16 * b + 8 * h));
+  else return scales8(p.mn + 32 * b + 16 * h);
+}
+
+// q6k's block sums I [C] of block b for the panel's rows 8h..8h+7 (one per lane) against
+// activation rows m..m+C-1. maddubs's pairs reach 2 x 63 x 127, so two units' sums stay below
+// 2^15; madd against the half's scale (in both 16-bit halves of each row's lane) widens them, and
+// 32 (sc_lo sum_lo x + sc_hi sum_hi x) comes off from one madd of the (sc_lo, sc_hi) pairs and
+// the activations' sums.
+template <int C>
+static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t b, int h, __m256i (&I)[C]) {
+  const int64_t xrow = (a.nb + 7) / 8 * 256;
+  const int8_t* xb = a.xq + m * xrow + 256 * (b / 8) + 4 * (b % 8);
+  const uint8_t* pb = p.q + 256 * b + 32 * h;
+  const __m256i low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
+  auto sl = [](__m256i v, int n) { return n == 4 ? _mm256_slli_epi16(v, 4) : _mm256_slli_epi16(v, 2); };
+  auto sr = [](__m256i v, int) { return _mm256_srli_epi16(v, 2); };
+  auto and_ = [](__m256i u, __m256i v) { return _mm256_and_si256(u, v); };
+  const __m256i h0 = load32(p.qh + 128 * b + 32 * h), h1 = load32(p.qh + 128 * b + 64 + 32 * h);
+  const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 8 * h));
+  const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 16 + 8 * h));
+  const __m256i sc0 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s0));
+  const __m256i sc1 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s1, s1));
+  __m256i Pl[C], Ph[C];
+#pragma GCC unroll 4  // (each u's shifts and branches fold)
+  for (int u = 0; u < 4; ++u) {
+    const __m256i v = load32(pb + 64 * u);
+    const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, low), top_bits(h0, u, top, sl, sr, and_));
+    const __m256i hi =
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), top_bits(h1, u, top, sl, sr, and_));
+    for (int c = 0; c < C; ++c) {
+      const __m256i tl = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xword(xb, c * xrow, u)));
+      const __m256i th = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xword(xb, c * xrow, 4 + u)));
+      Pl[c] = u % 2 ? _mm256_add_epi16(Pl[c], tl) : tl;
+      Ph[c] = u % 2 ? _mm256_add_epi16(Ph[c], th) : th;
+      if (u % 2) {
+        const __m256i w = _mm256_add_epi32(_mm256_madd_epi16(Pl[c], sc0), _mm256_madd_epi16(Ph[c], sc1));
+        I[c] = u == 1 ? w : _mm256_add_epi32(I[c], w);
+      }
+    }
+  }
+  const __m256i pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane i: (sc_lo, sc_hi) of row i
+  for (int c = 0; c < C; ++c) {
+    const uint32_t sums = (static_cast<uint32_t>(half_sum(a, m + c, b, 1)) << 16) |
+                          static_cast<uint16_t>(half_sum(a, m + c, b, 0));  // |sum| <= 16 x 127
+    const __m256i off = _mm256_madd_epi16(pairs, _mm256_set1_epi32(static_cast<int32_t>(sums)));
+    I[c] = _mm256_sub_epi32(I[c], _mm256_slli_epi32(off, 5));
+  }
+}
+
+// q6k's tile. Several activation rows: one half of the panel's rows over all its blocks, then the
+// other, so that 4 rows' accumulators stay in registers and each unit, whose unpacking costs 9
+// operations, is unpacked once per 4 rows (both halves at once, 2 rows a tile, spilled: 0.8x the
+// lane tiles at M = 8, hot). One row: both halves per block, so that the weights stream (and are
+// prefetched) throughout (half after half: 0.6x).
+template <int C>
+static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
+  constexpr int H = C == 1 ? 2 : 1;  // halves a pass
+  const int64_t G = (a.nb + 7) / 8;
+  for (int h0 = 0; h0 < 2; h0 += H) {
+    __m256 acc[H][C];
+    for (int i = 0; i < H; ++i)
+      for (int c = 0; c < C; ++c) acc[i][c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < a.nb; ++b) {
+      if (ahead && h0 == 0) panel_prefetch<kQ6K>(p, p.q + 256 * b, b, ahead);
+      for (int i = 0; i < H; ++i) {
+        __m256i I[C];
+        q6k_sums<C>(p, a, m, b, h0 + i, I);
+        const __m256 ws = panel_scales8<kQ6K>(p, b, h0 + i);
+        for (int c = 0; c < C; ++c) {
+          const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(a.xd[(m + c) * G * 8 + b]));
+          acc[i][c] = _mm256_add_ps(acc[i][c], _mm256_mul_ps(_mm256_cvtepi32_ps(I[c]), scale));
+        }
+      }
+    }
+    for (int i = 0; i < H; ++i)
+      for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * (h0 + i), acc[i][c]);
+  }
+}
+
+// 16 registers: both halves' 2 x 2 x 2 accumulators, the unpacked weights (q6k: q6k_tile's 4 x 1).
+template <int L>
+constexpr int kPanelCols = L == kQ6K ? 4 : 2;
 // Rows 8h..8h+7 of the panel in each half h, both halves per block, so that each activation word
 // is broadcast once. q4: maddubs's int16 pair sums over a block's 4 units stay below 2^15
 // (2 x 15 x 127 x 2 x 4 = 30480) before madd widens them. q8: |w| against x signed as w (the
 // pairs reach 2 x 128 x 127), widened every unit.
 template <int L, int C>
 static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
+  if constexpr (L == kQ6K) return q6k_tile<C>(p, a, m, y, ldy, ahead);
   const int64_t G = (a.nb + 7) / 8, xrow = G * 256;
   const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
   __m256 acc[2][C], macc[2][C];
@@ -154,14 +332,14 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
       }
     }
     for (int h = 0; h < 2; ++h) {
-      const __m256 ws = scales8(p.sc + 16 * b + 8 * h);
+      const __m256 ws = panel_scales8<L>(p, b, h);
       for (int c = 0; c < C; ++c) {
         const int64_t at = (m + c) * G * 8 + b;
         const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(a.xd[at]));
         acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(I[h][c]), scale));
       }
-      if constexpr (L == kQ4) {
-        const __m256 mv = scales8(p.mn + 16 * b + 8 * h);
+      if constexpr (kPanelMins<L>) {
+        const __m256 mv = panel_mins8<L>(p, b, h);
         for (int c = 0; c < C; ++c)
           macc[h][c] = _mm256_add_ps(macc[h][c], _mm256_mul_ps(mv, _mm256_set1_ps(a.xs[(m + c) * G * 8 + b])));
       }
@@ -169,7 +347,7 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
   }
   for (int h = 0; h < 2; ++h)
     for (int c = 0; c < C; ++c)
-      _mm256_storeu_ps(y + c * ldy + 8 * h, L == kQ4 ? _mm256_add_ps(acc[h][c], macc[h][c]) : acc[h][c]);
+      _mm256_storeu_ps(y + c * ldy + 8 * h, kPanelMins<L> ? _mm256_add_ps(acc[h][c], macc[h][c]) : acc[h][c]);
 }
 #endif
 
@@ -180,42 +358,58 @@ static void panel_all_rows(const Panel& p, const Args& a, float* y, int64_t ldy,
   for (int64_t m = 0; m < a.M;) {
     const int64_t left = a.M - m, first = m == 0 ? ahead : 0;
     float* ym = y + m * ldy;
-    if (left >= kPanelCols) { panel_tile<L, kPanelCols>(p, a, m, ym, ldy, first); m += kPanelCols; }
-#if FD_VNNI
-    else if (left >= 4) { panel_tile<L, 4>(p, a, m, ym, ldy, first); m += 4; }
-#endif
+    if (left >= kPanelCols<L>) { panel_tile<L, kPanelCols<L>>(p, a, m, ym, ldy, first); m += kPanelCols<L>; }
+    else if (kPanelCols<L> > 4 && left >= 4) { panel_tile<L, 4>(p, a, m, ym, ldy, first); m += 4; }
     else if (left >= 2) { panel_tile<L, 2>(p, a, m, ym, ldy, first); m += 2; }
     else { panel_tile<L, 1>(p, a, m, ym, ldy, first); m += 1; }
   }
 }
 
+// Panel p of row n (a multiple of 16): each stream where row n's would start.
+template <int L>
+static FD_INLINE Panel panel_at(const Args& a, int64_t n) {
+  const int64_t ns = a.nb / 8;
+  return Panel{a.q + n * a.qs, L == kQ6K ? a.qh + n * a.qhs : nullptr, a.sc + kPanelScaleBytes<L> * n * a.nb,
+               kPanelMins<L> ? a.mn + kPanelScaleBytes<L> * n * a.nb : nullptr, kPanelD<L> ? a.d + n * ns : nullptr,
+               L == kQ4K ? a.dmin + n * ns : nullptr};
+}
+
 // Output rows [n0, n1) of a matmul in panels: n0 a multiple of 16, n1 one too or N. A last panel
-// of r < 16 rows (stored [nb][U][r][4] and [nb][r]) is copied into a zero-padded full one first;
-// its outputs go through a buffer [M, 16].
+// of r < 16 rows (each stream stored [w][r] for w entries a row) is copied into a zero-padded full
+// one ([w][16]) first; its outputs go through a buffer [M, 16].
 template <int L>
 static void panel_rows(const Args& a, int64_t n0, int64_t n1) {
-  constexpr int64_t U = kUnits<L>;
+  constexpr int64_t U = kUnits<L>, es = kPanelScaleBytes<L>;
   const int64_t nb = a.nb, last = n1 == a.N && a.N % kPanelRows ? n1 - a.N % kPanelRows : n1;
-  const uint16_t *sc = reinterpret_cast<const uint16_t*>(a.sc), *mn = reinterpret_cast<const uint16_t*>(a.mn);
-  for (int64_t n = n0; n < last; n += kPanelRows) {
-    const Panel p{a.q + n * a.qs, sc + n * nb, L == kQ4 ? mn + n * nb : nullptr};
-    // 16 blocks ahead (q8 at 8 blocks ran 0.88x the lane tiles at M = 4, streamed from DRAM)
-    panel_all_rows<L>(p, a, a.y + n, a.N, n + kPanelRows < last ? 1024 * U : 0);
-  }
+  // Prefetch 16 blocks ahead (q8 at 8 blocks ran 0.88x the lane tiles at M = 4, streamed from DRAM).
+  for (int64_t n = n0; n < last; n += kPanelRows)
+    panel_all_rows<L>(panel_at<L>(a, n), a, a.y + n, a.N, n + kPanelRows < last ? 1024 * U : 0);
   if (last == n1) return;
-  const int64_t r = n1 - last;
-  thread_local std::vector<uint8_t> q;
-  thread_local std::vector<uint16_t> s;
+  const int64_t r = n1 - last, ns = nb / 8;
+  thread_local std::vector<uint8_t> q, qh, s;
   thread_local std::vector<float> y;
   q.assign(64 * U * nb, 0);
-  s.assign(2 * kPanelRows * nb, 0);
+  qh.assign(L == kQ6K ? 128 * nb : 0, 0);
+  // sc, mn (nb entries of es bytes), d, dmin (ns of 2)
+  s.assign(2 * kPanelRows * (es * nb + 2 * ns), 0);
   y.resize(kPanelRows * a.M);
-  const uint8_t* src = a.q + last * a.qs;
-  for (int64_t b = 0; b < nb; ++b) {
-    for (int u = 0; u < U; ++u) std::memcpy(&q[64 * (U * b + u)], src + 4 * r * (U * b + u), 4 * r);
-    std::memcpy(&s[kPanelRows * b], sc + last * nb + r * b, 2 * r);
-    if (L == kQ4) std::memcpy(&s[kPanelRows * (nb + b)], mn + last * nb + r * b, 2 * r);
-  }
-  panel_all_rows<L>(Panel{q.data(), s.data(), s.data() + kPanelRows * nb}, a, y.data(), kPanelRows, 0);
+  // entries of `bytes` each, w a row: [w][r] at src -> [w][16] at dst
+  auto pad = [r](uint8_t* dst, const void* src, int64_t bytes, int64_t w) {
+    for (int64_t i = 0; i < w; ++i)
+      std::memcpy(dst + kPanelRows * bytes * i, static_cast<const uint8_t*>(src) + r * bytes * i, r * bytes);
+  };
+  const Panel from = panel_at<L>(a, last);
+  pad(q.data(), from.q, 4, U * nb);
+  if (L == kQ6K) pad(qh.data(), from.qh, 4, 2 * nb);
+  uint8_t *sc = s.data(), *mn = sc + kPanelRows * es * nb, *d = mn + kPanelRows * es * nb;
+  uint8_t* dmin = d + kPanelRows * 2 * ns;
+  if (L == kQ6K) pad(sc, from.sc, 1, 2 * nb);  // int8 [2 nb][r]
+  else pad(sc, from.sc, es, nb);
+  if (kPanelMins<L>) pad(mn, from.mn, es, nb);
+  if (kPanelD<L>) pad(d, from.d, 2, ns);
+  if (kPanelMins<L> && kPanelD<L>) pad(dmin, from.dmin, 2, ns);
+  const Panel p{q.data(), qh.data(), sc, mn, reinterpret_cast<const uint16_t*>(d),
+                reinterpret_cast<const uint16_t*>(dmin)};
+  panel_all_rows<L>(p, a, y.data(), kPanelRows, 0);
   for (int64_t m = 0; m < a.M; ++m) std::memcpy(a.y + m * a.N + last, &y[kPanelRows * m], 4 * r);
 }

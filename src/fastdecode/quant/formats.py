@@ -1,26 +1,32 @@
 """fastdecode's quantized weight layouts, and how GGUF types and float weights map onto them.
 
-Every layout but q4, q8 and q4s is row-major, one row per output feature, K (the input
-dimension) in blocks of 32 values; those three keep their rows in panels of 16 (below).
+Every layout but q4, q8, q4s, q4k and q6k is row-major, one row per output feature, K (the
+input dimension) in blocks of 32 values; those five keep their rows in panels of 16 (below).
 The kernels (`kernels/quant_kernel.h`, `kernels/quant_panel.h`) read them as is.
 
-**Panels (q4, q8, q4s).** Rows 16 p .. 16 p + r - 1 (r = 16, or N mod 16 for a last,
+**Panels (q4, q8, q4s, q4k, q6k).** Rows 16 p .. 16 p + r - 1 (r = 16, or N mod 16 for a last,
 short panel) are stored together, block by block, so that one 64-byte unit holds 4
 values of each of 16 rows and a 16-lane dot product leaves each row's block sum in
 its own lane. The tensors keep their shapes; only the order within them changes.
 Panel p starts where row 16 p would:
 
     qweight  [nb][U units u][r rows][4 bytes j]
-             q4, q4s (U = 4): the low nibble of byte j holds value 4u + j of the block,
-             the high nibble value 16 + 4u + j;  q8 (U = 8): byte j is value 4u + j
-    scales (and q4's mins)  [nb][r]
+             q4, q4s, q4k, q6k (U = 4): the low nibble of byte j holds value 4u + j of the
+             block, the high nibble value 16 + 4u + j (q6k: their low 4 bits);
+             q8 (U = 8): byte j is value 4u + j
+    qhigh    q6k: [nb][2 units h][r rows][4 bytes j]; bits 2s, 2s + 1 of byte j hold the
+             top two bits of value 16 h + 4s + j
+    each field [w][r], for a field of w per row: scales (and q4's mins), q4k's sc and mn
+             (w = nb), q6k's sc (w = K/16, in row order), q4k's and q6k's d and q4k's dmin
+             (w = K/256)
 
 A slice of whole panels (rows a multiple of 16 apart) is the same slice of rows, so
 tensor-parallel row shards and fused matrices whose parts are multiples of 16 rows
 concatenate as they are; anything else goes through `from_panels`.
 
-**Lane order** (the other layouts). Within a row, the blocks go in groups of 8 (the last group may
-hold g < 8), one block per 32-bit lane of the kernels' 8-lane registers. A
+**Lane order** (the other layouts: q5k, q5, q5s, q4nl, q4xs). Within a row, the blocks go in
+groups of 8 (the last group may hold g < 8), one block per 32-bit lane of the kernels' 8-lane
+registers. A
 group's values are stored by sub-step: sub-step i (0..7) holds values
 4i..4i+3 of each of the group's blocks, block after block (4 g bytes of 8-bit
 values), so one 32-byte load gives the 8 lanes' next 4 values, and an integer
@@ -30,11 +36,9 @@ own lane (`to_lanes` makes that order, `from_lanes` undoes it). Per-block scales
 blocks (every group before the last is full, g = 8):
 
     nibbles:  4 chunks x 4g bytes; chunk c holds sub-step c in its low nibbles
-              and sub-step c + 4 in its high ones (q4nl, q4k, q5k, q5, q5s,
-              q6k's low 4 bits), so sub-steps 0-3 are each block's values 0..15
+              and sub-step c + 4 in its high ones (q4nl, q5k, q5, q5s), so
+              sub-steps 0-3 are each block's values 0..15
     plane5:   4g bytes; bit i of byte l is the fifth bit of sub-step i's byte l
-    plane6:   2 x 4g bytes; bits 2i', 2i' + 1 of byte l of half h are the top two
-              bits of sub-step 4h + i''s byte l
 
 Bits per weight count every byte stored:
 
@@ -44,17 +48,16 @@ Bits per weight count every byte stored:
     q8  (8.5 bpw; in panels, above)
         qweight int8 [N, K]      bytes
         scales [N, K/32]         float16;  w = scale * q
-    q4k (4.625 bpw; Q4_K's fields unpacked to bytes; K a multiple of 256)
+    q4k (4.625 bpw; Q4_K's fields unpacked to bytes; K a multiple of 256; in panels)
         qweight uint8 [N, K/2]   nibbles
         sc, mn uint8 [N, K/32]   the 6-bit scale and min of each block of 32
         d, dmin float16 [N, K/256]    w = (d * sc) * q - (dmin * mn)
     q5k (5.625 bpw; Q5_K) q4k plus
         qhigh uint8 [N, K/8]     plane5; q = nibble | bit << 4, in 0..31
-    q6k (6.5625 bpw; Q6_K; K a multiple of 256)
-        qweight uint8 [N, K/2]   nibbles (the low 4 bits)
-        qhigh uint8 [N, K/4]     plane6 (the top 2 bits)
-        sc int8 [N, K/16]        one scale per 16 values; per group the 8 blocks'
-                                 first-half scales, then their second-half ones
+    q6k (6.5625 bpw; Q6_K; K a multiple of 256; in panels)
+        qweight uint8 [N, K/2]   the low 4 bits
+        qhigh uint8 [N, K/4]     the top 2 bits
+        sc int8 [N, K/16]        one scale per 16 values
         d float16 [N, K/256]     w = (d * sc) * (q - 32), q in 0..63
     q5  (6 bpw; Q5_1) nibbles [N, K/2] (row-major), float16 scales and mins [N, K/32], and
         qhigh uint8 [N, K/8]     plane5; w = scale * q + min, q in 0..31
@@ -99,8 +102,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
 # Bump when a layout changes; cached conversions are rebuilt (5: lane order; 6: Q4_0 as q4s;
-# 7: q4 in panels; 8: q8 in panels; 9: q4s in panels).
-LAYOUT_VERSION = 9
+# 7: q4 in panels; 8: q8 in panels; 9: q4s in panels; 10: q4k and q6k in panels).
+LAYOUT_VERSION = 10
 BLOCK = 32
 GROUP = 8  # blocks per lane group (the kernels' 8 lanes)
 PANEL = 16  # rows per panel (PANEL_LAYOUTS)
@@ -291,38 +294,11 @@ def unpack_high(qhigh: Tensor, nb: int) -> Tensor:
     return from_lanes(_from_groups(qhigh, nb, 1, lambda b: (b >> _shifts(8, 1, b.device)) & 1))
 
 
-def pack_plane6(top: Tensor) -> Tensor:
-    """Top two bits 0..3 [..., K] (row order) -> plane6 [..., K/4]."""
-    def pack(s: Tensor) -> Tensor:  # sub-steps 4 h + i -> bits 2 i of byte h (an OR: sum would widen to int64)
-        return torch.stack([s[..., h, :] | (s[..., h + 1, :] << 2) | (s[..., h + 2, :] << 4) | (s[..., h + 3, :] << 6)
-                            for h in (0, 4)], dim=-2)
-    return _by_group(to_lanes(top.to(torch.uint8)), pack)
+# -- panels (q4, q8, q4s, q4k, q6k) ------------------------------------------------------------
 
-
-def unpack_top(qhigh: Tensor, nb: int) -> Tensor:
-    """plane6 [..., K/4] -> the top two bits [..., K] (uint8 0..3, row order)."""
-    def unpack(b: Tensor) -> Tensor:
-        v = (b.unsqueeze(-2) >> _shifts(4, 2, b.device)) & 3  # [..., 2, 4, 4g]: sub-step 4 h + i
-        return v.reshape(*b.shape[:-2], 8, b.shape[-1])
-    return from_lanes(_from_groups(qhigh, nb, 2, unpack))
-
-
-def _q6_sc_to_lanes(sc: Tensor) -> Tensor:
-    """Q6_K's scales per 16 values [..., K/16] -> per group: 8 first halves, then 8 second halves."""
-    lead = sc.shape[:-1]
-    return sc.reshape(*lead, -1, GROUP, 2).transpose(-1, -2).reshape(*lead, -1)
-
-
-def q6_scales_in_rows(sc: Tensor) -> Tensor:
-    """q6k's stored sc [..., K/16] -> the scale of each 16 values in row order."""
-    lead = sc.shape[:-1]
-    return sc.reshape(*lead, -1, 2, GROUP).transpose(-1, -2).reshape(*lead, -1)
-
-
-# -- panels (q4, q8, q4s) ----------------------------------------------------------------------
-
-PANEL_LAYOUTS = ("q4", "q8", "q4s")
-_UNITS = {"q4": 4, "q8": 8, "q4s": 4}  # 4-byte units per row and block
+PANEL_LAYOUTS = ("q4", "q8", "q4s", "q4k", "q6k")
+_UNITS = {"q4": 4, "q8": 8, "q4s": 4, "q4k": 4, "q6k": 4}  # qweight's 4-byte units per row and block
+_UNIT_TENSORS = ("qweight", "qhigh")  # stored by units; the other tensors are fields
 
 
 def _panel_runs(n: int) -> list[tuple[int, int, int]]:
@@ -331,74 +307,91 @@ def _panel_runs(n: int) -> list[tuple[int, int, int]]:
     return ([(0, full, PANEL)] if full else []) + ([(full * PANEL, 1, r)] if r else [])
 
 
-def _units(layout: str, values: Tensor) -> Tensor:
-    """Values [N, K] in row order -> each row's blocks as 4-byte units [N, nb, U, 4] (q4, q4s: byte
-    j of unit u holds value 4u + j in its low nibble and 16 + 4u + j in its high one; q8: value 4u + j)."""
+def _units(layout: str, values: Tensor) -> dict[str, Tensor]:
+    """Values [N, K] in row order -> each row's blocks as 4-byte units [N, nb, U, 4] of qweight (and
+    q6k's qhigh); the module docstring says which value each byte holds."""
     n, k = values.shape
     if layout == "q8":
-        return values.to(torch.int8).reshape(n, k // BLOCK, 8, 4)
-    v = values.to(torch.uint8).reshape(n, k // BLOCK, 2, 4, 4)
-    return v[:, :, 0] | (v[:, :, 1] << 4)
+        return {"qweight": values.to(torch.int8).reshape(n, k // BLOCK, 8, 4)}
+    v = values.to(torch.uint8).reshape(n, k // BLOCK, 2, 4, 4)  # [.., half h, s, j]: value 16 h + 4 s + j
+    out = {"qweight": (v[:, :, 0] & 0x0F) | ((v[:, :, 1] & 0x0F) << 4)}
+    if layout == "q6k":  # the top bits of values 16 h + 4 s + j at bits 2 s of unit h's byte j
+        top = v >> 4
+        out["qhigh"] = top[:, :, :, 0] | (top[:, :, :, 1] << 2) | (top[:, :, :, 2] << 4) | (top[:, :, :, 3] << 6)
+    return out
 
 
-def _values(layout: str, units: Tensor) -> Tensor:
-    """The inverse of _units: [..., nb, U, 4] -> values [..., K] in row order."""
-    lead = units.shape[:-3]
+def _values(layout: str, units: dict[str, Tensor]) -> Tensor:
+    """The inverse of _units: units [..., nb, U, 4] -> values [..., K] in row order."""
+    q = units["qweight"]
+    lead = q.shape[:-3]
     if layout == "q8":
-        return units.reshape(*lead, -1)
-    return torch.stack([units & 0x0F, units >> 4], dim=-3).reshape(*lead, -1)
+        return q.reshape(*lead, -1)
+    v = torch.stack([q & 0x0F, q >> 4], dim=-3)  # [..., nb, half, s, j]
+    if layout == "q6k":
+        h = units["qhigh"]  # [..., nb, half, j]
+        v = v | (torch.stack([(h >> (2 * s)) & 3 for s in range(4)], dim=-2) << 4)
+    return v.reshape(*lead, -1)
 
 
 def to_panels(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[str, Tensor]:
-    """A panel layout's tensors from values [N, K] and per-block fields [N, K/32] (q4: scales
-    and mins; q8, q4s: scales), all in row order."""
+    """A panel layout's tensors from values [N, K] and fields [N, w], all in row order (q4: scales
+    and mins; q8, q4s: scales; q4k: sc, mn per block, d, dmin per 256 values; q6k: sc per 16
+    values, d per 256)."""
     units = _units(layout, values)
-    n, nb, U = units.shape[:3]
-    out: dict[str, list[Tensor]] = {name: [] for name in ("qweight", *fields)}
+    n, nb = values.shape[0], values.shape[1] // BLOCK
+    out: dict[str, list[Tensor]] = {name: [] for name in (*units, *fields)}
     for r0, count, r in _panel_runs(n):
         rows = slice(r0, r0 + count * r)
-        out["qweight"].append(units[rows].reshape(count, r, nb, U, 4).permute(0, 2, 3, 1, 4).reshape(-1))
+        for name, u in units.items():
+            out[name].append(u[rows].reshape(count, r, nb, -1, 4).permute(0, 2, 3, 1, 4).reshape(-1))
         for name, f in fields.items():
-            out[name].append(f[rows].reshape(count, r, nb).transpose(1, 2).reshape(-1))
-    shapes = {"qweight": (n, nb * U * 4), **{name: (n, nb) for name in fields}}
+            out[name].append(f[rows].reshape(count, r, -1).transpose(1, 2).reshape(-1))
+    shapes = {name: (n, u[0].numel()) for name, u in units.items()} | {name: tuple(f.shape) for name, f in fields.items()}
     return {name: torch.cat(parts).reshape(shapes[name]) for name, parts in out.items()}
 
 
+def _blocks(layout: str, t: dict[str, Tensor]) -> int:
+    return t["qweight"].shape[1] // (4 * _UNITS[layout])
+
+
 def from_panels(layout: str, t: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-    """The inverse of to_panels: (values [N, K], fields [N, K/32]) in row order."""
-    qw = t["qweight"]
-    n, row = qw.shape
-    U = _UNITS[layout]
-    nb = row // (4 * U)
-    fields = {name: x for name, x in t.items() if name != "qweight"}
-    units, out = [], {name: [] for name in fields}
+    """The inverse of to_panels: (values [N, K], fields [N, w]) in row order."""
+    n, nb = t["qweight"].shape[0], _blocks(layout, t)
+    out: dict[str, list[Tensor]] = {name: [] for name in t}
     for r0, count, r in _panel_runs(n):
-        units.append(qw.reshape(-1)[r0 * row:(r0 + count * r) * row].reshape(count, nb, U, r, 4)
-                     .permute(0, 3, 1, 2, 4).reshape(count * r, nb, U, 4))
-        for name, f in fields.items():
-            part = f.reshape(-1)[r0 * nb:(r0 + count * r) * nb]
-            out[name].append(part.reshape(count, nb, r).transpose(1, 2).reshape(count * r, nb))
-    return _values(layout, torch.cat(units)), {name: torch.cat(parts) for name, parts in out.items()}
+        for name, x in t.items():
+            w = x.shape[1]
+            part = x.reshape(-1)[r0 * w:(r0 + count * r) * w]
+            if name in _UNIT_TENSORS:  # [count, nb, U, r, 4] -> [count r, nb, U, 4]
+                out[name].append(part.reshape(count, nb, -1, r, 4).permute(0, 3, 1, 2, 4).reshape(count * r, nb, -1, 4))
+            else:
+                out[name].append(part.reshape(count, w, r).transpose(1, 2).reshape(count * r, w))
+    cat = {name: torch.cat(parts) for name, parts in out.items()}
+    values = _values(layout, {name: cat.pop(name) for name in _UNIT_TENSORS if name in cat})
+    return values, cat
 
 
 def panel_rows(layout: str, t: dict[str, Tensor], rows: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
     """Rows `rows` [...] of a matrix in panels, gathered by tensor arithmetic (an embedding
-    lookup in traced graphs): (values [..., K], fields [..., K/32])."""
-    qw = t["qweight"]
-    n, row = qw.shape
-    U = _UNITS[layout]
-    nb = row // (4 * U)
+    lookup in traced graphs): (values [..., K], fields [..., w])."""
+    n, nb = t["qweight"].shape[0], _blocks(layout, t)
     rows = rows.long()
     i = rows % PANEL
     first = rows - i  # the panel's first row
     r = torch.clamp(n - first, max=PANEL)  # its rows
-    ar = lambda m: torch.arange(m, device=qw.device)  # noqa: E731
+    ar = lambda m: torch.arange(m, device=rows.device)  # noqa: E731
     e = lambda x: x[..., None, None, None]  # noqa: E731  [...] -> [..., block, unit, byte]
-    # byte j of unit u of block b: first * row + b * 4 U r + u * 4 r + 4 i + j
-    at = e(first * row + 4 * i) + e(r) * (4 * U * ar(nb)[:, None, None] + 4 * ar(U)[:, None]) + ar(4)
-    f_at = (first * nb + i)[..., None] + r[..., None] * ar(nb)
-    fields = {name: x.reshape(-1)[f_at] for name, x in t.items() if name != "qweight"}
-    return _values(layout, qw.reshape(-1)[at]), fields
+    units, fields = {}, {}
+    for name, x in t.items():
+        w = x.shape[1]
+        if name in _UNIT_TENSORS:  # byte j of unit u of block b: first * w + b * 4 U r + u * 4 r + 4 i + j
+            U = w // (4 * nb)
+            at = e(first * w + 4 * i) + e(r) * (4 * U * ar(nb)[:, None, None] + 4 * ar(U)[:, None]) + ar(4)
+            units[name] = x.reshape(-1)[at]
+        else:  # entry c: first * w + c r + i
+            fields[name] = x.reshape(-1)[(first * w + i)[..., None] + r[..., None] * ar(w)]
+    return _values(layout, units), fields
 
 
 # -- GGUF blocks -> layouts -------------------------------------------------------------------
@@ -490,14 +483,12 @@ def pack_fields(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[
     """A layout's tensors from a matrix's values [n, K] (row order; q8 signed, the others
     unsigned as stored) and its scale fields in block order (q6k: sc per 16 values)."""
     if layout in PANEL_LAYOUTS:
-        return to_panels(layout, values, {name: fields[name] for name in LAYOUT_TENSORS[layout][1:]})
+        names = [name for name in LAYOUT_TENSORS[layout] if name not in _UNIT_TENSORS]
+        return to_panels(layout, values, {name: fields[name] for name in names})
     out = dict(fields)
     out["qweight"] = pack_nibbles(values & 0x0F)
     if layout in ("q5k", "q5", "q5s"):
         out["qhigh"] = pack_plane5(values >> 4)
-    elif layout == "q6k":
-        out["qhigh"] = pack_plane6(values >> 4)
-        out["sc"] = _q6_sc_to_lanes(fields["sc"])
     return {name: out[name].contiguous() for name in LAYOUT_TENSORS[layout]}
 
 
@@ -559,12 +550,10 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
 # -- layouts -> float (the reference) --------------------------------------------------------
 
 def kquant_values(t: dict[str, Tensor]) -> Tensor:
-    """The unsigned integer values of a q4k/q5k/q6k/q5/q5s/q4nl/q4xs group [..., K] (uint8, row
+    """The unsigned integer values of a q5k/q5/q5s/q4nl/q4xs group [..., K] (uint8, row
     order; q4nl's and q4xs' are indices into NONLINEAR)."""
     vals = unpack_q4(t["qweight"])
     nb = vals.shape[-1] // BLOCK
-    if "sc" in t and "mn" not in t and "qhigh" in t:  # q6k
-        return vals | (unpack_top(t["qhigh"], nb) << 4)
     if "qhigh" in t:
         vals = vals | (unpack_high(t["qhigh"], nb) << 4)
     return vals
@@ -572,14 +561,11 @@ def kquant_values(t: dict[str, Tensor]) -> Tensor:
 
 def kquant_scales(t: dict[str, Tensor]) -> tuple[Tensor, Optional[Tensor]]:
     """q4k/q5k: float32 (d * sc, -(dmin * mn)) per block of 32 [..., K/32];
-    q6k: (d * sc per 16 values [..., K/16], row order, None)."""
+    q6k (its fields in row order): (d * sc per 16 values [..., K/16], None)."""
     q6 = "mn" not in t
-    per = 16 if q6 else 8
-    d = t["d"].float().repeat_interleave(per, dim=-1)
-    if q6:
-        return d * q6_scales_in_rows(t["sc"]).float(), None
+    d = t["d"].float().repeat_interleave(16 if q6 else 8, dim=-1)
     scale = d * t["sc"].float()
-    return scale, -(t["dmin"].float().repeat_interleave(per, dim=-1) * t["mn"].float())
+    return scale, None if q6 else -(t["dmin"].float().repeat_interleave(8, dim=-1) * t["mn"].float())
 
 
 def value_offset(t: dict[str, Tensor]) -> int:
@@ -605,8 +591,8 @@ def nonlinear_values(t: dict[str, Tensor]) -> Tensor:
 
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
-    """Packed rows [..., K] back to float (float32 math, then `dtype`); a q4, q8 or q4s group is
-    a whole matrix [N, K] in its panels (rows of one: `dequantize_rows`)."""
+    """Packed rows [..., K] back to float (float32 math, then `dtype`); a group in panels (q4, q8,
+    q4s, q4k, q6k) is a whole matrix [N, K] (rows of one: `dequantize_rows`)."""
     layout = layout_of(t)
     if layout in PANEL_LAYOUTS:
         return _panel_float(layout, *from_panels(layout, t), dtype)
@@ -625,23 +611,25 @@ def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tens
         else:
             w = t["scales"].float()[..., None] * (v - offset)
         return w.reshape(shape).to(dtype)
-    if "d" in t:  # q4k, q5k, q6k: the gguf package's operations, in its order
+    if "d" in t:  # q5k: the gguf package's operations, in its order
         vals = kquant_values(t)
         shape = vals.shape
         scale, mins = kquant_scales(t)
-        if mins is None:  # q6k: (d * sc) * (q - 32) per 16 values
-            w = scale[..., None] * (vals.float() - 32).reshape(*shape[:-1], -1, 16)
-        else:
-            w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK) + mins[..., None]
+        w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK) + mins[..., None]
         return w.reshape(shape).to(dtype)
     raise ValueError(f"no dequantization for layout {layout}")
 
 
 def _panel_float(layout: str, vals: Tensor, fields: dict[str, Tensor], dtype: torch.dtype) -> Tensor:
-    """q4's scale * q + min, q8's scale * q, q4s' scale * (q - 8), from values [..., K] and fields
-    [..., K/32]."""
+    """q4's scale * q + min, q8's scale * q, q4s' scale * (q - 8), q4k's (d * sc) * q - dmin * mn,
+    q6k's (d * sc) * (q - 32) per 16 values, from values [..., K] and fields in row order."""
     shape = vals.shape
     v = vals.reshape(*shape[:-1], -1, BLOCK).float()
+    if layout in ("q4k", "q6k"):  # the gguf package's operations, in its order
+        scale, mins = kquant_scales(fields)
+        if mins is None:
+            return (scale[..., None] * (vals.float() - 32).reshape(*shape[:-1], -1, 16)).reshape(shape).to(dtype)
+        return (scale[..., None] * v + mins[..., None]).reshape(shape).to(dtype)
     w = fields["scales"].float()[..., None] * (v - 8 if layout == "q4s" else v)
     if "mins" in fields:
         w = w + fields["mins"].float()[..., None]

@@ -11,11 +11,11 @@ q - 32); then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
     acc[j] = acc[j] + I_b * (w_scale_b * x_scale_b)
     macc[j] = macc[j] + w_min_b * (x_scale_b * sum(q_b))     (layouts with minima)
 
-and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4, q8 and q4s,
-whose rows the kernels read in panels of 16 (one row per lane), have no lanes
+and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4, q8, q4s, q4k
+and q6k, whose rows the kernels read in panels of 16 (one row per lane), have no lanes
 within a row: per output, blocks in order,
 
-    acc = acc + I_b * (w_scale_b * x_scale_b);  macc = macc + w_min_b * (x_scale_b * sum(q_b))  (q4)
+    acc = acc + I_b * (w_scale_b * x_scale_b);  macc = macc + w_min_b * (x_scale_b * sum(q_b))  (q4, q4k)
     y = acc [+ macc]
 
 The integer sums are exact in float32 here (below 2^24), so their order does not matter.
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from .formats import (BLOCK, GROUP, kquant_scales, kquant_values, layout_of, nonlinear_scales, nonlinear_values,
-                      from_panels, q6_scales_in_rows, value_offset)
+                      from_panels, value_offset)
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
 
@@ -63,9 +63,19 @@ def _lanes(terms: Tensor) -> Tensor:
     return _hsum8(acc)
 
 
+def _isums(q: Tensor, w: Tensor, sc: Optional[Tensor]) -> Tensor:
+    """I_b [m, N, nb], exact integers: q [m, nb, 32] activations, w [N, nb, 32] signed weights,
+    sc [N, nb, 2] (q6k: the halves' integer scales) or None."""
+    if sc is None:
+        return torch.einsum("cbi,nbi->cnb", q, w)
+    N, nb = sc.shape[:2]
+    halves = torch.einsum("cbhi,nbhi->cnbh", q.reshape(*q.shape[:2], 2, 16), w.reshape(N, nb, 2, 16))
+    return (halves * sc[None]).sum(-1)  # two exact products below 2^24, an exact sum
+
+
 def _matmul(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], sc: Optional[Tensor]) -> Tensor:
-    """x [M, K]; w [N, nb, 32] signed integer weights (float32); ws [N, nb] float32 block scales;
-    mins [N, nb] or None; sc [N, nb, 2] (q6k: the halves' integer scales) or None."""
+    """The lane layouts' sums (module docstring): x [M, K]; w [N, nb, 32] signed integer weights
+    (float32); ws [N, nb] float32 block scales; mins [N, nb] or None; sc as _isums'."""
     M = x.shape[0]
     N, nb = ws.shape
     q, d = quantize_activations(x)
@@ -73,13 +83,7 @@ def _matmul(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], sc: Option
     rows = max(1, _MAX_ELEMENTS // (N * nb))
     out = []
     for m0 in range(0, M, rows):
-        qm = q[m0:m0 + rows]
-        if sc is None:
-            isum = torch.einsum("cbi,nbi->cnb", qm, w)  # exact integers
-        else:
-            halves = torch.einsum("cbhi,nbhi->cnbh", qm.reshape(*qm.shape[:2], 2, 16), w.reshape(N, nb, 2, 16))
-            isum = (halves * sc[None]).sum(-1)  # two exact products below 2^24, an exact sum
-        y = _lanes(isum * (ws[None] * d[m0:m0 + rows, None, :]))
+        y = _lanes(_isums(q[m0:m0 + rows], w, sc) * (ws[None] * d[m0:m0 + rows, None, :]))
         if mins is not None:
             y = y + _lanes(mins[None] * xs[m0:m0 + rows, None, :])
         out.append(y)
@@ -96,8 +100,9 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] =
                             None if mins is None else mins.float())
 
 
-def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor]) -> Tensor:
-    """The panel layouts' sums (module docstring): x [M, K]; w [N, nb, 32] values; ws, mins [N, nb]."""
+def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], sc: Optional[Tensor] = None) -> Tensor:
+    """The panel layouts' sums (module docstring): x [M, K]; w [N, nb, 32] signed values; ws, mins
+    [N, nb]; sc as _isums'."""
     M = x.shape[0]
     N, nb = ws.shape
     q, d = quantize_activations(x)
@@ -105,7 +110,7 @@ def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor]) -
     rows = max(1, _MAX_ELEMENTS // (N * nb))
     out = []
     for m0 in range(0, M, rows):
-        terms = torch.einsum("cbi,nbi->cnb", q[m0:m0 + rows], w) * (ws[None] * d[m0:m0 + rows, None, :])
+        terms = _isums(q[m0:m0 + rows], w, sc) * (ws[None] * d[m0:m0 + rows, None, :])
         acc = torch.zeros(terms.shape[:2], device=x.device)
         for b in range(nb):
             acc = acc + terms[..., b]
@@ -123,8 +128,8 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s, q4s, q4nl or q4xs weight group `t`,
     as the kernels compute it.
 
-    All but q4s sum in lanes (module docstring); q4s, in panels, sums its blocks in order with
-    values q - 8. q5 has 5-bit values, a scale and a minimum per block; q5s has values q - 16;
+    All but q4s, q4k and q6k sum in lanes (module docstring); those three, in panels, sum their
+    blocks in order, q4s with values q - 8. q5 has 5-bit values, a scale and a minimum per block; q5s has values q - 16;
     q4nl values NONLINEAR[q] and its scales named d, q4xs the same with block scales d * sc;
     q4k/q5k have each block's float32 scale d * sc and minimum -(dmin * mn) formed from the stored
     bytes (exact products). q6k: I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi (q - 32) x, its
@@ -135,15 +140,19 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     if layout_of(t) == "q4s":  # in panels: blocks in order, values q - 8
         vals, fields = from_panels("q4s", t)
         return _blocks_in_order(x, vals.float().reshape(N, nb, BLOCK) - 8, fields["scales"].float(), None)
+    if layout_of(t) == "q4k":  # in panels: blocks in order
+        vals, fields = from_panels("q4k", t)
+        return _blocks_in_order(x, vals.float().reshape(N, nb, BLOCK), *kquant_scales(fields))
+    if layout_of(t) == "q6k":  # in panels: blocks in order, each block's scale its super-block's d
+        vals, fields = from_panels("q6k", t)
+        ws = fields["d"].float().repeat_interleave(GROUP, dim=-1)
+        sc = fields["sc"].float().reshape(N, nb, 2)
+        return _blocks_in_order(x, vals.float().reshape(N, nb, BLOCK) - 32, ws, None, sc)
     if layout_of(t) in ("q4nl", "q4xs"):
         return _matmul(x, nonlinear_values(t).float().reshape(N, nb, BLOCK), nonlinear_scales(t), None, None)
     vals = kquant_values(t).float().reshape(N, nb, BLOCK)
     if "scales" in t:  # q5 (with minima), q5s (values q - 16)
         mins = t["mins"].float() if "mins" in t else None
         return _matmul(x, vals - value_offset(t), t["scales"].float(), mins, None)
-    if "mn" not in t:  # q6k
-        sc = q6_scales_in_rows(t["sc"]).float().reshape(N, nb, 2)
-        ws = t["d"].float().repeat_interleave(GROUP, dim=-1)  # each block's super-block d
-        return _matmul(x, vals - 32, ws, None, sc)
     ws, mins = kquant_scales(t)
     return _matmul(x, vals, ws, mins, None)
