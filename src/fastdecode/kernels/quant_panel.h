@@ -19,7 +19,7 @@
 // Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
 // on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
 // level at K = 2048. q4k, q6k at the 1B shapes: VNNI 1.0-1.8x (q6k 0.94 at one row, K = 8192);
-// AVX2 0.8-0.96x at 1-8 rows, 1.2x at 16.
+// AVX2 0.8-1.1x at 1-8 rows, 1.2x at 16.
 
 using ::fd::kPanelRows;
 
@@ -68,6 +68,8 @@ static FD_INLINE void panel_prefetch(const Panel& p, const uint8_t* pb, int64_t 
   constexpr int64_t S = 16 * kPanelScaleBytes<L>, V = 64 * kUnits<L>;
   auto fetch = [](const void* at) { _mm_prefetch(static_cast<const char*>(at), _MM_HINT_T0); };
   for (int l = 0; l < V; l += 64) fetch(pb + ahead + l);
+  if constexpr (L == kQ4K)  // and prefetcht2 4x as far: 1.06-1.1x at one row on AVX2, whose stream fell behind
+    for (int l = 0; l < V; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + 4 * ahead + l), _MM_HINT_T2);
   if constexpr (L == kQ6K)
     for (int l = 0; l < 128; l += 64) fetch(p.qh + 128 * b + ahead / 2 + l);
   if (b % (64 / S) == 0) {
