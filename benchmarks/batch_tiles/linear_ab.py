@@ -23,11 +23,31 @@ import sys
 import time
 
 
+def random_packs(qtype_name: str, n: int, k: int, copies: int, rng) -> list:
+    """`copies` random GGUF tensors [n, k] of a type (any bytes are valid blocks; their float16
+    fields set to 0.01), each packed by the `fastdecode` on sys.path."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    from fastdecode.quant import formats
+
+    qtype = GGMLQuantizationType[qtype_name]
+    block_size, block_bytes = GGML_QUANT_SIZES[qtype]
+    # where each block's float16 fields are (d, and Q4_1's, Q5_1's m, Q4_K's, Q5_K's dmin)
+    halves = {"Q4_1": (0, 2), "Q5_1": (0, 2), "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}.get(qtype_name, (0,))
+    out = []
+    for _ in range(copies):
+        raw = rng.integers(0, 256, size=(n * k // block_size, block_bytes), dtype=np.uint8)
+        for at in halves:
+            raw[:, at:at + 2] = np.full((raw.shape[0], 1), 0.01, np.float16).view(np.uint8)
+        out.append(formats.pack_gguf(raw, qtype, n, k))
+    return out
+
+
 def worker(src: str, qtype_name: str, shapes: list[str]) -> None:
     sys.path.insert(0, src)
     import numpy as np
     import torch
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     from fastdecode import kernels
     from fastdecode.quant import formats
@@ -38,20 +58,11 @@ def worker(src: str, qtype_name: str, shapes: list[str]) -> None:
         kernels.set_isa(os.environ["ISA"])
     torch.set_num_threads(int(os.environ.get("THREADS", "2")))
     copies, calls = int(os.environ.get("COPIES", "8")), int(os.environ.get("ROUNDS_PER_RUN", "60"))
-    qtype = GGMLQuantizationType[qtype_name]
-    block_size, block_bytes = GGML_QUANT_SIZES[qtype]
-    # where each block's float16 fields are (d, and Q4_1's m, Q4_K's dmin)
-    halves = {"Q4_1": (0, 2), "Q4_K": (0, 2), "Q6_K": (208,)}.get(qtype_name, (0,))
     rng = np.random.default_rng(0)
     out = {}
     for spec in shapes:
         m, n, k = map(int, spec.split("x"))
-        ps = []
-        for _ in range(copies):
-            raw = rng.integers(0, 256, size=(n * k // block_size, block_bytes), dtype=np.uint8)
-            for at in halves:
-                raw[:, at:at + 2] = np.full((raw.shape[0], 1), 0.01, np.float16).view(np.uint8)
-            ps.append(formats.pack_gguf(raw, qtype, n, k))
+        ps = random_packs(qtype_name, n, k, copies, rng)
         layout = formats.layout_of(ps[0])
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(0))
         ts = []

@@ -83,11 +83,20 @@ static FD_INLINE void panel_prefetch(const Panel& p, const uint8_t* pb, int64_t 
   }
 }
 
-// q6k's top bits of sub-step u (bits 2u, 2u + 1 of each byte of h) moved to bits 4 and 5, the rest
-// of each byte cleared (shifts in 16-bit lanes: what crosses into the next byte is masked).
-template <class V, class Sl, class Sr, class And>
-static FD_INLINE V top_bits(V h, int u, V mask, Sl sl, Sr sr, And and_) {
-  return and_(u == 0 ? sl(h, 4) : u == 1 ? sl(h, 2) : u == 2 ? h : sr(h, 2), mask);
+// q6k's values 4u..4u+3 of a block's two halves (lo: values 0-15, hi: 16-31) in Ops' registers,
+// from a unit v of their low 4 bits and the units h0, h1 of their top bits (bits 2u, 2u + 1 of each
+// byte, moved to bits 4 and 5; shifts are in 16-bit lanes, and what crosses into the next byte
+// is masked).
+template <int u, class O>
+static FD_INLINE void q6k_values(typename O::V v, typename O::V h0, typename O::V h1, typename O::V& lo,
+                                 typename O::V& hi) {
+  using V = typename O::V;
+  auto top = [](V h) {
+    if constexpr (u < 2) return O::and_(O::template shl<4 - 2 * u>(h), O::bytes(0x30));
+    else return O::and_(O::template shr<2 * u - 4>(h), O::bytes(0x30));
+  };
+  lo = O::or_(O::and_(v, O::bytes(0x0F)), top(h0));
+  hi = O::or_(O::and_(O::template shr<4>(v), O::bytes(0x0F)), top(h1));
 }
 
 #if FD_VNNI
@@ -137,23 +146,17 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
       for (int c = 0; c < C; ++c) I[c] = _mm512_sub_epi32(I[c], _mm512_set1_epi32(128 * block_sum(a, m + c, b)));
     } else if constexpr (L == kQ6K) {
       const __m512i h0 = _mm512_loadu_si512(p.qh + 128 * b), h1 = _mm512_loadu_si512(p.qh + 128 * b + 64);
-      const __m512i top = _mm512_set1_epi8(0x30);
-      auto sl = [](__m512i v, int n) { return n == 4 ? _mm512_slli_epi16(v, 4) : _mm512_slli_epi16(v, 2); };
-      auto sr = [](__m512i v, int) { return _mm512_srli_epi16(v, 2); };
-      auto and_ = [](__m512i x, __m512i y) { return _mm512_and_si512(x, y); };
       __m512i Ih[C];  // the second half's sums (I: the first's)
       for (int c = 0; c < C; ++c) Ih[c] = _mm512_setzero_si512();
-#pragma GCC unroll 4  // (each u's shifts fold)
-      for (int u = 0; u < 4; ++u) {
-        const __m512i v = _mm512_loadu_si512(pb + 64 * u);
-        const __m512i lo = _mm512_or_si512(_mm512_and_si512(v, low), top_bits(h0, u, top, sl, sr, and_));
-        const __m512i hi =
-            _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), low), top_bits(h1, u, top, sl, sr, and_));
+      auto unit = [&]<int u>() __attribute__((always_inline)) {
+        __m512i lo, hi;
+        q6k_values<u, V512>(_mm512_loadu_si512(pb + 64 * u), h0, h1, lo, hi);
         for (int c = 0; c < C; ++c) {
           I[c] = _mm512_dpbusd_epi32(I[c], lo, _mm512_set1_epi32(xword(xb, c * xrow, u)));
           Ih[c] = _mm512_dpbusd_epi32(Ih[c], hi, _mm512_set1_epi32(xword(xb, c * xrow, 4 + u)));
         }
-      }
+      };
+      each_chunk(unit);
       const __m512i slo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.sc + 32 * b)));
       const __m512i shi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 16)));
       for (int c = 0; c < C; ++c) {
@@ -213,33 +216,27 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
   const int64_t xrow = (a.nb + 7) / 8 * 256;
   const int8_t* xb = a.xq + m * xrow + 256 * (b / 8) + 4 * (b % 8);
   const uint8_t* pb = p.q + 256 * b + 32 * h;
-  const __m256i low = _mm256_set1_epi8(0x0F), top = _mm256_set1_epi8(0x30);
-  auto sl = [](__m256i v, int n) { return n == 4 ? _mm256_slli_epi16(v, 4) : _mm256_slli_epi16(v, 2); };
-  auto sr = [](__m256i v, int) { return _mm256_srli_epi16(v, 2); };
-  auto and_ = [](__m256i u, __m256i v) { return _mm256_and_si256(u, v); };
   const __m256i h0 = load32(p.qh + 128 * b + 32 * h), h1 = load32(p.qh + 128 * b + 64 + 32 * h);
   const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 8 * h));
   const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 16 + 8 * h));
   const __m256i sc0 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s0));
   const __m256i sc1 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s1, s1));
   __m256i Pl[C], Ph[C];
-#pragma GCC unroll 4  // (each u's shifts and branches fold)
-  for (int u = 0; u < 4; ++u) {
-    const __m256i v = load32(pb + 64 * u);
-    const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, low), top_bits(h0, u, top, sl, sr, and_));
-    const __m256i hi =
-        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), low), top_bits(h1, u, top, sl, sr, and_));
+  auto unit = [&]<int u>() __attribute__((always_inline)) {
+    __m256i lo, hi;
+    q6k_values<u, V256>(load32(pb + 64 * u), h0, h1, lo, hi);
     for (int c = 0; c < C; ++c) {
       const __m256i tl = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xword(xb, c * xrow, u)));
       const __m256i th = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xword(xb, c * xrow, 4 + u)));
       Pl[c] = u % 2 ? _mm256_add_epi16(Pl[c], tl) : tl;
       Ph[c] = u % 2 ? _mm256_add_epi16(Ph[c], th) : th;
-      if (u % 2) {
+      if constexpr (u % 2 == 1) {
         const __m256i w = _mm256_add_epi32(_mm256_madd_epi16(Pl[c], sc0), _mm256_madd_epi16(Ph[c], sc1));
         I[c] = u == 1 ? w : _mm256_add_epi32(I[c], w);
       }
     }
-  }
+  };
+  each_chunk(unit);
   const __m256i pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane i: (sc_lo, sc_hi) of row i
   for (int c = 0; c < C; ++c) {
     const uint32_t sums = (static_cast<uint32_t>(half_sum(a, m + c, b, 1)) << 16) |
