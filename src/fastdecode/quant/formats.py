@@ -26,8 +26,7 @@ concatenate as they are; anything else goes through `from_panels`.
 
 **Lane order** (the other layouts: q5k, q5, q5s, q4nl, q4xs). Within a row, the blocks go in
 groups of 8 (the last group may hold g < 8), one block per 32-bit lane of the kernels' 8-lane
-registers. A
-group's values are stored by sub-step: sub-step i (0..7) holds values
+registers. A group's values are stored by sub-step: sub-step i (0..7) holds values
 4i..4i+3 of each of the group's blocks, block after block (4 g bytes of 8-bit
 values), so one 32-byte load gives the 8 lanes' next 4 values, and an integer
 dot product summed over the 8 sub-steps leaves each block's full sum in its
