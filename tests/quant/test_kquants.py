@@ -134,10 +134,11 @@ WIDE_LAYOUT = {T.Q4_0: "q4s", T.Q4_1: "q4", T.Q8_0: "q8", **LAYOUT}
 
 @pytest.mark.parametrize("qtype", list(WIDE_LAYOUT), ids=lambda t: t.name)
 def test_wide_tiles_give_the_same_bits(qtype):
-    """The 512-bit tiles (two groups a register: 4 x 4, q6k's 2 x 4; on by default on Zen 5)
-    against the 256-bit path and the twin: rows of one and several pairs of groups, a group left
-    over, a partial last group, at M from 2 (from 4 the wide path also takes the one-row and pair
-    tiles' shapes, in tiles of 4 activation rows and a remainder; q6k takes 2 x 4 at M = 17)."""
+    """The 512-bit tiles (two groups a register: 4 x 4; on by default on Zen 5) against the
+    256-bit path and the twin: rows of one and several pairs of groups, a group left over, a
+    partial last group, at M from 2 (from 4 the wide path also takes the one-row and pair tiles'
+    shapes, in tiles of 4 activation rows and a remainder). The layouts in panels (Q4_0, Q4_1,
+    Q8_0, Q4_K, Q6_K) have no wide tiles: both settings must still give the twin's bits."""
     if "avx512-vnni" not in ISAS:
         pytest.skip("no AVX-512 VNNI here: the matmuls have one path")
     lay = WIDE_LAYOUT[qtype]

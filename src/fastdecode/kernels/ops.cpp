@@ -170,8 +170,8 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // Matmuls on block-quantized weights, for every M (decode, batches, prefill).
 //
 // Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s, q4s, q4nl, q4xs), K a
-// multiple of 32; q4's, q8's and q4s' rows in panels of 16, the others' blocks in groups of 8
-// lanes. Activations are quantized once per call to int8 blocks of 32 (one scale per block), as
+// multiple of 32; q4's, q8's, q4s', q4k's and q6k's rows in panels of 16, the others' blocks in
+// groups of 8 lanes. Activations are quantized once per call to int8 blocks of 32 (one scale per block), as
 // llama.cpp does, so the inner loop is an int8 dot product.
 //
 // Two instruction sets share one body (quant_kernel.h, compiled by quant_avx2.cpp and

@@ -1,8 +1,8 @@
 """Slicing one matrix for tensor parallelism: float (`nn.Linear` and subclasses)
 or block-quantized (`QuantLinear`), by output rows or by input columns.
 
-Rows of a block-quantized matrix are independent, so row slices are free (q4's and
-q8's, stored in panels of 16 rows, go through their row order); a column slice must
+Rows of a block-quantized matrix are independent, so row slices are free (the layouts
+stored in panels of 16 rows go through their row order); a column slice must
 fall on 32-value block boundaries, and its values are regrouped into the lane order
 of the narrower row, or into panels (formats.py), which is exact.
 """

@@ -30,8 +30,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .formats import (BLOCK, GROUP, kquant_scales, kquant_values, layout_of, nonlinear_scales, nonlinear_values,
-                      from_panels, value_offset)
+from .formats import (BLOCK, GROUP, PANEL_LAYOUTS, from_panels, kquant_scales, kquant_values, layout_of,
+                      nonlinear_scales, nonlinear_values, value_offset)
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
 
@@ -92,12 +92,23 @@ def _matmul(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], sc: Option
 
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] = None) -> Tensor:
     """x [M, K] float -> [M, N] float32, for a q4 (mins given) or q8 weight."""
-    N, K = qweight.shape[0], x.shape[1]
     t = {"qweight": qweight, "scales": scales} | ({} if mins is None else {"mins": mins})
-    vals, fields = from_panels("q8" if mins is None else "q4", t)
-    mins = fields.get("mins")
-    return _blocks_in_order(x, vals.float().reshape(N, K // BLOCK, BLOCK), fields["scales"].float(),
-                            None if mins is None else mins.float())
+    return _panel_linear(x, "q8" if mins is None else "q4", t)
+
+
+def _panel_linear(x: Tensor, layout: str, t: dict[str, Tensor]) -> Tensor:
+    """A panel layout's matmul: its values and fields in row order, blocks in order (module
+    docstring); q4s' values are q - 8, q6k's q - 32 with each block's scale its super-block's d."""
+    N, nb = t["qweight"].shape[0], x.shape[1] // BLOCK
+    vals, f = from_panels(layout, t)
+    w = vals.float().reshape(N, nb, BLOCK)
+    if layout == "q4k":
+        return _blocks_in_order(x, w, *kquant_scales(f))
+    if layout == "q6k":
+        ws = f["d"].float().repeat_interleave(GROUP, dim=-1)
+        return _blocks_in_order(x, w - 32, ws, None, f["sc"].float().reshape(N, nb, 2))
+    mins = f["mins"].float() if "mins" in f else None
+    return _blocks_in_order(x, w - 8 if layout == "q4s" else w, f["scales"].float(), mins)
 
 
 def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], sc: Optional[Tensor] = None) -> Tensor:
@@ -129,26 +140,18 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     as the kernels compute it.
 
     All but q4s, q4k and q6k sum in lanes (module docstring); those three, in panels, sum their
-    blocks in order, q4s with values q - 8. q5 has 5-bit values, a scale and a minimum per block; q5s has values q - 16;
-    q4nl values NONLINEAR[q] and its scales named d, q4xs the same with block scales d * sc;
-    q4k/q5k have each block's float32 scale d * sc and minimum -(dmin * mn) formed from the stored
-    bytes (exact products). q6k: I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi (q - 32) x, its
-    block scale the super-block's d.
+    blocks in order (_panel_linear). q5 has 5-bit values, a scale and a minimum per block; q5s
+    has values q - 16; q4nl values NONLINEAR[q] and its scales named d, q4xs the same with block
+    scales d * sc; q4k/q5k have each block's float32 scale d * sc and minimum -(dmin * mn) formed
+    from the stored bytes (exact products). q6k: I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi
+    (q - 32) x, its block scale the super-block's d.
     """
     N, K = t["qweight"].shape[0], x.shape[1]
     nb = K // BLOCK
-    if layout_of(t) == "q4s":  # in panels: blocks in order, values q - 8
-        vals, fields = from_panels("q4s", t)
-        return _blocks_in_order(x, vals.float().reshape(N, nb, BLOCK) - 8, fields["scales"].float(), None)
-    if layout_of(t) == "q4k":  # in panels: blocks in order
-        vals, fields = from_panels("q4k", t)
-        return _blocks_in_order(x, vals.float().reshape(N, nb, BLOCK), *kquant_scales(fields))
-    if layout_of(t) == "q6k":  # in panels: blocks in order, each block's scale its super-block's d
-        vals, fields = from_panels("q6k", t)
-        ws = fields["d"].float().repeat_interleave(GROUP, dim=-1)
-        sc = fields["sc"].float().reshape(N, nb, 2)
-        return _blocks_in_order(x, vals.float().reshape(N, nb, BLOCK) - 32, ws, None, sc)
-    if layout_of(t) in ("q4nl", "q4xs"):
+    layout = layout_of(t)
+    if layout in PANEL_LAYOUTS:
+        return _panel_linear(x, layout, t)
+    if layout in ("q4nl", "q4xs"):
         return _matmul(x, nonlinear_values(t).float().reshape(N, nb, BLOCK), nonlinear_scales(t), None, None)
     vals = kquant_values(t).float().reshape(N, nb, BLOCK)
     if "scales" in t:  # q5 (with minima), q5s (values q - 16)

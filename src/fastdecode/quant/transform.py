@@ -77,7 +77,7 @@ def build_model(args: ModelArgs, state_dict: dict[str, Tensor], dtype: torch.dty
                     state_dict[f"{p}.weight"] = dequantize(_pop_packed(state_dict, p), dtype)
             notes.append(f"{path}: mixed layouts {sorted(map(str, set(layouts)))}, dequantized")
             continue
-        # Each run of parts that share a layout (and for q4 and q8, whose rows are in panels of
+        # Each run of parts that share a layout (and for the layouts whose rows are in panels of
         # 16, follow a part of whole panels) concatenates; several runs each take their own
         # kernel (SplitLinear).
         runs: list[list[int]] = []
