@@ -79,7 +79,7 @@ def test_twin_matches_dequantized_matmul(qtype):
     w = dequant.dequantize(raw, qtype, (n, k), torch.float32).double()
     p = formats.pack_gguf(raw, qtype, n, k)
     x = torch.randn(9, k, generator=torch.Generator().manual_seed(2))
-    q, d = reference.quantize_activations(x)
+    q, d = reference.quantize_activations(x, per256=LAYOUT[qtype] in reference.PER256)
     xh = (q * d[..., None]).reshape(9, k).double()
     exact = xh @ w.T
     y = reference.klinear(x, p).double()

@@ -139,11 +139,13 @@ def test_quantize_float_weights(layout):
         formats.quantize(torch.randn(4, 48), layout)
 
 
-def test_reference_activation_quantization_matches_definition():
-    x = torch.randn(4, 64)
-    q, d = reference.quantize_activations(x)
-    xb = x.reshape(4, 2, 32)
-    assert torch.equal(d, xb.abs().amax(-1) / 127)
+@pytest.mark.parametrize("per256", [False, True])
+def test_reference_activation_quantization_matches_definition(per256):
+    x = torch.randn(4, 512)
+    q, d = reference.quantize_activations(x, per256=per256)
+    xb = x.reshape(4, 16, 32)
+    amax = x.reshape(4, 2, 256).abs().amax(-1).repeat_interleave(8, 1) if per256 else xb.abs().amax(-1)
+    assert torch.equal(d, amax / 127)
     assert q.abs().max() <= 127 and torch.equal(q, torch.round(q))
     assert ((q * d[..., None] - xb).abs() <= d[..., None] / 2 + 1e-7).all()
 

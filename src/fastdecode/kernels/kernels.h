@@ -61,9 +61,10 @@ struct QuantArgs {
   int64_t scs;
   const uint16_t *d, *dmin;  // the K-quants' float16 d, dmin [N, nb / 8]
   int64_t nb;  // blocks of 32 per row: K / 32
-  // The activations from quantize_rows, each row padded to G = ceil(nb / 8) groups: int8 [M, G, 256]
-  // in the lane order, block scales and scale * sum(q) [M, G, 8], and the integer sums of each
-  // block's values 0..15 and 16..31 [M, G, 2, 8].
+  // The activations from quantize_rows, each row padded to G = ceil(nb / 8) groups: int8 in the lane
+  // order, [M, G, 256] (the panel layouts: [G, M, 256], so that a tile's rows lie 256 bytes apart), block scales and scale * sum(q) [M, G, 8], and the integer sums of each
+  // block's values 0..15 and 16..31 [M, G, 2, 8]. The K-quant panels (q4k, q6k: in_super) take one
+  // scale per group of 256 values, which each of its 8 blocks repeats.
   const int8_t* xq;
   const float *xd, *xs;
   const int32_t* xsums;
@@ -74,12 +75,14 @@ struct QuantArgs {
 };
 
 namespace avx2 {
-void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s, int32_t* sums);
+void quantize_rows(const float* x, int64_t M, int64_t K, bool per256, int8_t* q, int64_t qrow, int64_t qgroup,
+                   float* d, float* s, int32_t* sums);
 void rows(const QuantArgs& a, int64_t n0, int64_t n1);
 }  // namespace avx2
 
 namespace vnni {
-void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s, int32_t* sums);
+void quantize_rows(const float* x, int64_t M, int64_t K, bool per256, int8_t* q, int64_t qrow, int64_t qgroup,
+                   float* d, float* s, int32_t* sums);
 void rows(const QuantArgs& a, int64_t n0, int64_t n1);
 }  // namespace vnni
 
@@ -87,5 +90,6 @@ void rows(const QuantArgs& a, int64_t n0, int64_t n1);
 // and rows per panel of the layouts stored in panels (quant_panel.h).
 constexpr int64_t kTileRows = 4, kPanelRows = 16;
 constexpr bool in_panels(Layout l) { return l == kQ4 || l == kQ8 || l == kQ4S || l == kQ4K || l == kQ6K; }
+constexpr bool in_super(Layout l) { return l == kQ4K || l == kQ6K; }
 
 }  // namespace fd

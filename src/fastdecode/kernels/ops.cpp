@@ -171,8 +171,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 //
 // Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s, q4s, q4nl, q4xs), K a
 // multiple of 32; q4's, q8's, q4s', q4k's and q6k's rows in panels of 16, the others' blocks in
-// groups of 8 lanes. Activations are quantized once per call to int8 blocks of 32 (one scale per block), as
-// llama.cpp does, so the inner loop is an int8 dot product.
+// groups of 8 lanes. Activations are quantized once per call to int8 blocks of 32, as llama.cpp does,
+// so the inner loop is an int8 dot product: one scale per block, or per 256 values for q4k and q6k,
+// whose integer sums then take their weights' 6- and 8-bit block scales before any float operation.
 //
 // Two instruction sets share one body (quant_kernel.h, compiled by quant_avx2.cpp and
 // quant_vnni.cpp): AVX2 (maddubs) and AVX-512 VNNI (vpdpbusd), with exact integer sums
@@ -183,8 +184,9 @@ struct Act {
   at::Tensor q, d, s, sums;  // quantize_rows' outputs (kernels.h), rows padded to whole groups of 8 blocks
 };
 
-Act quantize(const at::Tensor& x) {
+Act quantize(const at::Tensor& x, bool per256, bool panels) {
   const int64_t M = x.size(0), K = x.size(1), G = (K / 32 + 7) / 8;
+  const int64_t qrow = panels ? 256 : G * 256, qgroup = panels ? M * 256 : 256;
   Act a{at::empty({M, G * 256}, x.options().dtype(at::kChar)), at::empty({M, G * 8}, x.options()),
         at::empty({M, G * 8}, x.options()), at::empty({M, G * 16}, x.options().dtype(at::kInt))};
   auto f = active_isa() == kVnni ? fd::vnni::quantize_rows : fd::avx2::quantize_rows;
@@ -193,7 +195,7 @@ Act quantize(const at::Tensor& x) {
   float *dp = a.d.data_ptr<float>(), *sp = a.s.data_ptr<float>();
   int32_t* up = a.sums.data_ptr<int32_t>();
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
-    f(xp + m0 * K, m1 - m0, K, qp + m0 * G * 256, dp + m0 * G * 8, sp + m0 * G * 8, up + m0 * G * 16);
+    f(xp + m0 * K, m1 - m0, K, per256, qp + m0 * qrow, qrow, qgroup, dp + m0 * G * 8, sp + m0 * G * 8, up + m0 * G * 16);
   });
   return a;
 }
@@ -207,7 +209,7 @@ Act quantize(const at::Tensor& x) {
 // arithmetic does not depend on the thread that runs it.
 constexpr int64_t kChunksPerThread = 4;
 at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
-  const Act act = quantize(x.contiguous());
+  const Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout));
   at::Tensor y = at::empty({x.size(0), N}, x.options());
   a.xq = act.q.data_ptr<int8_t>();
   a.xd = act.d.data_ptr<float>();

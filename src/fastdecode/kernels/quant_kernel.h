@@ -730,34 +730,40 @@ static void rows(const Args& a, int64_t n0, int64_t n1) {
   }
 }
 
-// Per row and block of 32: d = amax / 127, q = round-half-even(x / d), s = d * sum(q), and the
-// integer sums of values 0..15 and 16..31; written in the lane order, rows padded to whole groups.
-static void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s, int32_t* sums) {
-  const int64_t nb = K / 32, gx = (nb + 7) / 8;
+// Per row and block of 32: d = amax / 127 (per256: the amax of the block's group of 8 blocks, as
+// llama.cpp's Q8_K takes for its K-quants), q = round-half-even(x / d), s = d * sum(q), and the
+// integer sums of values 0..15 and 16..31; written in the lane order, rows padded to whole groups, row m's
+// group G of q at q + m qrow + G qgroup.
+static FD_INLINE float amax_ps(const float* x, int64_t n) {  // n a multiple of 8
   const __m256 sign = _mm256_set1_ps(-0.f);
+  __m256 amax = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 8) amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+  __m128 a = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  a = _mm_max_ps(a, _mm_movehl_ps(a, a));
+  a = _mm_max_ss(a, _mm_movehdup_ps(a));
+  return _mm_cvtss_f32(a);
+}
+static void quantize_rows(const float* x, int64_t M, int64_t K, bool per256, int8_t* q, int64_t qrow,
+                          int64_t qgroup, float* d, float* s, int32_t* sums) {
+  const int64_t nb = K / 32, gx = (nb + 7) / 8;
   for (int64_t m = 0; m < M; ++m) {
-    int8_t* qr = q + m * gx * 256;
+    int8_t* qr = q + m * qrow;
     float *dr = d + m * gx * 8, *sr = s + m * gx * 8;
     int32_t* ur = sums + m * gx * 16;
     if (nb % 8) {  // the padding of the last group
       const int64_t G = nb / 8;
-      std::memset(qr + G * 256, 0, 256);
+      std::memset(qr + G * qgroup, 0, 256);
       std::memset(dr + G * 8, 0, 8 * sizeof(float));
       std::memset(sr + G * 8, 0, 8 * sizeof(float));
       std::memset(ur + G * 16, 0, 16 * sizeof(int32_t));
     }
+    float group_max = 0.f;
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = x + m * K + b * 32;
+      if (per256 && b % 8 == 0) group_max = amax_ps(xb, 32 * std::min<int64_t>(8, nb - b));
       __m256 v[4];
-      __m256 amax = _mm256_setzero_ps();
-      for (int j = 0; j < 4; ++j) {
-        v[j] = _mm256_loadu_ps(xb + 8 * j);
-        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[j]));
-      }
-      __m128 a = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-      a = _mm_max_ps(a, _mm_movehl_ps(a, a));
-      a = _mm_max_ss(a, _mm_movehdup_ps(a));
-      const float dm = _mm_cvtss_f32(a) / 127.f;
+      for (int j = 0; j < 4; ++j) v[j] = _mm256_loadu_ps(xb + 8 * j);
+      const float dm = (per256 ? group_max : amax_ps(xb, 32)) / 127.f;
       const float id = dm > 0.f ? 1.f / dm : 0.f;
       const __m256 idv = _mm256_set1_ps(id);
       __m256i qi[4];
@@ -777,7 +783,7 @@ static void quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float
       alignas(32) int32_t words[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(words), p8);
       const int64_t G = b / 8, j = b % 8;
-      for (int i = 0; i < 8; ++i) std::memcpy(qr + G * 256 + 32 * i + 4 * j, &words[i], 4);
+      for (int i = 0; i < 8; ++i) std::memcpy(qr + G * qgroup + 32 * i + 4 * j, &words[i], 4);
       dr[G * 8 + j] = dm;
       sr[G * 8 + j] = dm * static_cast<float>(lo + hi);
       ur[G * 16 + j] = lo;

@@ -3,23 +3,23 @@
 //
 // A 64-byte unit of a panel holds 4 values of each of its 16 rows, so a dot product against 4
 // broadcast activation bytes leaves each row's block sum I_b in its own 32-bit lane (VNNI: one
-// 512-bit register; AVX2: two 256-bit halves of 8 rows). The per-block float scaling then runs
-// once per 16 outputs and no output needs a horizontal sum; for each (activation row m, weight
-// row n), blocks in order:
+// 512-bit register; AVX2: two 256-bit halves of 8 rows). The float scaling then runs once per 16
+// outputs and no output needs a horizontal sum. For each (activation row m, weight row n), q4,
+// q8 and q4s take blocks in order:
 //
 //   acc  = acc  + float(I_b) * (w_scale_b * x_scale_b)
-//   macc = macc + w_min_b * x_sum_b                      (q4, q4k)
+//   macc = macc + w_min_b * x_sum_b                      (q4)
 //   y = acc [+ macc]
 //
-// whatever the tile, M, thread count or instruction set; quant/reference.py repeats it.
-// I_b = sum q x (q4, q4k: q in 0..15; q8: signed w, which VNNI takes as w + 128, less 128 sum x;
-// q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x) + sc_hi (sum_hi q x - 32 sum_hi x)
-// over the block's values 0-15 and 16-31, |I_b| < 2^24). q4k's w_scale_b = d * sc_b and
-// w_min_b = -dmin * mn_b, exact products of a float16 and a 6-bit integer; q6k's w_scale_b is d.
+// q4k and q6k, whose activations take one scale per 256 values, fold their integer block scales
+// into the sums and scale in float once per group of 8 blocks (super_tile, q4k_tile, q6k_tile).
+// Either way the result does not depend on the tile, M, thread count or instruction set;
+// quant/reference.py repeats it. I_b = sum q x (q4, q4k: q in 0..15; q8: signed w, which VNNI
+// takes as w + 128, less 128 sum x; q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x)
+// + sc_hi (sum_hi q x - 32 sum_hi x) over the block's values 0-15 and 16-31, |I_b| < 2^24).
 // Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
 // on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
-// level at K = 2048. q4k, q6k at the 1B shapes: VNNI 1.0-1.8x (q6k 0.94 at one row, K = 8192);
-// AVX2 0.8-1.1x at 1-8 rows, 1.2x at 16.
+// level at K = 2048. q4k, q6k: benchmarks/batch_tiles/kquant_groups.md.
 
 using ::fd::kPanelRows;
 
@@ -28,6 +28,9 @@ typedef int32_t PanelWord __attribute__((may_alias, aligned(1)));
 // 4-byte units per row and block of qweight: q4's, q4s', q4k's and q6k's 32 nibbles, q8's 32 bytes.
 template <int L>
 constexpr int kUnits = L == kQ8 ? 8 : 4;
+// Per-256 activations (kernels.h's in_super): q4k and q6k.
+template <int L>
+constexpr bool kSuper = ::fd::in_super(static_cast<::fd::Layout>(L));
 template <int L>
 constexpr bool kPanelMins = L == kQ4 || L == kQ4K;
 // Bytes of sc (and mn) per row and block: float16 scales, q4k's 6-bit scale bytes, q6k's two int8
@@ -45,8 +48,12 @@ struct Panel {
   const uint16_t *d, *dmin;
 };
 
-// The 4 activation bytes of values 4w..4w+3 of a block (xb: the block's first word in
-// quantize_rows' lane order), `row` bytes further on.
+// Activation row m's block b: its first word in quantize_rows' lane order, the panel layouts'
+// [G, M, 256], so that row m + c's is 256 c bytes further on.
+static FD_INLINE const int8_t* xblock(const Args& a, int64_t m, int64_t b) {
+  return a.xq + 256 * ((b / 8) * a.M + m) + 4 * (b % 8);
+}
+// The 4 activation bytes of values 4w..4w+3 of a block (xb: xblock's), `row` bytes further on.
 static FD_INLINE int32_t xword(const int8_t* xb, int64_t row, int w) {
   return reinterpret_cast<const PanelWord*>(xb + row)[8 * w];
 }
@@ -58,6 +65,14 @@ static FD_INLINE int32_t half_sum(const Args& a, int64_t m, int64_t b, int h) {
 }
 static FD_INLINE int32_t block_sum(const Args& a, int64_t m, int64_t b) {
   return half_sum(a, m, b, 0) + half_sum(a, m, b, 1);
+}
+// Activation row m's integer block sums S_b of group g (K a multiple of 256) as int16 pairs: word k
+// holds (S_8g+2k, S_8g+2k+1); |S_b| <= 32 x 127.
+static FD_INLINE void sum_pairs(const Args& a, int64_t m, int64_t g, int32_t (&pairs)[4]) {
+  const int32_t* s = a.xsums + 16 * (m * (a.nb / 8) + g);
+  const __m256i S = _mm256_add_epi32(load32(s), load32(s + 8));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(pairs),
+                   _mm_packs_epi32(_mm256_castsi256_si128(S), _mm256_extracti128_si256(S, 1)));
 }
 
 // Prefetch `ahead` bytes ahead in the values' stream, and in the other streams in proportion: q6k's
@@ -100,26 +115,101 @@ static FD_INLINE void q6k_values(typename O::V v, typename O::V h0, typename O::
 }
 
 #if FD_VNNI
-// Block b's 16 weight scales and minima (panel_scales8, panel_mins8 on AVX2: half h's 8).
-static FD_INLINE __m512 bytes16_ps(const uint8_t* p) {  // 16 uint8 -> float
-  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+// I += v . (the 4 bytes at x, broadcast), the broadcast folded into vpdpbusd's memory operand.
+static FD_INLINE void dpbusd_b(__m512i& I, __m512i v, const int8_t* x) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(I) : "v"(v), "m"(*reinterpret_cast<const PanelWord*>(x)));
 }
 static FD_INLINE __m512 halves16_ps(const uint16_t* p) { return _mm512_cvtph_ps(load32(p)); }  // 16 float16 -> float
-template <int L>
-static FD_INLINE __m512 panel_scales(const Panel& p, int64_t b) {
-  if constexpr (L == kQ6K) return halves16_ps(p.d + 16 * (b / 8));
-  else if constexpr (L == kQ4K) return _mm512_mul_ps(halves16_ps(p.d + 16 * (b / 8)), bytes16_ps(p.sc + 16 * b));
-  else return _mm512_cvtph_ps(load32(p.sc + 32 * b));
-}
-template <int L>
-static FD_INLINE __m512 panel_mins(const Panel& p, int64_t b) {
-  if constexpr (L == kQ4K) {  // (-dmin) * mn: the bits of -(dmin * mn)
-    const __m512i dmin = _mm512_castps_si512(halves16_ps(p.dmin + 16 * (b / 8)));
-    const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(dmin, _mm512_set1_epi32(INT32_MIN)));
-    return _mm512_mul_ps(neg, bytes16_ps(p.mn + 16 * b));
-  } else {
-    return _mm512_cvtph_ps(load32(p.mn + 32 * b));
+
+// The dot products of a block of nibbles (4 units at pb) with activation rows m..m+C-1 (xb:
+// xblock's): values 0-15 into I, 16-31 into Ih (two chains: 1.03x at M = 8).
+template <int C>
+static FD_INLINE void nibble_dots(const uint8_t* pb, const int8_t* xb, __m512i (&I)[C], __m512i (&Ih)[C]) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int c = 0; c < C; ++c) I[c] = Ih[c] = _mm512_setzero_si512();
+  for (int u = 0; u < 4; ++u) {
+    const __m512i v = _mm512_loadu_si512(pb + 64 * u);
+    const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    for (int c = 0; c < C; ++c) {
+      dpbusd_b(I[c], lo, xb + 256 * c + 32 * u);
+      dpbusd_b(Ih[c], hi, xb + 256 * c + 32 * (4 + u));
+    }
   }
+}
+
+// q4k's and q6k's tile: activations with one scale per group of 8 blocks (per256), so that each
+// block's integer sums take the weights' integer scales and the float scaling runs once a group g:
+//   q4k: I_g = sum_b sc_b I_b, M_g = sum_b mn_b S_b (S_b: the activations' integer block sum);
+//        acc = acc + float(I_g) * (d_g * xd_g);  acc = acc + float(M_g) * ((-dmin_g) * xd_g)
+//   q6k: I_g = sum_b I_b;  acc = acc + float(I_g) * (d_g * xd_g)
+// |I_g| < 2^31 (q4k: 8 x 63 x 32 x 15 x 127; q6k: 8 x 2 x 128 x 16 x 32 x 127); float(I_g) rounds
+// to nearest, as the twin's conversion does. mn_b S_b pairs go through one vpdpwssd per 2 blocks.
+template <int L, int C>
+static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
+  const int64_t G = a.nb / 8;
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  auto load16 = [](const uint8_t* at) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at)); };
+  for (int64_t g = 0; g < G; ++g) {
+    __m512i Ig[C];
+    for (int c = 0; c < C; ++c) Ig[c] = _mm512_setzero_si512();
+    for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
+      const uint8_t* pb = p.q + 256 * b;
+      if (ahead) panel_prefetch<L>(p, pb, b, ahead);
+      const int8_t* xb = xblock(a, m, b);
+      __m512i I[C];
+      for (int c = 0; c < C; ++c) I[c] = _mm512_setzero_si512();
+      if constexpr (L == kQ6K) {
+        const __m512i h0 = _mm512_loadu_si512(p.qh + 128 * b), h1 = _mm512_loadu_si512(p.qh + 128 * b + 64);
+        __m512i Ih[C];  // the second half's sums (I: the first's)
+        for (int c = 0; c < C; ++c) Ih[c] = _mm512_setzero_si512();
+        auto unit = [&]<int u>() __attribute__((always_inline)) {
+          __m512i lo, hi;
+          q6k_values<u, V512>(_mm512_loadu_si512(pb + 64 * u), h0, h1, lo, hi);
+          for (int c = 0; c < C; ++c) {
+            I[c] = _mm512_dpbusd_epi32(I[c], lo, _mm512_set1_epi32(xword(xb, 256 * c, u)));
+            Ih[c] = _mm512_dpbusd_epi32(Ih[c], hi, _mm512_set1_epi32(xword(xb, 256 * c, 4 + u)));
+          }
+        };
+        each_chunk(unit);
+        const __m512i slo = _mm512_cvtepi8_epi32(load16(p.sc + 32 * b));
+        const __m512i shi = _mm512_cvtepi8_epi32(load16(p.sc + 32 * b + 16));
+        for (int c = 0; c < C; ++c) {
+          const __m512i lo32 = _mm512_sub_epi32(I[c], _mm512_set1_epi32(32 * half_sum(a, m + c, b, 0)));
+          const __m512i hi32 = _mm512_sub_epi32(Ih[c], _mm512_set1_epi32(32 * half_sum(a, m + c, b, 1)));
+          Ig[c] = _mm512_add_epi32(Ig[c], _mm512_add_epi32(_mm512_mullo_epi32(lo32, slo), _mm512_mullo_epi32(hi32, shi)));
+        }
+      } else {
+        __m512i Ih[C];
+        nibble_dots<C>(pb, xb, I, Ih);
+        const __m512i sc = _mm512_cvtepu8_epi32(load16(p.sc + 16 * b));
+        for (int c = 0; c < C; ++c) Ig[c] = _mm512_add_epi32(Ig[c], _mm512_mullo_epi32(_mm512_add_epi32(I[c], Ih[c]), sc));
+      }
+    }
+    const __m512 dg = halves16_ps(p.d + 16 * g);
+    for (int c = 0; c < C; ++c) {
+      const __m512 scale = _mm512_mul_ps(dg, _mm512_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(Ig[c]), scale));
+    }
+    if constexpr (L == kQ4K) {
+      const __m512i dmin = _mm512_castps_si512(halves16_ps(p.dmin + 16 * g));
+      const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(dmin, _mm512_set1_epi32(INT32_MIN)));
+      __m512i mn[4];  // lane i: rows i's (mn_b, mn_b+1), b = 8g + 2k, int16
+      for (int k = 0; k < 4; ++k) {
+        const __m128i m0 = load16(p.mn + 16 * (8 * g + 2 * k)), m1 = load16(p.mn + 16 * (8 * g + 2 * k + 1));
+        mn[k] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(m0, m1), _mm_unpacklo_epi8(m0, m1)));
+      }
+      for (int c = 0; c < C; ++c) {
+        int32_t S[4];
+        sum_pairs(a, m + c, g, S);
+        __m512i Mg = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) Mg = _mm512_dpwssd_epi32(Mg, mn[k], _mm512_set1_epi32(S[k]));
+        const __m512 scale = _mm512_mul_ps(neg, _mm512_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
+        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(Mg), scale));
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
 // Activation rows a tile: 2 x 8 accumulators of 32 registers; q6k's two sums a block spill at 8
@@ -128,82 +218,71 @@ template <int L>
 constexpr int kPanelCols = L == kQ6K ? 4 : 8;
 template <int L, int C>
 static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
-  const int64_t G = (a.nb + 7) / 8, xrow = G * 256;
+  if constexpr (kSuper<L>) return super_tile<L, C>(p, a, m, y, ldy, ahead);
+  const int64_t G = (a.nb + 7) / 8;
   __m512 acc[C], macc[C];
   for (int c = 0; c < C; ++c) acc[c] = macc[c] = _mm512_setzero_ps();
-  const __m512i low = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < a.nb; ++b) {
     const uint8_t* pb = p.q + 64 * kUnits<L> * b;
     if (ahead) panel_prefetch<L>(p, pb, b, ahead);
-    const int8_t* xb = a.xq + m * xrow + 256 * (b / 8) + 4 * (b % 8);
+    const int8_t* xb = xblock(a, m, b);
     __m512i I[C];
     for (int c = 0; c < C; ++c) I[c] = _mm512_setzero_si512();
     if constexpr (L == kQ8) {
       for (int u = 0; u < 8; ++u) {
         const __m512i v = _mm512_xor_si512(_mm512_loadu_si512(pb + 64 * u), flip);  // w + 128
-        for (int c = 0; c < C; ++c) I[c] = _mm512_dpbusd_epi32(I[c], v, _mm512_set1_epi32(xword(xb, c * xrow, u)));
+        for (int c = 0; c < C; ++c) I[c] = _mm512_dpbusd_epi32(I[c], v, _mm512_set1_epi32(xword(xb, 256 * c, u)));
       }
       for (int c = 0; c < C; ++c) I[c] = _mm512_sub_epi32(I[c], _mm512_set1_epi32(128 * block_sum(a, m + c, b)));
-    } else if constexpr (L == kQ6K) {
-      const __m512i h0 = _mm512_loadu_si512(p.qh + 128 * b), h1 = _mm512_loadu_si512(p.qh + 128 * b + 64);
-      __m512i Ih[C];  // the second half's sums (I: the first's)
-      for (int c = 0; c < C; ++c) Ih[c] = _mm512_setzero_si512();
-      auto unit = [&]<int u>() __attribute__((always_inline)) {
-        __m512i lo, hi;
-        q6k_values<u, V512>(_mm512_loadu_si512(pb + 64 * u), h0, h1, lo, hi);
-        for (int c = 0; c < C; ++c) {
-          I[c] = _mm512_dpbusd_epi32(I[c], lo, _mm512_set1_epi32(xword(xb, c * xrow, u)));
-          Ih[c] = _mm512_dpbusd_epi32(Ih[c], hi, _mm512_set1_epi32(xword(xb, c * xrow, 4 + u)));
-        }
-      };
-      each_chunk(unit);
-      const __m512i slo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.sc + 32 * b)));
-      const __m512i shi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 16)));
-      for (int c = 0; c < C; ++c) {
-        const __m512i lo32 = _mm512_sub_epi32(I[c], _mm512_set1_epi32(32 * half_sum(a, m + c, b, 0)));
-        const __m512i hi32 = _mm512_sub_epi32(Ih[c], _mm512_set1_epi32(32 * half_sum(a, m + c, b, 1)));
-        I[c] = _mm512_add_epi32(_mm512_mullo_epi32(lo32, slo), _mm512_mullo_epi32(hi32, shi));
-      }
     } else {
-      for (int u = 0; u < 4; ++u) {
-        const __m512i v = _mm512_loadu_si512(pb + 64 * u);
-        const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        for (int c = 0; c < C; ++c) {
-          I[c] = _mm512_dpbusd_epi32(I[c], lo, _mm512_set1_epi32(xword(xb, c * xrow, u)));
-          I[c] = _mm512_dpbusd_epi32(I[c], hi, _mm512_set1_epi32(xword(xb, c * xrow, 4 + u)));
-        }
-      }
-      if constexpr (L == kQ4S)  // q - 8
-        for (int c = 0; c < C; ++c) I[c] = _mm512_sub_epi32(I[c], _mm512_set1_epi32(8 * block_sum(a, m + c, b)));
+      __m512i Ih[C];
+      nibble_dots<C>(pb, xb, I, Ih);
+      for (int c = 0; c < C; ++c)  // q4s: q - 8
+        I[c] = _mm512_sub_epi32(_mm512_add_epi32(I[c], Ih[c]),
+                                _mm512_set1_epi32(L == kQ4S ? 8 * block_sum(a, m + c, b) : 0));
     }
-    const __m512 ws = panel_scales<L>(p, b);
+    const __m512 ws = _mm512_cvtph_ps(load32(p.sc + 32 * b));
     for (int c = 0; c < C; ++c) {
       const int64_t at = (m + c) * G * 8 + b;
       const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(a.xd[at]));
       acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I[c]), scale));
     }
-    if constexpr (kPanelMins<L>) {
-      const __m512 mv = panel_mins<L>(p, b);
+    if constexpr (L == kQ4) {
+      const __m512 mv = _mm512_cvtph_ps(load32(p.mn + 32 * b));
       for (int c = 0; c < C; ++c)
         macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(a.xs[(m + c) * G * 8 + b])));
     }
   }
-  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, kPanelMins<L> ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
 }
 #else
 template <int L>
-static FD_INLINE __m256 panel_scales8(const Panel& p, int64_t b, int h) {
-  if constexpr (L == kQ6K) return scales8(p.d + 16 * (b / 8) + 8 * h);
-  else if constexpr (L == kQ4K)
-    return _mm256_mul_ps(scales8(p.d + 16 * (b / 8) + 8 * h), bytes8_ps(p.sc + 16 * b + 8 * h));
-  else return scales8(p.sc + 32 * b + 16 * h);
-}
+static FD_INLINE __m256 panel_scales8(const Panel& p, int64_t b, int h) { return scales8(p.sc + 32 * b + 16 * h); }
 template <int L>
-static FD_INLINE __m256 panel_mins8(const Panel& p, int64_t b, int h) {
-  if constexpr (L == kQ4K)
-    return _mm256_mul_ps(_mm256_xor_ps(scales8(p.dmin + 16 * (b / 8) + 8 * h), _mm256_set1_ps(-0.f)),
-                         bytes8_ps(p.mn + 16 * b + 8 * h));
-  else return scales8(p.mn + 32 * b + 16 * h);
+static FD_INLINE __m256 panel_mins8(const Panel& p, int64_t b, int h) { return scales8(p.mn + 32 * b + 16 * h); }
+
+// The int16 pair sums P[h][c] of a block of nibbles (4 units at pb) for the panel's rows 8h..8h+7
+// against activation rows m..m+C-1 (xb: xblock's). maddubs's pair sums over a block's 4 units stay
+// below 2^15 (2 x 15 x 127 x 2 x 4 = 30480).
+template <int C>
+static FD_INLINE void nibble_sums(const uint8_t* pb, const int8_t* xb, __m256i (&P)[2][C]) {
+  const __m256i low = _mm256_set1_epi8(0x0F);
+  for (int u = 0; u < 4; ++u) {
+    __m256i xl[C], xh[C];
+    for (int c = 0; c < C; ++c) {
+      xl[c] = _mm256_set1_epi32(xword(xb, 256 * c, u));
+      xh[c] = _mm256_set1_epi32(xword(xb, 256 * c, 4 + u));
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256i v = load32(pb + 64 * u + 32 * h);
+      const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      for (int c = 0; c < C; ++c) {
+        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[c]), _mm256_maddubs_epi16(hi, xh[c]));
+        P[h][c] = u ? _mm256_add_epi16(P[h][c], t) : t;
+      }
+    }
+  }
 }
 
 // q6k's block sums I [C] of block b for the panel's rows 8h..8h+7 (one per lane) against
@@ -213,8 +292,7 @@ static FD_INLINE __m256 panel_mins8(const Panel& p, int64_t b, int h) {
 // the activations' sums.
 template <int C>
 static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t b, int h, __m256i (&I)[C]) {
-  const int64_t xrow = (a.nb + 7) / 8 * 256;
-  const int8_t* xb = a.xq + m * xrow + 256 * (b / 8) + 4 * (b % 8);
+  const int8_t* xb = xblock(a, m, b);
   const uint8_t* pb = p.q + 256 * b + 32 * h;
   const __m256i h0 = load32(p.qh + 128 * b + 32 * h), h1 = load32(p.qh + 128 * b + 64 + 32 * h);
   const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 8 * h));
@@ -226,8 +304,8 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
     __m256i lo, hi;
     q6k_values<u, V256>(load32(pb + 64 * u), h0, h1, lo, hi);
     for (int c = 0; c < C; ++c) {
-      const __m256i tl = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xword(xb, c * xrow, u)));
-      const __m256i th = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xword(xb, c * xrow, 4 + u)));
+      const __m256i tl = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xword(xb, 256 * c, u)));
+      const __m256i th = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xword(xb, 256 * c, 4 + u)));
       Pl[c] = u % 2 ? _mm256_add_epi16(Pl[c], tl) : tl;
       Ph[c] = u % 2 ? _mm256_add_epi16(Ph[c], th) : th;
       if constexpr (u % 2 == 1) {
@@ -246,28 +324,36 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
   }
 }
 
-// q6k's tile. Several activation rows: one half of the panel's rows over all its blocks, then the
-// other, so that 4 rows' accumulators stay in registers and each unit, whose unpacking costs 9
-// operations, is unpacked once per 4 rows (both halves at once, 2 rows a tile, spilled: 0.8x the
-// lane tiles at M = 8, hot). One row: both halves per block, so that the weights stream (and are
-// prefetched) throughout (half after half: 0.6x).
+// q6k's tile (super_tile's sums on VNNI). Several activation rows: one half of the panel's rows over
+// all its blocks, then the other, so that 4 rows' accumulators stay in registers and each unit,
+// whose unpacking costs 9 operations, is unpacked once per 4 rows (both halves at once, 2 rows a
+// tile, spilled: 0.8x the lane tiles at M = 8, hot). One row: both halves per block, so that the
+// weights stream (and are prefetched) throughout (half after half: 0.6x).
 template <int C>
 static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   constexpr int H = C == 1 ? 2 : 1;  // halves a pass
-  const int64_t G = (a.nb + 7) / 8;
+  const int64_t G = a.nb / 8;
   for (int h0 = 0; h0 < 2; h0 += H) {
     __m256 acc[H][C];
     for (int i = 0; i < H; ++i)
       for (int c = 0; c < C; ++c) acc[i][c] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < a.nb; ++b) {
-      if (ahead && h0 == 0) panel_prefetch<kQ6K>(p, p.q + 256 * b, b, ahead);
+    for (int64_t g = 0; g < G; ++g) {
+      __m256i Ig[H][C];
+      for (int i = 0; i < H; ++i)
+        for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_setzero_si256();
+      for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
+        if (ahead && h0 == 0) panel_prefetch<kQ6K>(p, p.q + 256 * b, b, ahead);
+        for (int i = 0; i < H; ++i) {
+          __m256i I[C];
+          q6k_sums<C>(p, a, m, b, h0 + i, I);
+          for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_add_epi32(Ig[i][c], I[c]);
+        }
+      }
       for (int i = 0; i < H; ++i) {
-        __m256i I[C];
-        q6k_sums<C>(p, a, m, b, h0 + i, I);
-        const __m256 ws = panel_scales8<kQ6K>(p, b, h0 + i);
+        const __m256 dg = scales8(p.d + 16 * g + 8 * (h0 + i));
         for (int c = 0; c < C; ++c) {
-          const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(a.xd[(m + c) * G * 8 + b]));
-          acc[i][c] = _mm256_add_ps(acc[i][c], _mm256_mul_ps(_mm256_cvtepi32_ps(I[c]), scale));
+          const __m256 scale = _mm256_mul_ps(dg, _mm256_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
+          acc[i][c] = _mm256_add_ps(acc[i][c], _mm256_mul_ps(_mm256_cvtepi32_ps(Ig[i][c]), scale));
         }
       }
     }
@@ -276,9 +362,58 @@ static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* 
   }
 }
 
+// q4k's tile: panel_tile's q4 sums, each block's taken through madd against its 6-bit scales
+// (in both 16-bit halves of each row's lane), then super_tile's float steps once a group.
+template <int C>
+static FD_INLINE void q4k_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
+  const int64_t G = a.nb / 8;
+  auto load8 = [](const uint8_t* at) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)); };
+  __m256 acc[2][C];
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    __m256i Ig[2][C];
+    for (int h = 0; h < 2; ++h)
+      for (int c = 0; c < C; ++c) Ig[h][c] = _mm256_setzero_si256();
+    for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
+      const uint8_t* pb = p.q + 256 * b;
+      if (ahead) panel_prefetch<kQ4K>(p, pb, b, ahead);
+      const int8_t* xb = xblock(a, m, b);
+      __m256i P[2][C];
+      nibble_sums<C>(pb, xb, P);
+      for (int h = 0; h < 2; ++h) {
+        const __m128i sc = load8(p.sc + 16 * b + 8 * h);
+        const __m256i scp = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));
+        for (int c = 0; c < C; ++c) Ig[h][c] = _mm256_add_epi32(Ig[h][c], _mm256_madd_epi16(P[h][c], scp));
+      }
+    }
+    int32_t S[C][4];
+    for (int c = 0; c < C; ++c) sum_pairs(a, m + c, g, S[c]);
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dg = scales8(p.d + 16 * g + 8 * h);
+      const __m256 neg = _mm256_xor_ps(scales8(p.dmin + 16 * g + 8 * h), _mm256_set1_ps(-0.f));
+      __m256i mn[4];  // lane i: row 8h + i's (mn_b, mn_b+1), b = 8g + 2k, int16
+      for (int k = 0; k < 4; ++k)
+        mn[k] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(load8(p.mn + 16 * (8 * g + 2 * k) + 8 * h),
+                                                         load8(p.mn + 16 * (8 * g + 2 * k + 1) + 8 * h)));
+      for (int c = 0; c < C; ++c) {
+        const __m256 xd = _mm256_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]);
+        acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(Ig[h][c]), _mm256_mul_ps(dg, xd)));
+        __m256i Mg = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(S[c][0]));
+        for (int k = 1; k < 4; ++k) Mg = _mm256_add_epi32(Mg, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(S[c][k])));
+        acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(Mg), _mm256_mul_ps(neg, xd)));
+      }
+    }
+  }
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[h][c]);
+}
+
 // 16 registers: both halves' 2 x 2 x 2 accumulators, the unpacked weights (q6k: q6k_tile's 4 x 1).
+// q4k's tile keeps float accumulators out of its blocks' loop, and takes 4 rows (1.23x 2 at M = 8
+// and 16; q4 at 4 rows: 0.98-1.08x, left at 2).
 template <int L>
-constexpr int kPanelCols = L == kQ6K ? 4 : 2;
+constexpr int kPanelCols = kSuper<L> ? 4 : 2;
 // Rows 8h..8h+7 of the panel in each half h, both halves per block, so that each activation word
 // is broadcast once. q4: maddubs's int16 pair sums over a block's 4 units stay below 2^15
 // (2 x 15 x 127 x 2 x 4 = 30480) before madd widens them. q8: |w| against x signed as w (the
@@ -286,20 +421,21 @@ constexpr int kPanelCols = L == kQ6K ? 4 : 2;
 template <int L, int C>
 static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   if constexpr (L == kQ6K) return q6k_tile<C>(p, a, m, y, ldy, ahead);
-  const int64_t G = (a.nb + 7) / 8, xrow = G * 256;
-  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  if constexpr (L == kQ4K) return q4k_tile<C>(p, a, m, y, ldy, ahead);
+  const int64_t G = (a.nb + 7) / 8;
+  const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2][C], macc[2][C];
   for (int h = 0; h < 2; ++h)
     for (int c = 0; c < C; ++c) acc[h][c] = macc[h][c] = _mm256_setzero_ps();
   for (int64_t b = 0; b < a.nb; ++b) {
     const uint8_t* pb = p.q + 64 * kUnits<L> * b;
     if (ahead) panel_prefetch<L>(p, pb, b, ahead);
-    const int8_t* xb = a.xq + m * xrow + 256 * (b / 8) + 4 * (b % 8);
+    const int8_t* xb = xblock(a, m, b);
     __m256i I[2][C];
     if constexpr (L == kQ8) {
       for (int u = 0; u < 8; ++u) {
         __m256i x[C];
-        for (int c = 0; c < C; ++c) x[c] = _mm256_set1_epi32(xword(xb, c * xrow, u));
+        for (int c = 0; c < C; ++c) x[c] = _mm256_set1_epi32(xword(xb, 256 * c, u));
         for (int h = 0; h < 2; ++h) {
           const __m256i v = load32(pb + 64 * u + 32 * h), w = _mm256_abs_epi8(v);
           for (int c = 0; c < C; ++c) {
@@ -310,21 +446,7 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
       }
     } else {
       __m256i P[2][C];
-      for (int u = 0; u < 4; ++u) {
-        __m256i xl[C], xh[C];
-        for (int c = 0; c < C; ++c) {
-          xl[c] = _mm256_set1_epi32(xword(xb, c * xrow, u));
-          xh[c] = _mm256_set1_epi32(xword(xb, c * xrow, 4 + u));
-        }
-        for (int h = 0; h < 2; ++h) {
-          const __m256i v = load32(pb + 64 * u + 32 * h);
-          const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-          for (int c = 0; c < C; ++c) {
-            const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[c]), _mm256_maddubs_epi16(hi, xh[c]));
-            P[h][c] = u ? _mm256_add_epi16(P[h][c], t) : t;
-          }
-        }
-      }
+      nibble_sums<C>(pb, xb, P);
       for (int c = 0; c < C; ++c) {
         const __m256i off = _mm256_set1_epi32(L == kQ4S ? 8 * block_sum(a, m + c, b) : 0);  // q4s: q - 8
         for (int h = 0; h < 2; ++h) I[h][c] = _mm256_sub_epi32(_mm256_madd_epi16(P[h][c], ones), off);

@@ -19,8 +19,9 @@ namespace fd_vnni {
 #pragma GCC pop_options
 }  // namespace fd_vnni
 
-void fd::vnni::quantize_rows(const float* x, int64_t M, int64_t K, int8_t* q, float* d, float* s, int32_t* sums) {
-  fd_vnni::quantize_rows(x, M, K, q, d, s, sums);
+void fd::vnni::quantize_rows(const float* x, int64_t M, int64_t K, bool per256, int8_t* q, int64_t qrow,
+                                 int64_t qgroup, float* d, float* s, int32_t* sums) {
+  fd_vnni::quantize_rows(x, M, K, per256, q, qrow, qgroup, d, s, sums);
 }
 
 void fd::vnni::rows(const QuantArgs& a, int64_t n0, int64_t n1) { fd_vnni::dispatch(a, n0, n1); }

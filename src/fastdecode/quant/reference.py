@@ -1,24 +1,33 @@
 """The pure-PyTorch twin of the native quantized kernels, bit for bit.
 
-It repeats `kernels/quant_kernel.h` operation by operation. Activations are
-quantized per row to int8 blocks of 32 (scale amax/127, round half to even).
-For each (activation row m, weight row n) and block b, I_b is the exact integer
-dot product of the block's weight values and int8 activations (q6k: the sum
-over its two 16-value halves of the half's scale times the half's dot product of
-q - 32); then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
+It repeats `kernels/quant_kernel.h` and `kernels/quant_panel.h` operation by
+operation. Activations are quantized per row to int8 blocks of 32 (scale
+amax/127, round half to even; for q4k and q6k one scale per 256 values, the amax
+of the group of 8 blocks). For each (activation row m, weight row n) and block b,
+I_b is the exact integer dot product of the block's weight values and int8
+activations; then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
 8 g + j; a last group of fewer blocks adds +0 in its empty lanes), groups in order:
 
     acc[j] = acc[j] + I_b * (w_scale_b * x_scale_b)
     macc[j] = macc[j] + w_min_b * (x_scale_b * sum(q_b))     (layouts with minima)
 
-and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4, q8, q4s, q4k
-and q6k, whose rows the kernels read in panels of 16 (one row per lane), have no lanes
+and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4, q8 and q4s,
+whose rows the kernels read in panels of 16 (one row per lane), have no lanes
 within a row: per output, blocks in order,
 
-    acc = acc + I_b * (w_scale_b * x_scale_b);  macc = macc + w_min_b * (x_scale_b * sum(q_b))  (q4, q4k)
+    acc = acc + I_b * (w_scale_b * x_scale_b);  macc = macc + w_min_b * (x_scale_b * sum(q_b))  (q4)
     y = acc [+ macc]
 
-The integer sums are exact in float32 here (below 2^24), so their order does not matter.
+q4k and q6k, also in panels, scale in integers first: per output, groups g of 8
+blocks in order, with exact int32 sums
+
+    q4k: I_g = sum_b sc_b I_b, M_g = sum_b mn_b sum(q_b);
+         acc = acc + float(I_g) * (d_g * x_scale_g);  acc = acc + float(M_g) * ((-dmin_g) * x_scale_g)
+    q6k: I_g = sum_b I_b, I_b = sc_lo sum_lo (q - 32) x + sc_hi sum_hi (q - 32) x;
+         acc = acc + float(I_g) * (d_g * x_scale_g)
+
+float() rounding to nearest. The per-block integer sums are exact in float32
+here (below 2^24), so their order does not matter.
 
 Used on CPUs without AVX2, without a compiler, and in tests. It is slow.
 """
@@ -34,12 +43,17 @@ from .formats import (BLOCK, GROUP, PANEL_LAYOUTS, from_panels, kquant_scales, k
                       nonlinear_scales, nonlinear_values, value_offset)
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
+PER256 = ("q4k", "q6k")  # the layouts whose activations take one scale per 256 values (kernels.h in_super)
 
 
-def quantize_activations(x: Tensor) -> tuple[Tensor, Tensor]:
-    """x [M, K] -> (q [M, K/32, 32] integer-valued float32, d [M, K/32])."""
+def quantize_activations(x: Tensor, per256: bool = False) -> tuple[Tensor, Tensor]:
+    """x [M, K] -> (q [M, K/32, 32] integer-valued float32, d [M, K/32]); per256 (K a multiple of
+    256): each block's d is its group of 8 blocks' amax / 127."""
     xb = x.float().reshape(x.shape[0], -1, BLOCK)
-    d = xb.abs().amax(-1) / 127
+    amax = xb.abs().amax(-1)
+    if per256:
+        amax = amax.reshape(x.shape[0], -1, GROUP).amax(-1).repeat_interleave(GROUP, dim=-1)
+    d = amax / 127
     inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
     return torch.round(xb * inv[..., None]), d
 
@@ -97,16 +111,13 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] =
 
 
 def _panel_linear(x: Tensor, layout: str, t: dict[str, Tensor]) -> Tensor:
-    """A panel layout's matmul: its values and fields in row order, blocks in order (module
-    docstring); q4s' values are q - 8, q6k's q - 32 with each block's scale its super-block's d."""
+    """A panel layout's matmul: its values and fields in row order, blocks (q4k, q6k: groups) in
+    order (module docstring); q4s' values are q - 8, q6k's q - 32."""
     N, nb = t["qweight"].shape[0], x.shape[1] // BLOCK
     vals, f = from_panels(layout, t)
     w = vals.float().reshape(N, nb, BLOCK)
-    if layout == "q4k":
-        return _blocks_in_order(x, w, *kquant_scales(f))
-    if layout == "q6k":
-        ws = f["d"].float().repeat_interleave(GROUP, dim=-1)
-        return _blocks_in_order(x, w - 32, ws, None, f["sc"].float().reshape(N, nb, 2))
+    if layout in PER256:
+        return _groups_in_order(x, w - 32 if layout == "q6k" else w, f)
     mins = f["mins"].float() if "mins" in f else None
     return _blocks_in_order(x, w - 8 if layout == "q4s" else w, f["scales"].float(), mins)
 
@@ -135,16 +146,43 @@ def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], s
     return torch.cat(out)
 
 
+def _groups_in_order(x: Tensor, w: Tensor, f: dict[str, Tensor]) -> Tensor:
+    """q4k's and q6k's sums (module docstring): x [M, K]; w [N, nb, 32] signed values; f their
+    fields in row order (sc, d; q4k's mn, dmin)."""
+    M = x.shape[0]
+    N, nb = w.shape[:2]
+    q, d = quantize_activations(x, per256=True)
+    xd = d[:, ::GROUP]  # [M, G]
+    q6 = "mn" not in f
+    sc = f["sc"].reshape(N, nb, 2).float() if q6 else None
+    rows = max(1, _MAX_ELEMENTS // (N * nb))
+    out = []
+    for m0 in range(0, M, rows):
+        qm, xm = q[m0:m0 + rows], xd[m0:m0 + rows, None, :]
+        I = _isums(qm, w, sc).long()  # [m, N, nb]
+        if not q6:
+            I = I * f["sc"].long()[None]
+            sums = (f["mn"].long()[None] * qm.sum(-1).long()[:, None, :]).reshape(*I.shape[:2], -1, GROUP).sum(-1)
+            mins = sums.float() * (-f["dmin"].float()[None] * xm)
+        terms = I.reshape(*I.shape[:2], -1, GROUP).sum(-1).float() * (f["d"].float()[None] * xm)
+        acc = torch.zeros(terms.shape[:2], device=x.device)
+        for g in range(terms.shape[-1]):
+            acc = acc + terms[..., g]
+            if not q6:
+                acc = acc + mins[..., g]
+        out.append(acc)
+    return torch.cat(out)
+
+
 def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s, q4s, q4nl or q4xs weight group `t`,
     as the kernels compute it.
 
     All but q4s, q4k and q6k sum in lanes (module docstring); those three, in panels, sum their
-    blocks in order (_panel_linear). q5 has 5-bit values, a scale and a minimum per block; q5s
-    has values q - 16; q4nl values NONLINEAR[q] and its scales named d, q4xs the same with block
-    scales d * sc; q4k/q5k have each block's float32 scale d * sc and minimum -(dmin * mn) formed
-    from the stored bytes (exact products). q6k: I_b = sc_lo * sum_lo (q - 32) x + sc_hi * sum_hi
-    (q - 32) x, its block scale the super-block's d.
+    blocks (q4k, q6k: groups of 8 blocks) in order (_panel_linear). q5 has 5-bit values, a scale
+    and a minimum per block; q5s has values q - 16; q4nl values NONLINEAR[q] and its scales named
+    d, q4xs the same with block scales d * sc; q5k has each block's float32 scale d * sc and
+    minimum -(dmin * mn) formed from the stored bytes (exact products).
     """
     N, K = t["qweight"].shape[0], x.shape[1]
     nb = K // BLOCK
