@@ -34,23 +34,15 @@ constexpr int kFewCols = FD_VNNI ? 8 : 4;  // VNNI's 32 registers hold 8 rows' s
 // Where 512-bit registers run at full width (Args::wide, Zen 5), the 4 x 4 tiles take two groups
 // a register (two_groups, in tiles of 4 activation rows) and then beat the one-row and pair
 // tiles from M = 4 when a row has a pair of groups (K >= 512), weights streamed from DRAM too:
-// 1.05-1.3x at M = 4..8, K = 2048, 1.4x at M = 16, K = 1536, and for q8 1.0-1.2x at K = 2048,
-// 1.4-1.7x at K = 576 (the 135M model's head). Not for q6k (0.75-0.8x at K = 2048), which keeps
-// the pair tiles where they apply and otherwise takes 2 x 4 wide tiles (kWideRows: 1.0-1.15x
-// the 4 x 4) (benchmarks/wide_tiles.md).
-template <int L>
-constexpr bool kWide4x4 = FD_VNNI && L != kQ6K;
-
+// 1.05-1.3x at M = 4..8, K = 2048, 1.4x at M = 16, K = 1536 (measured when q4, q8 and the
+// K-quants took these tiles too, benchmarks/wide_tiles.md).
 template <int L>
 static void run_layout(const Args& a, int64_t n0, int64_t n1) {
   if (a.M == 1) rows<L, 1, 1>(a, n0, n1);
-  else if (kWide4x4<L> && a.wide && a.nb >= 16 && a.M >= 4) rows<L, 4, 4>(a, n0, n1);
+  else if (FD_VNNI && a.wide && a.nb >= 16 && a.M >= 4) rows<L, 4, 4>(a, n0, n1);
   else if (kShortRows4x4<L> && 32 * a.nb <= kShortK) rows<L, 4, 4>(a, n0, n1);
   else if ((a.M <= kFewRows && 32 * a.nb <= kFewK) || (FD_VNNI && a.M <= kMoreRows && a.M * 32 * a.nb <= kMoreBytes))
     rows<L, 1, kFewCols, FD_PAIRS>(a, n0, n1);
-#if FD_VNNI
-  else if (a.wide) rows<L, kWideRows<L>, 4>(a, n0, n1);
-#endif
   else rows<L, 4, 4>(a, n0, n1);
 }
 

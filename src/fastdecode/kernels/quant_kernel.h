@@ -2,8 +2,8 @@
 // quant_avx2.cpp and quant_vnni.cpp, inside a `#pragma GCC target` region
 // (FD_VNNI selects the int8 dot product).
 //
-// Every layout but q4, q8, q4s, q4k and q6k (quant/formats.py; their panels: quant_panel.h, with
-// the same I_b as below) stores a row's blocks in groups of 8, one
+// Every layout but q4, q8, q4s, q4k and q6k (quant/formats.py; those are stored in panels:
+// quant_panel.h) stores a row's blocks in groups of 8, one
 // block per 32-bit lane, values by sub-step (values 4i..4i+3 of each block), so
 // that a 32-byte register holds the next 4 values of 8 blocks. Summing the
 // integer dot products of the 8 sub-steps in int32 leaves each block's exact
@@ -20,11 +20,8 @@
 // activations are padded with zeros), so its empty lanes add +0.
 //
 // I_b per layout (q: the stored unsigned values; x: int8 activations):
-//   q4, q4k (0..15), q5, q5k (0..31): sum q x
-//   q4s: sum q x - 8 sum x;  q5s: sum q x - 16 sum x;  q8 (signed w): sum w x
+//   q5, q5k (0..31): sum q x;  q5s: sum q x - 16 sum x
 //   q4nl, q4xs: sum v[q] x, v IQ4_NL's 16 int8 values (nonlinear_table), q the stored index 0..15
-//   q6k: sc_lo (sum_lo q x - 32 sum_lo x) + sc_hi (sum_hi q x - 32 sum_hi x) over the
-//        block's two 16-value halves (sub-steps 0-3 and 4-7): |I_b| < 2^24.
 
 // (the including file has <cstring>, <algorithm>, <immintrin.h>)
 #include "simd.h"
@@ -37,34 +34,32 @@ constexpr int kQ4 = ::fd::kQ4, kQ8 = ::fd::kQ8, kQ4K = ::fd::kQ4K, kQ5K = ::fd::
 template <int L>
 constexpr bool kPlane5 = L == kQ5K || L == kQ5 || L == kQ5S;
 template <int L>
-constexpr bool kMins = L == kQ4 || L == kQ4K || L == kQ5K || L == kQ5;
+constexpr bool kMins = L == kQ5K || L == kQ5;
 template <int L>
-constexpr bool kKQuant = L == kQ4K || L == kQ5K || L == kQ6K || L == kQ4XS;  // per-256 d, 8-bit block scales
+constexpr bool kKQuant = L == kQ5K || L == kQ4XS;  // per-256 d, 8-bit block scales
 template <int L>
 constexpr bool kNonLinear = L == kQ4NL || L == kQ4XS;  // nibbles index IQ4_NL's values
-// Bytes per group and row of qweight, qhigh, and of one per-block scale.
+// Bytes per group and row of qweight (nibbles), qhigh, and of one per-block scale.
 template <int L>
-constexpr int64_t kGroupBytes = L == kQ8 ? 256 : 128;
+constexpr int64_t kGroupBytes = 128;
 template <int L>
-constexpr int64_t kHighBytes = L == kQ6K ? 64 : kPlane5<L> ? 32 : 0;
+constexpr int64_t kHighBytes = kPlane5<L> ? 32 : 0;
 template <int L>
 constexpr int64_t kScaleBytes = kKQuant<L> ? 1 : 2;  // the K-quants' (and q4xs') 8-bit sc; the others' float16
-// Layouts whose weights are signed bytes by the time they meet the activations (q8; q4nl and
-// q4xs after their table lookup).
+// Layouts whose weights are signed bytes by the time they meet the activations (q4nl and q4xs
+// after their table lookup).
 template <int L>
-constexpr bool kSigned = L == kQ8 || kNonLinear<L>;
-// log2 of the offset of layouts whose stored values are offset (q4s: q - 8, q5s: q - 16; the
-// signed layouts on VNNI, whose unsigned operand is w + 128): I_b takes it off through the
-// activations' block sums.
+constexpr bool kSigned = kNonLinear<L>;
+// log2 of the offset of layouts whose stored values are offset (q5s: q - 16; the signed layouts
+// on VNNI, whose unsigned operand is w + 128): I_b takes it off through the activations' block
+// sums.
 template <int L>
-constexpr int kOffsetShift = L == kQ4S ? 3 : L == kQ5S ? 4 : (kSigned<L> && FD_VNNI) ? 7 : 0;
-template <int L>
-constexpr int64_t kScalesPerGroup = L == kQ6K ? 16 : 8;
+constexpr int kOffsetShift = L == kQ5S ? 4 : (kSigned<L> && FD_VNNI) ? 7 : 0;
 #if !FD_VNNI
 // AVX2: maddubs's int16 pair sums are added in int16 for this many sub-steps before
 // madd widens them (each pair is at most 2 * qmax * 127; the run stays below 2^15).
 template <int L>
-constexpr int kRun = (L == kQ4 || L == kQ4S || L == kQ4K) ? 8 : kSigned<L> ? 1 : L == kQ6K ? 2 : 4;
+constexpr int kRun = kSigned<L> ? 1 : 4;
 #endif
 
 #define FD_INLINE inline __attribute__((always_inline))
@@ -95,7 +90,7 @@ static inline Row row_at(const Args& a, int64_t n) {
              kMins<L> && kKQuant<L> ? a.dmin + n * (a.nb / 8) : nullptr};
 }
 
-// A last group of g < 8 blocks (q4, q4s, q4nl, q8, q5, q5s only: the K-quants' K is a multiple of 256)
+// A last group of g < 8 blocks (q4nl, q5, q5s only: the K-quants' and q4xs' K is a multiple of 256)
 // is stored packed: its 32-byte units hold 4 g bytes each, one 4-byte lane per block. It is
 // read with masked loads, so the empty lanes hold zeros, as the twin's zero padding does.
 static FD_INLINE __m256i lanes_below(int g) {
@@ -163,40 +158,23 @@ static FD_INLINE __m128i nonlinear_table() {
 }
 
 // Sub-steps c and c + 4 (c = 0..3) of a row's group as 8 lanes of 4 bytes: unsigned
-// values (q8, q4nl, q4xs: VNNI w ^ 0x80, i.e. w + 128; AVX2 the signed bytes).
+// values (q4nl, q4xs: VNNI w ^ 0x80, i.e. w + 128; AVX2 the signed bytes).
 // ld(plane, i): the group's 32-byte unit i of the values (plane 0) or of their high bits (1),
 // in a register of Ops (two groups' units in a 512-bit one).
 template <int L, int c, class Ops = V256, class Ld>
 static FD_INLINE void wchunk(const Ld& ld, typename Ops::V& lo, typename Ops::V& hi) {
   using O = Ops;
   using V = typename Ops::V;
-  if constexpr (L == kQ8) {
-    lo = ld(0, c);
-    hi = ld(0, c + 4);
-#if FD_VNNI
-    lo = O::xor_(lo, O::bytes(0x80));
-    hi = O::xor_(hi, O::bytes(0x80));
-#endif
-  } else {
-    const V v = ld(0, c);
-    lo = O::and_(v, O::bytes(0x0F));
-    hi = O::and_(O::template shr<4>(v), O::bytes(0x0F));
-    if constexpr (kNonLinear<L>) {  // index -> value (masked tail lanes: index 0, against zero activations)
-      lo = O::lookup(nonlinear_table(), lo);
-      hi = O::lookup(nonlinear_table(), hi);
-    } else if constexpr (kPlane5<L>) {  // bit i of each byte: the fifth bit of sub-step i, moved to bit 4
-      const V p = ld(1, 0), b4 = O::bytes(0x10);
-      lo = O::or_(lo, O::and_(O::template shl<4 - c>(p), b4));
-      hi = O::or_(hi, O::and_(O::template shr<c>(p), b4));
-    } else if constexpr (L == kQ6K) {  // bits 2c, 2c + 1 of half h: the top bits of sub-step 4h + c, moved to 4, 5
-      const V m = O::bytes(0x30);
-      auto top = [&](V p) {
-        if constexpr (c < 2) return O::and_(O::template shl<4 - 2 * c>(p), m);
-        else return O::and_(O::template shr<2 * c - 4>(p), m);
-      };
-      lo = O::or_(lo, top(ld(1, 0)));
-      hi = O::or_(hi, top(ld(1, 1)));
-    }
+  const V v = ld(0, c);
+  lo = O::and_(v, O::bytes(0x0F));
+  hi = O::and_(O::template shr<4>(v), O::bytes(0x0F));
+  if constexpr (kNonLinear<L>) {  // index -> value (masked tail lanes: index 0, against zero activations)
+    lo = O::lookup(nonlinear_table(), lo);
+    hi = O::lookup(nonlinear_table(), hi);
+  } else if constexpr (kPlane5<L>) {  // bit i of each byte: the fifth bit of sub-step i, moved to bit 4
+    const V p = ld(1, 0), b4 = O::bytes(0x10);
+    lo = O::or_(lo, O::and_(O::template shl<4 - c>(p), b4));
+    hi = O::or_(hi, O::and_(O::template shr<c>(p), b4));
   }
 }
 
@@ -204,8 +182,7 @@ static FD_INLINE void wchunk(const Ld& ld, typename Ops::V& lo, typename Ops::V&
 template <int L, bool T>
 static inline __m256 wscales(const Row& w, int64_t G, int g) {
   constexpr int64_t es = kScaleBytes<L>;
-  if constexpr (L == kQ6K) return _mm256_set1_ps(_cvtsh_ss(w.d[G]));
-  else if constexpr (L == kQ4XS)  // d * (ls - 32): sc holds the signed ls - 32
+  if constexpr (L == kQ4XS)  // d * (ls - 32): sc holds the signed ls - 32
     return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), sbytes8_ps(w.sc + 8 * G));
   else if constexpr (kKQuant<L>) return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), bytes8_ps(w.sc + 8 * G));
   else return scales8_at<T>(w.sc + es * 8 * G, g);
@@ -217,11 +194,6 @@ static inline __m256 wmins(const Row& w, int64_t G, int g) {
   if constexpr (kKQuant<L>)  // -(dmin * mn), as (-dmin) * mn: the same bits
     return _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(w.dmin[G])), bytes8_ps(w.mn + 8 * G));
   else return scales8_at<T>(w.mn + es * 8 * G, g);
-}
-
-// q6k: the 8 blocks' int8 scales of half h (0: values 0-15, 1: 16-31) of group G, as int32.
-static FD_INLINE __m256i q6_scales(const Row& w, int64_t G, int h) {
-  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w.sc + 16 * G + 8 * h)));
 }
 
 // ld(plane, i) for wchunk: group G's unit i of row w's values (plane 0) or high bits (1); a
@@ -283,12 +255,11 @@ static FD_INLINE void prefetch_group(const uint8_t* q, const uint8_t* qh, int64_
 template <int L, int R, int C, bool T = false>
 static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_t G,
                             __m256 (&acc)[R][C], __m256 (&macc)[R][C], int g = 8) {
-  constexpr bool split = L == kQ6K;  // the halves' sums kept apart for their scales
-  __m256i ilo[R][C], ihi[R][C];
+  __m256i ilo[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) ilo[r][c] = ihi[r][c] = _mm256_setzero_si256();
+    for (int c = 0; c < C; ++c) ilo[r][c] = _mm256_setzero_si256();
 #if !FD_VNNI
-  __m256i plo[R][C], phi[R][C];  // int16 runs
+  __m256i plo[R][C];  // int16 runs
   const __m256i ones = _mm256_set1_epi16(1);
 #endif
   auto chunk = [&]<int ch>() __attribute__((always_inline)) {
@@ -299,9 +270,7 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
       const __m256i xlo = load32(xp + 32 * ch), xhi = load32(xp + 32 * (ch + 4));
       for (int r = 0; r < R; ++r) {
 #if FD_VNNI
-        ilo[r][c] = _mm256_dpbusd_epi32(ilo[r][c], lo[r], xlo);
-        __m256i& h = split ? ihi[r][c] : ilo[r][c];
-        h = _mm256_dpbusd_epi32(h, hi[r], xhi);
+        ilo[r][c] = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(ilo[r][c], lo[r], xlo), hi[r], xhi);
 #else
         __m256i a, b;
         if constexpr (kSigned<L>) {
@@ -312,14 +281,7 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
           b = _mm256_maddubs_epi16(hi[r], xhi);
         }
         constexpr int K = kRun<L>;
-        if constexpr (split) {  // lo and hi runs of K of their own sub-steps
-          plo[r][c] = ch % K == 0 ? a : _mm256_add_epi16(plo[r][c], a);
-          phi[r][c] = ch % K == 0 ? b : _mm256_add_epi16(phi[r][c], b);
-          if constexpr (ch % K == K - 1) {
-            ilo[r][c] = _mm256_add_epi32(ilo[r][c], _mm256_madd_epi16(plo[r][c], ones));
-            ihi[r][c] = _mm256_add_epi32(ihi[r][c], _mm256_madd_epi16(phi[r][c], ones));
-          }
-        } else if constexpr (K == 1) {
+        if constexpr (K == 1) {
           ilo[r][c] = _mm256_add_epi32(ilo[r][c], _mm256_add_epi32(_mm256_madd_epi16(a, ones),
                                                                    _mm256_madd_epi16(b, ones)));
         } else {  // one run over sub-steps c, c + 4 in chunk order; K / 2 chunks per run
@@ -335,29 +297,21 @@ static FD_INLINE void group(const Row (&w)[R], const XRows& x, int64_t m, int64_
   each_chunk(chunk);
 
   __m256 ws[R], mv[R];
-  __m256i sclo[R], schi[R];
   for (int r = 0; r < R; ++r) {
     ws[r] = wscales<L, T>(w[r], G, g);
     if constexpr (kMins<L>) mv[r] = wmins<L, T>(w[r], G, g);
-    if constexpr (L == kQ6K) {
-      sclo[r] = q6_scales(w[r], G, 0);
-      schi[r] = q6_scales(w[r], G, 1);
-    }
   }
   for (int c = 0; c < C; ++c) {
     const int64_t at = x.at(m + c, G);
     const __m256 xd = _mm256_loadu_ps(x.d + at);
     __m256i slo = _mm256_setzero_si256(), shi = slo;
-    if constexpr (L == kQ6K || kOffsetShift<L> > 0) {
+    if constexpr (kOffsetShift<L> > 0) {
       slo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums + 2 * at));
       shi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.sums + 2 * at + 8));
     }
     for (int r = 0; r < R; ++r) {
       __m256i I = ilo[r][c];
-      if constexpr (L == kQ6K) {
-        I = _mm256_add_epi32(_mm256_mullo_epi32(_mm256_sub_epi32(ilo[r][c], _mm256_slli_epi32(slo, 5)), sclo[r]),
-                             _mm256_mullo_epi32(_mm256_sub_epi32(ihi[r][c], _mm256_slli_epi32(shi, 5)), schi[r]));
-      } else if constexpr (kOffsetShift<L> > 0) {
+      if constexpr (kOffsetShift<L> > 0) {
         I = _mm256_sub_epi32(I, _mm256_slli_epi32(_mm256_add_epi32(slo, shi), kOffsetShift<L>));
       }
       acc[r][c] = _mm256_add_ps(acc[r][c], _mm256_mul_ps(_mm256_cvtepi32_ps(I), _mm256_mul_ps(ws[r], xd)));
@@ -397,9 +351,7 @@ static FD_INLINE __m512 halves2(const uint16_t* p, bool neg = false) {
 // are adjacent. Each lane is the same product.
 template <int L>
 static FD_INLINE __m512 wscales2(const Row& w, int64_t G) {
-  if constexpr (L == kQ6K) {
-    return halves2(w.d + G);
-  } else if constexpr (kKQuant<L>) {
+  if constexpr (kKQuant<L>) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.sc + 8 * G));
     return _mm512_mul_ps(halves2(w.d + G),
                          _mm512_cvtepi32_ps(L == kQ4XS ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b)));
@@ -415,14 +367,10 @@ static FD_INLINE __m512 wmins2(const Row& w, int64_t G) {
   else return _mm512_cvtph_ps(load32(w.mn + 2 * 8 * G));
 }
 
-// I_b (the header's) from the int32 sums lo (and q6k's second half, hi), the activations' half
-// sums slo, shi and q6k's half scales.
+// I_b (the header's) from the int32 sums and the activations' half sums slo, shi.
 template <int L>
-static FD_INLINE __m512i block_sums(__m512i lo, __m512i hi, __m512i slo, __m512i shi, __m512i sclo, __m512i schi) {
-  if constexpr (L == kQ6K)
-    return _mm512_add_epi32(_mm512_mullo_epi32(_mm512_sub_epi32(lo, _mm512_slli_epi32(slo, 5)), sclo),
-                            _mm512_mullo_epi32(_mm512_sub_epi32(hi, _mm512_slli_epi32(shi, 5)), schi));
-  else if constexpr (kOffsetShift<L> > 0)
+static FD_INLINE __m512i block_sums(__m512i lo, __m512i slo, __m512i shi) {
+  if constexpr (kOffsetShift<L> > 0)
     return _mm512_sub_epi32(lo, _mm512_slli_epi32(_mm512_add_epi32(slo, shi), kOffsetShift<L>));
   else return lo;
 }
@@ -434,10 +382,9 @@ static FD_INLINE __m512i block_sums(__m512i lo, __m512i hi, __m512i slo, __m512i
 template <int L, int R, int C>
 static FD_INLINE void two_groups(const Row (&w)[R], const XRows& x, int64_t m, int64_t G, __m256 (&acc)[R][C],
                                  __m256 (&macc)[R][C]) {
-  constexpr bool split = L == kQ6K;
-  __m512i ilo[R][C], ihi[R][C];
+  __m512i ilo[R][C];
   for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) ilo[r][c] = ihi[r][c] = _mm512_setzero_si512();
+    for (int c = 0; c < C; ++c) ilo[r][c] = _mm512_setzero_si512();
   auto chunk = [&]<int ch>() __attribute__((always_inline)) {
     __m512i lo[R], hi[R];
     for (int r = 0; r < R; ++r) {
@@ -449,37 +396,29 @@ static FD_INLINE void two_groups(const Row (&w)[R], const XRows& x, int64_t m, i
       const __m512i xlo = pair(load32(xp + 32 * ch), load32(xp + 256 + 32 * ch));
       const __m512i xhi = pair(load32(xp + 32 * (ch + 4)), load32(xp + 256 + 32 * (ch + 4)));
       for (int r = 0; r < R; ++r) {
-        ilo[r][c] = _mm512_dpbusd_epi32(ilo[r][c], lo[r], xlo);
-        __m512i& h = split ? ihi[r][c] : ilo[r][c];
-        h = _mm512_dpbusd_epi32(h, hi[r], xhi);
+        ilo[r][c] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ilo[r][c], lo[r], xlo), hi[r], xhi);
       }
     }
   };
   each_chunk(chunk);
 
   __m512 ws[R], mv[R];
-  __m512i sclo[R], schi[R];
   for (int r = 0; r < R; ++r) {
-    sclo[r] = schi[r] = _mm512_setzero_si512();
     ws[r] = wscales2<L>(w[r], G);
     if constexpr (kMins<L>) mv[r] = wmins2<L>(w[r], G);
-    if constexpr (L == kQ6K) {
-      sclo[r] = pair(q6_scales(w[r], G, 0), q6_scales(w[r], G + 1, 0));
-      schi[r] = pair(q6_scales(w[r], G, 1), q6_scales(w[r], G + 1, 1));
-    }
   }
   for (int c = 0; c < C; ++c) {
     const int64_t at = x.at(m + c, G), at1 = x.at(m + c, G + 1);  // at1 = at + 8
     const __m512 xd = _mm512_loadu_ps(x.d + at);
     __m512i slo = _mm512_setzero_si512(), shi = slo;
-    if constexpr (L == kQ6K || kOffsetShift<L> > 0) {
+    if constexpr (kOffsetShift<L> > 0) {
       slo = pair(load32(x.sums + 2 * at), load32(x.sums + 2 * at1));
       shi = pair(load32(x.sums + 2 * at + 8), load32(x.sums + 2 * at1 + 8));
     }
     __m512 xs;
     if constexpr (kMins<L>) xs = _mm512_loadu_ps(x.s + at);
     for (int r = 0; r < R; ++r) {
-      const __m512i I = block_sums<L>(ilo[r][c], ihi[r][c], slo, shi, sclo[r], schi[r]);
+      const __m512i I = block_sums<L>(ilo[r][c], slo, shi);
       const __m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ws[r], xd));
       acc[r][c] = _mm256_add_ps(_mm256_add_ps(acc[r][c], _mm512_castps512_ps256(t)), upper(t));
       if constexpr (kMins<L>) {
@@ -492,12 +431,9 @@ static FD_INLINE void two_groups(const Row (&w)[R], const XRows& x, int64_t m, i
 #endif
 
 #if FD_VNNI
-// The tiles that take two groups a register: 4 x 4, and q6k's 2 x 4 (its two sums a block would
-// take all 32 registers at 4 x 4 and spill: 0.75-0.8x at K = 2048, benchmarks/wide_tiles.md).
-template <int L>
-constexpr int kWideRows = L == kQ6K ? 2 : 4;
-template <int L, int R, int C>
-constexpr bool kTwoGroups = C == 4 && R == kWideRows<L>;
+// The tiles that take two groups a register: 4 x 4.
+template <int R, int C>
+constexpr bool kTwoGroups = C == 4 && R == 4;
 #endif
 
 // R weight rows from n x C activation rows from m: y[m + c, n + r]. ahead > 0 (bytes, one
@@ -522,7 +458,7 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
     }
     int64_t G = 0;
 #if FD_VNNI
-    if constexpr (kTwoGroups<L, R, C>)  // (fewer activation rows: a remainder; not worth their build time)
+    if constexpr (kTwoGroups<R, C>)  // (fewer activation rows: a remainder; not worth their build time)
       for (; a.wide && G + 2 <= full; G += 2) {
         for (int r = 0; r < R; ++r) {
           prefetch_group<L>(p.q + r * a.qs + qa, p.qh + r * a.qhs + qha, G);
@@ -538,7 +474,7 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
   } else {
     int64_t G = 0;
 #if FD_VNNI
-    if constexpr (kTwoGroups<L, R, C>)
+    if constexpr (kTwoGroups<R, C>)
       for (; a.wide && G + 2 <= full; G += 2) two_groups<L, R, C>(w, x, m, G, acc, macc);
 #endif
     for (; G < full; ++G) group<L, R, C>(w, x, m, G, acc, macc);
@@ -577,18 +513,15 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
 template <int L, int C, bool T = false>
 static FD_INLINE void group2(const Row (&w)[2], const XRows& x, int64_t m, int64_t G, __m512 (&acc)[C],
                              __m512 (&macc)[C], int g = 8) {
-  constexpr bool split = L == kQ6K;
-  __m512i ilo[C], ihi[C];
-  for (int c = 0; c < C; ++c) ilo[c] = ihi[c] = _mm512_setzero_si512();
+  __m512i ilo[C];
+  for (int c = 0; c < C; ++c) ilo[c] = _mm512_setzero_si512();
   auto chunk = [&]<int ch>() __attribute__((always_inline)) {
     const auto u0 = units<L, T>(w[0], G, g), u1 = units<L, T>(w[1], G, g);
     __m512i wlo, whi;
     wchunk<L, ch, V512>(paired(u0, u1), wlo, whi);
     for (int c = 0; c < C; ++c) {
       const int8_t* xp = x.qrow(m + c, G);
-      ilo[c] = _mm512_dpbusd_epi32(ilo[c], wlo, both(xp + 32 * ch));
-      __m512i& h = split ? ihi[c] : ilo[c];
-      h = _mm512_dpbusd_epi32(h, whi, both(xp + 32 * (ch + 4)));
+      ilo[c] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(ilo[c], wlo, both(xp + 32 * ch)), whi, both(xp + 32 * (ch + 4)));
     }
   };
   each_chunk(chunk);
@@ -596,19 +529,14 @@ static FD_INLINE void group2(const Row (&w)[2], const XRows& x, int64_t m, int64
   const __m512 ws = pair(wscales<L, T>(w[0], G, g), wscales<L, T>(w[1], G, g));
   __m512 mv = ws;
   if constexpr (kMins<L>) mv = pair(wmins<L, T>(w[0], G, g), wmins<L, T>(w[1], G, g));
-  __m512i sclo = _mm512_setzero_si512(), schi = sclo;
-  if constexpr (L == kQ6K) {
-    sclo = pair(q6_scales(w[0], G, 0), q6_scales(w[1], G, 0));
-    schi = pair(q6_scales(w[0], G, 1), q6_scales(w[1], G, 1));
-  }
   for (int c = 0; c < C; ++c) {
     const int64_t at = x.at(m + c, G);
     __m512i slo = _mm512_setzero_si512(), shi = slo;
-    if constexpr (L == kQ6K || kOffsetShift<L> > 0) {
+    if constexpr (kOffsetShift<L> > 0) {
       slo = both(x.sums + 2 * at);
       shi = both(x.sums + 2 * at + 8);
     }
-    const __m512i I = block_sums<L>(ilo[c], ihi[c], slo, shi, sclo, schi);
+    const __m512i I = block_sums<L>(ilo[c], slo, shi);
     acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I), _mm512_mul_ps(ws, both(x.d + at))));
     if constexpr (kMins<L>) macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, both(x.s + at)));
   }
