@@ -100,6 +100,30 @@ def test_native_equals_twin(isa, qtype, n):
         assert torch.equal(packed_linear(x, lay, p, native=True), packed_linear(x, lay, p, native=False)), m
 
 
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_group_sums_past_2_24_round_as_the_twin(isa, qtype):
+    """q4k's and q6k's integer sums over a group of 8 blocks exceed 2^24 at extreme values
+    (every nibble and scale at its maximum, activations near their block maximum), so their
+    conversion to float rounds; the kernels and the twin must round alike."""
+    n, k = 48, 1024
+    raw, _ = random_blocks(qtype, n, k, seed=11)
+    blocks = raw.reshape(-1, GGML_QUANT_SIZES[qtype][1])
+    if qtype == T.Q4_K:
+        blocks[:n * 2, 4:] = 0xFF  # the first n / 2 rows: scale and min bytes (6-bit 63s), nibbles 15
+    else:
+        blocks[:n * 2, :192] = 0xFF  # values 63 (q - 32 = 31)
+        blocks[:n * 2, 192:208] = 0x7F  # scales 127
+    p = formats.pack_gguf(raw, qtype, n, k)
+    lay = LAYOUT[qtype]
+    x = 1 + 0.02 * torch.randn(8, k, generator=torch.Generator().manual_seed(1))
+    ref = packed_linear(x, lay, p, native=False)
+    q, _ = reference.quantize_activations(x, per256=True)
+    # so I_g >= 8 x 32 x 100 x (q4k: 15 x 63; q6k: 31 x 127) > 2^24 in the first rows
+    assert q.min() >= 100
+    for m in (1, 3, 8):
+        assert torch.equal(packed_linear(x[:m], lay, p, native=True), ref[:m]), m
+
+
 @pytest.mark.parametrize("qtype", KTYPES, ids=lambda t: t.name)
 def test_row_result_does_not_depend_on_m(isa, qtype):
     n, k = 70, 512
