@@ -72,6 +72,7 @@ struct QuantArgs {
   float* y;  // [M, N]
   int64_t N;
   bool wide = false;  // (VNNI) 512-bit registers at full width: 4-row tiles take two groups a register
+  bool far = false;   // the panel layouts prefetch their values a second time, 4x as far (Intel; q4k always)
 };
 
 namespace avx2 {

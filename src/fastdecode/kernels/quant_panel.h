@@ -78,12 +78,15 @@ static FD_INLINE void sum_pairs(const Args& a, int64_t m, int64_t g, int32_t (&p
 // Prefetch `ahead` bytes ahead in the values' stream, and in the other streams in proportion: q6k's
 // top bits, 128 bytes a block; the scales' (and minima's), 16 x kPanelScaleBytes bytes a block; d
 // (and dmin), 4 bytes a block.
+// far (Args::far, or q4k anywhere): the values again with prefetcht2, 4x as far. q4k's AVX2 stream
+// at one row fell behind without it (1.06-1.1x on Zen 4, where q6k and q4 lost 3-11% with it); on
+// a Xeon every panel layout gained 1.1-1.35x at M = 1 and 8 (benchmarks/batch_tiles/far_prefetch.md).
 template <int L>
-static FD_INLINE void panel_prefetch(const Panel& p, const uint8_t* pb, int64_t b, int64_t ahead) {
+static FD_INLINE void panel_prefetch(const Panel& p, const uint8_t* pb, int64_t b, int64_t ahead, bool far) {
   constexpr int64_t S = 16 * kPanelScaleBytes<L>, V = 64 * kUnits<L>;
   auto fetch = [](const void* at) { _mm_prefetch(static_cast<const char*>(at), _MM_HINT_T0); };
   for (int l = 0; l < V; l += 64) fetch(pb + ahead + l);
-  if constexpr (L == kQ4K)  // and prefetcht2 4x as far: 1.06-1.1x at one row on AVX2, whose stream fell behind
+  if (L == kQ4K || far)
     for (int l = 0; l < V; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + 4 * ahead + l), _MM_HINT_T2);
   if constexpr (L == kQ6K)
     for (int l = 0; l < 128; l += 64) fetch(p.qh + 128 * b + ahead / 2 + l);
@@ -155,7 +158,7 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
     for (int c = 0; c < C; ++c) Ig[c] = _mm512_setzero_si512();
     for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
       const uint8_t* pb = p.q + 256 * b;
-      if (ahead) panel_prefetch<L>(p, pb, b, ahead);
+      if (ahead) panel_prefetch<L>(p, pb, b, ahead, a.far);
       const int8_t* xb = xblock(a, m, b);
       __m512i I[C];
       for (int c = 0; c < C; ++c) I[c] = _mm512_setzero_si512();
@@ -225,7 +228,7 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < a.nb; ++b) {
     const uint8_t* pb = p.q + 64 * kUnits<L> * b;
-    if (ahead) panel_prefetch<L>(p, pb, b, ahead);
+    if (ahead) panel_prefetch<L>(p, pb, b, ahead, a.far);
     const int8_t* xb = xblock(a, m, b);
     __m512i I[C];
     for (int c = 0; c < C; ++c) I[c] = _mm512_setzero_si512();
@@ -342,7 +345,7 @@ static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* 
       for (int i = 0; i < H; ++i)
         for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_setzero_si256();
       for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
-        if (ahead && h0 == 0) panel_prefetch<kQ6K>(p, p.q + 256 * b, b, ahead);
+        if (ahead && h0 == 0) panel_prefetch<kQ6K>(p, p.q + 256 * b, b, ahead, a.far);
         for (int i = 0; i < H; ++i) {
           __m256i I[C];
           q6k_sums<C>(p, a, m, b, h0 + i, I);
@@ -377,7 +380,7 @@ static FD_INLINE void q4k_tile(const Panel& p, const Args& a, int64_t m, float* 
       for (int c = 0; c < C; ++c) Ig[h][c] = _mm256_setzero_si256();
     for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
       const uint8_t* pb = p.q + 256 * b;
-      if (ahead) panel_prefetch<kQ4K>(p, pb, b, ahead);
+      if (ahead) panel_prefetch<kQ4K>(p, pb, b, ahead, a.far);
       const int8_t* xb = xblock(a, m, b);
       __m256i P[2][C];
       nibble_sums<C>(pb, xb, P);
@@ -429,7 +432,7 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
     for (int c = 0; c < C; ++c) acc[h][c] = macc[h][c] = _mm256_setzero_ps();
   for (int64_t b = 0; b < a.nb; ++b) {
     const uint8_t* pb = p.q + 64 * kUnits<L> * b;
-    if (ahead) panel_prefetch<L>(p, pb, b, ahead);
+    if (ahead) panel_prefetch<L>(p, pb, b, ahead, a.far);
     const int8_t* xb = xblock(a, m, b);
     __m256i I[2][C];
     if constexpr (L == kQ8) {
