@@ -62,9 +62,10 @@ struct QuantArgs {
   const uint16_t *d, *dmin;  // the K-quants' float16 d, dmin [N, nb / 8]
   int64_t nb;  // blocks of 32 per row: K / 32
   // The activations from quantize_rows, each row padded to G = ceil(nb / 8) groups: int8 in the lane
-  // order, [M, G, 256] (the panel layouts: [G, M, 256], so that a tile's rows lie 256 bytes apart), block scales and scale * sum(q) [M, G, 8], and the integer sums of each
-  // block's values 0..15 and 16..31 [M, G, 2, 8]. The K-quant panels (q4k, q6k: in_super) take one
-  // scale per group of 256 values, which each of its 8 blocks repeats.
+  // order, [M, G, 256] (the panel layouts: [G, M, 256], so that a tile's rows lie 256 bytes apart),
+  // block scales and scale * sum(q) [M, G, 8], and the integer sums of each block's values 0..15 and
+  // 16..31 [M, G, 2, 8]. The K-quant panels (q4k, q6k: in_super) take one scale per group of 256
+  // values, which each of its 8 blocks repeats.
   const int8_t* xq;
   const float *xd, *xs;
   const int32_t* xsums;

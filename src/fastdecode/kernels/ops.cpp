@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 
 #include "kernels.h"
 
@@ -92,20 +93,25 @@ int active_isa() {
 // forces them (tests). 0: automatic, 1: on, -1: off.
 std::atomic<int> g_wide{0};
 
-bool full_width_zmm() {
+// CPUID's vendor string ("AuthenticAMD", "GenuineIntel") is `id`.
+bool vendor_is(const char (&id)[13]) {
   unsigned a, b, c, d;
-  if (!__get_cpuid(0, &a, &b, &c, &d) || !(b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163)) return false;
-  __get_cpuid(1, &a, &b, &c, &d);  // "AuthenticAMD" above; family = base + extended
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  const unsigned words[3] = {b, d, c};  // the string's order
+  return std::memcmp(words, id, 12) == 0;
+}
+
+bool full_width_zmm() {
+  if (!vendor_is("AuthenticAMD")) return false;
+  unsigned a, b, c, d;
+  __get_cpuid(1, &a, &b, &c, &d);  // family = base + extended
   const unsigned base = (a >> 8) & 0xF, family = base + (base == 0xF ? (a >> 20) & 0xFF : 0);
   return family >= 0x1A;
 }
 
 // Intel's cores: every panel layout prefetches its values a second time, 4x as far (QuantArgs::far;
 // on a Xeon 1.1-1.35x at M = 1 and 8, where on Zen 4 q6k and q4 lost 3-11% by it).
-bool far_prefetch() {
-  unsigned a, b, c, d;
-  return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
-}
+bool far_prefetch() { return vendor_is("GenuineIntel"); }
 
 bool wide() {
   static const bool full = full_width_zmm();

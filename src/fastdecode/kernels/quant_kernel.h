@@ -65,6 +65,8 @@ constexpr int kRun = kSigned<L> ? 1 : 4;
 #define FD_INLINE inline __attribute__((always_inline))
 
 static inline __m256i load32(const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+static inline __m128i load16(const void* p) { return _mm_loadu_si128(static_cast<const __m128i*>(p)); }
+static inline __m128i load8(const void* p) { return _mm_loadl_epi64(static_cast<const __m128i*>(p)); }  // upper half 0
 
 static inline __m256 scales8(const void* p) {  // 8 float16 -> float
   return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));

@@ -152,7 +152,6 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
   const int64_t G = a.nb / 8;
   __m512 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
-  auto load16 = [](const uint8_t* at) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(at)); };
   for (int64_t g = 0; g < G; ++g) {
     __m512i Ig[C];
     for (int c = 0; c < C; ++c) Ig[c] = _mm512_setzero_si512();
@@ -260,11 +259,6 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
 }
 #else
-template <int L>
-static FD_INLINE __m256 panel_scales8(const Panel& p, int64_t b, int h) { return scales8(p.sc + 32 * b + 16 * h); }
-template <int L>
-static FD_INLINE __m256 panel_mins8(const Panel& p, int64_t b, int h) { return scales8(p.mn + 32 * b + 16 * h); }
-
 // The int16 pair sums P[h][c] of a block of nibbles (4 units at pb) for the panel's rows 8h..8h+7
 // against activation rows m..m+C-1 (xb: xblock's). maddubs's pair sums over a block's 4 units stay
 // below 2^15 (2 x 15 x 127 x 2 x 4 = 30480).
@@ -298,8 +292,7 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
   const int8_t* xb = xblock(a, m, b);
   const uint8_t* pb = p.q + 256 * b + 32 * h;
   const __m256i h0 = load32(p.qh + 128 * b + 32 * h), h1 = load32(p.qh + 128 * b + 64 + 32 * h);
-  const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 8 * h));
-  const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.sc + 32 * b + 16 + 8 * h));
+  const __m128i s0 = load8(p.sc + 32 * b + 8 * h), s1 = load8(p.sc + 32 * b + 16 + 8 * h);
   const __m256i sc0 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s0));
   const __m256i sc1 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s1, s1));
   __m256i Pl[C], Ph[C];
@@ -370,7 +363,6 @@ static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* 
 template <int C>
 static FD_INLINE void q4k_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   const int64_t G = a.nb / 8;
-  auto load8 = [](const uint8_t* at) { return _mm_loadl_epi64(reinterpret_cast<const __m128i*>(at)); };
   __m256 acc[2][C];
   for (int h = 0; h < 2; ++h)
     for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
@@ -456,14 +448,14 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
       }
     }
     for (int h = 0; h < 2; ++h) {
-      const __m256 ws = panel_scales8<L>(p, b, h);
+      const __m256 ws = scales8(p.sc + 32 * b + 16 * h);
       for (int c = 0; c < C; ++c) {
         const int64_t at = (m + c) * G * 8 + b;
         const __m256 scale = _mm256_mul_ps(ws, _mm256_set1_ps(a.xd[at]));
         acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(I[h][c]), scale));
       }
       if constexpr (kPanelMins<L>) {
-        const __m256 mv = panel_mins8<L>(p, b, h);
+        const __m256 mv = scales8(p.mn + 32 * b + 16 * h);
         for (int c = 0; c < C; ++c)
           macc[h][c] = _mm256_add_ps(macc[h][c], _mm256_mul_ps(mv, _mm256_set1_ps(a.xs[(m + c) * G * 8 + b])));
       }
