@@ -100,16 +100,16 @@ def test_native_equals_twin(isa, qtype, n):
         assert torch.equal(packed_linear(x, lay, p, native=True), packed_linear(x, lay, p, native=False)), m
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q5_K, T.Q6_K], ids=lambda t: t.name)
 def test_group_sums_past_2_24_round_as_the_twin(isa, qtype):
-    """q4k's and q6k's integer sums over a group of 8 blocks exceed 2^24 at extreme values
+    """The K-quants' integer sums over a group of 8 blocks exceed 2^24 at extreme values
     (every nibble and scale at its maximum, activations near their block maximum), so their
     conversion to float rounds; the kernels and the twin must round alike."""
     n, k = 48, 1024
     raw, _ = random_blocks(qtype, n, k, seed=11)
     blocks = raw.reshape(-1, GGML_QUANT_SIZES[qtype][1])
-    if qtype == T.Q4_K:
-        blocks[:n * 2, 4:] = 0xFF  # the first n / 2 rows: scale and min bytes (6-bit 63s), nibbles 15
+    if qtype in (T.Q4_K, T.Q5_K):  # the first n / 2 rows: scale and min bytes (6-bit 63s), values 15 (Q5_K: 31)
+        blocks[:n * 2, 4:] = 0xFF
     else:
         blocks[:n * 2, :192] = 0xFF  # values 63 (q - 32 = 31)
         blocks[:n * 2, 192:208] = 0x7F  # scales 127
@@ -118,7 +118,7 @@ def test_group_sums_past_2_24_round_as_the_twin(isa, qtype):
     x = 1 + 0.02 * torch.randn(8, k, generator=torch.Generator().manual_seed(1))
     ref = packed_linear(x, lay, p, native=False)
     q, _ = reference.quantize_activations(x, per256=True)
-    # so I_g >= 8 x 32 x 100 x (q4k: 15 x 63; q6k: 31 x 127) > 2^24 in the first rows
+    # so I_g >= 8 x 32 x 100 x (q4k: 15 x 63; q5k: 31 x 63; q6k: 31 x 127) > 2^24 in the first rows
     assert q.min() >= 100
     for m in (1, 3, 8):
         assert torch.equal(packed_linear(x[:m], lay, p, native=True), ref[:m]), m
@@ -162,7 +162,7 @@ def test_wide_tiles_give_the_same_bits(qtype):
     256-bit path and the twin: rows of one and several pairs of groups, a group left over, a
     partial last group, at M from 2 (from 4 the wide path also takes the one-row and pair tiles'
     shapes, in tiles of 4 activation rows and a remainder). The layouts in panels (Q4_0, Q4_1,
-    Q8_0, Q4_K, Q6_K) have no wide tiles: both settings must still give the twin's bits."""
+    Q8_0, Q4_K, Q5_K, Q6_K) have no wide tiles: both settings must still give the twin's bits."""
     if "avx512-vnni" not in ISAS:
         pytest.skip("no AVX-512 VNNI here: the matmuls have one path")
     lay = WIDE_LAYOUT[qtype]

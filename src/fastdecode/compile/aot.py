@@ -62,8 +62,8 @@ _SHIMS = {
     "q8_linear": f"AOTITorchError aoti_torch_cpu_q8_linear({_H} x, {_H} w, {_H} s, {_H}* ret0)",
     "q4k_linear": (f"AOTITorchError aoti_torch_cpu_q4k_linear({_H} x, {_H} w, {_H} sc, {_H} mn, {_H} d, {_H} dmin, "
                    f"{_H}* ret0)"),
-    "q5k_linear": (f"AOTITorchError aoti_torch_cpu_q5k_linear({_H} x, {_H} w, {_H} qh, {_H} sc, {_H} mn, {_H} d, "
-                   f"{_H} dmin, {_H}* ret0)"),
+    "q5k_linear": (f"AOTITorchError aoti_torch_cpu_q5k_linear({_H} x, {_H} w, {_H} sc, {_H} mn, {_H} d, {_H} dmin, "
+                   f"{_H}* ret0)"),
     "q6k_linear": f"AOTITorchError aoti_torch_cpu_q6k_linear({_H} x, {_H} w, {_H} qh, {_H} sc, {_H} d, {_H}* ret0)",
     "q5_linear": f"AOTITorchError aoti_torch_cpu_q5_linear({_H} x, {_H} w, {_H} qh, {_H} s, {_H} m, {_H}* ret0)",
     "q5s_linear": f"AOTITorchError aoti_torch_cpu_q5s_linear({_H} x, {_H} w, {_H} qh, {_H} s, {_H}* ret0)",

@@ -343,7 +343,7 @@ def _register_fakes() -> None:
         return x.new_empty(x.shape[0], qweight.shape[0])
 
     @torch.library.register_fake("fastdecode::q5k_linear")
-    def _(x, qweight, qhigh, sc, mn, d, dmin):
+    def _(x, qweight, sc, mn, d, dmin):
         return x.new_empty(x.shape[0], qweight.shape[0])
 
     @torch.library.register_fake("fastdecode::q6k_linear")

@@ -55,7 +55,7 @@ struct QuantArgs {
   Layout layout;
   const uint8_t* q;  // qweight, qs bytes per row
   int64_t qs;
-  const uint8_t* qh;  // qhigh (q5k, q6k, q5, q5s), qhs bytes per row
+  const uint8_t* qh;  // qhigh (q6k, q5, q5s), qhs bytes per row
   int64_t qhs;
   const uint8_t *sc, *mn;  // per-block scales and minima (float16; q4k/q5k: sc, mn; q6k: sc), scs elements per row
   int64_t scs;
@@ -64,7 +64,7 @@ struct QuantArgs {
   // The activations from quantize_rows, each row padded to G = ceil(nb / 8) groups: int8 in the lane
   // order, [M, G, 256] (the panel layouts: [G, M, 256], so that a tile's rows lie 256 bytes apart),
   // block scales and scale * sum(q) [M, G, 8], and the integer sums of each block's values 0..15 and
-  // 16..31 [M, G, 2, 8]. The K-quant panels (q4k, q6k: in_super) take one scale per group of 256
+  // 16..31 [M, G, 2, 8]. The K-quant panels (q4k, q5k, q6k: in_super) take one scale per group of 256
   // values, which each of its 8 blocks repeats.
   const int8_t* xq;
   const float *xd, *xs;
@@ -91,7 +91,7 @@ void rows(const QuantArgs& a, int64_t n0, int64_t n1);
 // Weight rows per tile on each instruction set (ops.cpp splits rows across threads in whole tiles),
 // and rows per panel of the layouts stored in panels (quant_panel.h).
 constexpr int64_t kTileRows = 4, kPanelRows = 16;
-constexpr bool in_panels(Layout l) { return l == kQ4 || l == kQ8 || l == kQ4S || l == kQ4K || l == kQ6K; }
-constexpr bool in_super(Layout l) { return l == kQ4K || l == kQ6K; }
+constexpr bool in_panels(Layout l) { return l == kQ4 || l == kQ8 || l == kQ4S || l == kQ4K || l == kQ5K || l == kQ6K; }
+constexpr bool in_super(Layout l) { return l == kQ4K || l == kQ5K || l == kQ6K; }
 
 }  // namespace fd

@@ -183,9 +183,9 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 // Matmuls on block-quantized weights, for every M (decode, batches, prefill).
 //
 // Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s, q4s, q4nl, q4xs), K a
-// multiple of 32; q4's, q8's, q4s', q4k's and q6k's rows in panels of 16, the others' blocks in
+// multiple of 32; q4's, q8's, q4s', q4k's, q5k's and q6k's rows in panels of 16, the others' blocks in
 // groups of 8 lanes. Activations are quantized once per call to int8 blocks of 32, as llama.cpp does,
-// so the inner loop is an int8 dot product: one scale per block, or per 256 values for q4k and q6k,
+// so the inner loop is an int8 dot product: one scale per block, or per 256 values for the K-quants,
 // whose integer sums then take their weights' 6- and 8-bit block scales before any float operation.
 //
 // Two instruction sets share one body (quant_kernel.h, compiled by quant_avx2.cpp and
@@ -289,7 +289,8 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
   return qlinear(x, qweight, scales, nullptr, false);
 }
 
-// The layouts beyond q4/q8 (quant/formats.py): q4k (qweight, sc, mn, d, dmin), q5k (+ qhigh),
+// The layouts beyond q4/q8 (quant/formats.py): q4k and q5k (qweight, sc, mn, d, dmin; q5k's qweight
+// holds the fifth bits too, 5 units a block),
 // q6k (qweight, qhigh, sc, d), q4xs (qweight, sc, d), K a multiple of 256; q5 (qweight, qhigh, scales, mins), q5s
 // (qweight, qhigh, scales), q4s (qweight, scales) and q4nl (qweight, d), K a multiple of 32.
 at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
@@ -314,7 +315,7 @@ at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, 
                 op, ": ", name, " must be a contiguous ", c10::toString(dtype), " CPU tensor [", N, ", ", cols,
                 "], got ", t->sizes(), " ", c10::toString(t->scalar_type()));
   };
-  expect(&q, "qweight", at::kByte, K / 2);
+  expect(&q, "qweight", at::kByte, layout == fd::kQ5K ? 5 * K / 8 : K / 2);
   const bool q6 = layout == fd::kQ6K, signed_sc = q6 || layout == fd::kQ4XS;
   if (qh) expect(qh, "qhigh", at::kByte, q6 ? K / 4 : K / 8);
   if (q5) {
@@ -346,9 +347,9 @@ at::Tensor q4k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::
   return klinear(fd::kQ4K, x, qweight, nullptr, sc, &mn, d, &dmin);
 }
 
-at::Tensor q5k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qhigh, const at::Tensor& sc,
-                      const at::Tensor& mn, const at::Tensor& d, const at::Tensor& dmin) {
-  return klinear(fd::kQ5K, x, qweight, &qhigh, sc, &mn, d, &dmin);
+at::Tensor q5k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& sc, const at::Tensor& mn,
+                      const at::Tensor& d, const at::Tensor& dmin) {
+  return klinear(fd::kQ5K, x, qweight, nullptr, sc, &mn, d, &dmin);
 }
 
 at::Tensor q6k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& qhigh, const at::Tensor& sc,
@@ -453,12 +454,11 @@ extern "C" AOTITorchError aoti_torch_cpu_q4k_linear(AtenTensorHandle x, AtenTens
       { *ret0 = new_tensor_handle(q4k_linear(FD_T(x), FD_T(w), FD_T(sc), FD_T(mn), FD_T(d), FD_T(dmin))); });
 }
 
-extern "C" AOTITorchError aoti_torch_cpu_q5k_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle qh,
-                                                    AtenTensorHandle sc, AtenTensorHandle mn, AtenTensorHandle d,
-                                                    AtenTensorHandle dmin, AtenTensorHandle* ret0) {
-  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
-    *ret0 = new_tensor_handle(q5k_linear(FD_T(x), FD_T(w), FD_T(qh), FD_T(sc), FD_T(mn), FD_T(d), FD_T(dmin)));
-  });
+extern "C" AOTITorchError aoti_torch_cpu_q5k_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle sc,
+                                                    AtenTensorHandle mn, AtenTensorHandle d, AtenTensorHandle dmin,
+                                                    AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE(
+      { *ret0 = new_tensor_handle(q5k_linear(FD_T(x), FD_T(w), FD_T(sc), FD_T(mn), FD_T(d), FD_T(dmin))); });
 }
 
 extern "C" AOTITorchError aoti_torch_cpu_q6k_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle qh,
@@ -502,7 +502,7 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("q4_linear(Tensor x, Tensor qweight, Tensor scales, Tensor mins) -> Tensor");
   m.def("q8_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
   m.def("q4k_linear(Tensor x, Tensor qweight, Tensor sc, Tensor mn, Tensor d, Tensor dmin) -> Tensor");
-  m.def("q5k_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor sc, Tensor mn, Tensor d, Tensor dmin) -> Tensor");
+  m.def("q5k_linear(Tensor x, Tensor qweight, Tensor sc, Tensor mn, Tensor d, Tensor dmin) -> Tensor");
   m.def("q6k_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor sc, Tensor d) -> Tensor");
   m.def("q5_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor scales, Tensor mins) -> Tensor");
   m.def("q5s_linear(Tensor x, Tensor qweight, Tensor qhigh, Tensor scales) -> Tensor");

@@ -1,9 +1,9 @@
 // The tile shapes per instruction set and the layout switch, included after
-// quant_kernel.h and quant_panel.h in each per-ISA translation unit. q4, q8, q4s, q4k and q6k
+// quant_kernel.h and quant_panel.h in each per-ISA translation unit. q4, q8, q4s and the K-quants
 // run on their panels (quant_panel.h); the tiles below are the other layouts'.
 
-// Tiles, measured on Zen 4 (benchmarks/real_sizes.md, benchmarks/batch_tiles.md; q4, q8, q4s,
-// q4k and q6k ran on them until their panels, and the figures below that name them are from then). One
+// Tiles, measured on Zen 4 (benchmarks/real_sizes.md, benchmarks/batch_tiles.md; q4, q8, q4s and
+// the K-quants ran on them until their panels, and the figures below that name them are from then). One
 // activation row (batch-1 decode): one weight row at a time, so that each core reads one
 // sequential stream from DRAM (4 rows side by side computed faster from cache but streamed
 // slower, down to 9 GB/s a core for q6k/q8 at K = 2048). A decode batch (M <= kFewRows) whose
@@ -51,7 +51,7 @@ static void dispatch(const Args& a, int64_t n0, int64_t n1) {
     case kQ4: return panel_rows<kQ4>(a, n0, n1);
     case kQ8: return panel_rows<kQ8>(a, n0, n1);
     case kQ4K: return panel_rows<kQ4K>(a, n0, n1);
-    case kQ5K: return run_layout<kQ5K>(a, n0, n1);
+    case kQ5K: return panel_rows<kQ5K>(a, n0, n1);
     case kQ6K: return panel_rows<kQ6K>(a, n0, n1);
     case kQ5: return run_layout<kQ5>(a, n0, n1);
     case kQ5S: return run_layout<kQ5S>(a, n0, n1);

@@ -2,7 +2,7 @@
 // quant_avx2.cpp and quant_vnni.cpp, inside a `#pragma GCC target` region
 // (FD_VNNI selects the int8 dot product).
 //
-// Every layout but q4, q8, q4s, q4k and q6k (quant/formats.py; those are stored in panels:
+// Every layout but q4, q8, q4s and the K-quants (quant/formats.py; those are stored in panels:
 // quant_panel.h) stores a row's blocks in groups of 8, one
 // block per 32-bit lane, values by sub-step (values 4i..4i+3 of each block), so
 // that a 32-byte register holds the next 4 values of 8 blocks. Summing the
@@ -20,7 +20,7 @@
 // activations are padded with zeros), so its empty lanes add +0.
 //
 // I_b per layout (q: the stored unsigned values; x: int8 activations):
-//   q5, q5k (0..31): sum q x;  q5s: sum q x - 16 sum x
+//   q5 (0..31): sum q x;  q5s: sum q x - 16 sum x
 //   q4nl, q4xs: sum v[q] x, v IQ4_NL's 16 int8 values (nonlinear_table), q the stored index 0..15
 
 // (the including file has <cstring>, <algorithm>, <immintrin.h>)
@@ -32,11 +32,11 @@ constexpr int kQ4 = ::fd::kQ4, kQ8 = ::fd::kQ8, kQ4K = ::fd::kQ4K, kQ5K = ::fd::
               kQ4XS = ::fd::kQ4XS;
 
 template <int L>
-constexpr bool kPlane5 = L == kQ5K || L == kQ5 || L == kQ5S;
+constexpr bool kPlane5 = L == kQ5 || L == kQ5S;
 template <int L>
-constexpr bool kMins = L == kQ5K || L == kQ5;
+constexpr bool kMins = L == kQ5;
 template <int L>
-constexpr bool kKQuant = L == kQ5K || L == kQ4XS;  // per-256 d, 8-bit block scales
+constexpr bool kKQuant = L == kQ4XS;  // as the K-quants: per-256 d, 8-bit block scales
 template <int L>
 constexpr bool kNonLinear = L == kQ4NL || L == kQ4XS;  // nibbles index IQ4_NL's values
 // Bytes per group and row of qweight (nibbles), qhigh, and of one per-block scale.
@@ -45,7 +45,7 @@ constexpr int64_t kGroupBytes = 128;
 template <int L>
 constexpr int64_t kHighBytes = kPlane5<L> ? 32 : 0;
 template <int L>
-constexpr int64_t kScaleBytes = kKQuant<L> ? 1 : 2;  // the K-quants' (and q4xs') 8-bit sc; the others' float16
+constexpr int64_t kScaleBytes = kKQuant<L> ? 1 : 2;  // q4xs' 8-bit sc; the others' float16
 // Layouts whose weights are signed bytes by the time they meet the activations (q4nl and q4xs
 // after their table lookup).
 template <int L>
@@ -71,9 +71,6 @@ static inline __m128i load8(const void* p) { return _mm_loadl_epi64(static_cast<
 static inline __m256 scales8(const void* p) {  // 8 float16 -> float
   return _mm256_cvtph_ps(_mm_loadu_si128(static_cast<const __m128i*>(p)));
 }
-static inline __m256 bytes8_ps(const void* p) {  // 8 uint8 -> float
-  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
-}
 static inline __m256 sbytes8_ps(const void* p) {  // 8 int8 -> float
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(static_cast<const __m128i*>(p))));
 }
@@ -81,18 +78,17 @@ static inline __m256 sbytes8_ps(const void* p) {  // 8 int8 -> float
 // One weight row: where its bytes start; group G's are at q + G * kGroupBytes and so on.
 struct Row {
   const uint8_t *q, *qh, *sc, *mn;
-  const uint16_t *d, *dmin;  // the K-quants' per-group d, dmin
+  const uint16_t* d;  // q4xs' per-group d
 };
 
 template <int L>
 static inline Row row_at(const Args& a, int64_t n) {
   constexpr int64_t es = kScaleBytes<L>;
   return Row{a.q + n * a.qs, kHighBytes<L> > 0 ? a.qh + n * a.qhs : nullptr, a.sc + es * n * a.scs,
-             kMins<L> ? a.mn + es * n * a.scs : nullptr, kKQuant<L> ? a.d + n * (a.nb / 8) : nullptr,
-             kMins<L> && kKQuant<L> ? a.dmin + n * (a.nb / 8) : nullptr};
+             kMins<L> ? a.mn + es * n * a.scs : nullptr, kKQuant<L> ? a.d + n * (a.nb / 8) : nullptr};
 }
 
-// A last group of g < 8 blocks (q4nl, q5, q5s only: the K-quants' and q4xs' K is a multiple of 256)
+// A last group of g < 8 blocks (q4nl, q5, q5s only: q4xs' K is a multiple of 256)
 // is stored packed: its 32-byte units hold 4 g bytes each, one 4-byte lane per block. It is
 // read with masked loads, so the empty lanes hold zeros, as the twin's zero padding does.
 static FD_INLINE __m256i lanes_below(int g) {
@@ -184,25 +180,21 @@ static FD_INLINE void wchunk(const Ld& ld, typename Ops::V& lo, typename Ops::V&
 template <int L, bool T>
 static inline __m256 wscales(const Row& w, int64_t G, int g) {
   constexpr int64_t es = kScaleBytes<L>;
-  if constexpr (L == kQ4XS)  // d * (ls - 32): sc holds the signed ls - 32
+  if constexpr (kKQuant<L>)  // d * (ls - 32): sc holds the signed ls - 32
     return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), sbytes8_ps(w.sc + 8 * G));
-  else if constexpr (kKQuant<L>) return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), bytes8_ps(w.sc + 8 * G));
   else return scales8_at<T>(w.sc + es * 8 * G, g);
 }
 
 template <int L, bool T>
 static inline __m256 wmins(const Row& w, int64_t G, int g) {
-  constexpr int64_t es = kScaleBytes<L>;
-  if constexpr (kKQuant<L>)  // -(dmin * mn), as (-dmin) * mn: the same bits
-    return _mm256_mul_ps(_mm256_set1_ps(-_cvtsh_ss(w.dmin[G])), bytes8_ps(w.mn + 8 * G));
-  else return scales8_at<T>(w.mn + es * 8 * G, g);
+  return scales8_at<T>(w.mn + kScaleBytes<L> * 8 * G, g);
 }
 
 // ld(plane, i) for wchunk: group G's unit i of row w's values (plane 0) or high bits (1); a
 // tail group (T) of g < 8 blocks read with masked loads.
 template <int L, bool T>
 static FD_INLINE auto units(const Row& w, int64_t G, int g) {
-  static_assert(!(T && kKQuant<L>), "the K-quants have no tail groups");
+  static_assert(!(T && kKQuant<L>), "q4xs has no tail groups");
   const uint8_t* q = w.q + G * kGroupBytes<L>;
   const uint8_t* qh = kHighBytes<L> > 0 ? w.qh + G * kHighBytes<L> : nullptr;
   return [=](int plane, int i) __attribute__((always_inline)) { return wload<T>(plane ? qh : q, i, g); };
@@ -215,6 +207,14 @@ static FD_INLINE void each_chunk(F& f) {
   f.template operator()<1>();
   f.template operator()<2>();
   f.template operator()<3>();
+}
+// f.template operator()<u>() for u = U0..U0+N-1, in order.
+template <int U0, int N, class F>
+static FD_INLINE void each_unit(F& f) {
+  if constexpr (N > 0) {
+    f.template operator()<U0>();
+    each_unit<U0 + 1, N - 1>(f);
+  }
 }
 
 // Activation rows: the lane-ordered int8 values, the block scales, scale * sum(q) and the
@@ -339,12 +339,11 @@ static FD_INLINE auto paired(const U& u0, const U& u1) {
   return [&](int plane, int i) __attribute__((always_inline)) { return pair(u0(plane, i), u1(plane, i)); };
 }
 
-// [f(p[0]) x 8 | f(p[1]) x 8] of two float16 at p, negated if neg: two groups' d (or -dmin).
-static FD_INLINE __m512 halves2(const uint16_t* p, bool neg = false) {
+// [f(p[0]) x 8 | f(p[1]) x 8] of two float16 at p: two groups' d.
+static FD_INLINE __m512 halves2(const uint16_t* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
-  __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(v)));
-  if (neg) f = _mm_xor_ps(f, _mm_set1_ps(-0.f));
+  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(v)));
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
                                _mm512_castps128_ps512(f));
 }
@@ -355,18 +354,14 @@ template <int L>
 static FD_INLINE __m512 wscales2(const Row& w, int64_t G) {
   if constexpr (kKQuant<L>) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.sc + 8 * G));
-    return _mm512_mul_ps(halves2(w.d + G),
-                         _mm512_cvtepi32_ps(L == kQ4XS ? _mm512_cvtepi8_epi32(b) : _mm512_cvtepu8_epi32(b)));
+    return _mm512_mul_ps(halves2(w.d + G), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
   } else {
     return _mm512_cvtph_ps(load32(w.sc + 2 * 8 * G));
   }
 }
 template <int L>
 static FD_INLINE __m512 wmins2(const Row& w, int64_t G) {
-  if constexpr (kKQuant<L>)
-    return _mm512_mul_ps(halves2(w.dmin + G, true),
-                         _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w.mn + 8 * G)))));
-  else return _mm512_cvtph_ps(load32(w.mn + 2 * 8 * G));
+  return _mm512_cvtph_ps(load32(w.mn + 2 * 8 * G));
 }
 
 // I_b (the header's) from the int32 sums and the activations' half sums slo, shi.
@@ -481,7 +476,7 @@ static void tile(const Args& a, const XRows& x, int64_t n, int64_t m, int64_t ah
 #endif
     for (; G < full; ++G) group<L, R, C>(w, x, m, G, acc, macc);
   }
-  if constexpr (!kKQuant<L>) {  // the K-quants' K is a multiple of 256
+  if constexpr (!kKQuant<L>) {  // q4xs' K is a multiple of 256
     if (g) group<L, R, C, true>(w, x, m, full, acc, macc, g);
   }
   for (int c = 0; c < C; ++c) {
@@ -641,7 +636,6 @@ static void rows(const Args& a, int64_t n0, int64_t n1) {
         prefetch(a.sc + es * na * a.scs, es * r * a.scs);
         if constexpr (kMins<L>) prefetch(a.mn + es * na * a.scs, es * r * a.scs);
         if constexpr (kKQuant<L>) prefetch(a.d + na * (a.nb / 8), 2 * r * (a.nb / 8));
-        if constexpr (kKQuant<L> && kMins<L>) prefetch(a.dmin + na * (a.nb / 8), 2 * r * (a.nb / 8));
       }
       // In the first activation tile; RT == 1 streams through the rows' end (prefetches do not fault).
       int64_t first = m0 != 0 || burst ? 0 : RT == 1 ? int64_t(FD_STREAM_BYTES) : ahead ? kAhead : 0;

@@ -1,4 +1,4 @@
-// The matmul of the layouts stored in panels of 16 weight rows (q4, q8, q4s, q4k, q6k;
+// The matmul of the layouts stored in panels of 16 weight rows (q4, q8, q4s, q4k, q5k, q6k;
 // quant/formats.py), included after quant_kernel.h in each per-ISA translation unit.
 //
 // A 64-byte unit of a panel holds 4 values of each of its 16 rows, so a dot product against 4
@@ -11,38 +11,40 @@
 //   macc = macc + w_min_b * x_sum_b                      (q4)
 //   y = acc [+ macc]
 //
-// q4k and q6k, whose activations take one scale per 256 values, fold their integer block scales
-// into the sums and scale in float once per group of 8 blocks (super_tile, q4k_tile, q6k_tile).
+// The K-quants (q4k, q5k, q6k), whose activations take one scale per 256 values, fold their integer
+// block scales into the sums and scale in float once per group of 8 blocks (super_tile, q4k_tile,
+// q6k_tile).
 // Either way the result does not depend on the tile, M, thread count or instruction set;
-// quant/reference.py repeats it. I_b = sum q x (q4, q4k: q in 0..15; q8: signed w, which VNNI
+// quant/reference.py repeats it. I_b = sum q x (q4, q4k: q in 0..15; q5k: 0..31; q8: signed w, which VNNI
 // takes as w + 128, less 128 sum x; q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x)
 // + sc_hi (sum_hi q x - 32 sum_hi x) over the block's values 0-15 and 16-31, |I_b| < 2^24).
 // Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
 // on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
-// level at K = 2048. q4k, q6k: benchmarks/batch_tiles/kquant_groups.md.
+// level at K = 2048. The K-quants: benchmarks/batch_tiles/kquant_groups.md.
 
 using ::fd::kPanelRows;
 
 typedef int32_t PanelWord __attribute__((may_alias, aligned(1)));
 
-// 4-byte units per row and block of qweight: q4's, q4s', q4k's and q6k's 32 nibbles, q8's 32 bytes.
+// 4-byte units per row and block of qweight: q4's, q4s', q4k's and q6k's 32 nibbles, q8's 32 bytes,
+// q5k's 32 nibbles and their fifth bits.
 template <int L>
-constexpr int kUnits = L == kQ8 ? 8 : 4;
-// Per-256 activations (kernels.h's in_super): q4k and q6k.
+constexpr int kUnits = L == kQ8 ? 8 : L == kQ5K ? 5 : 4;
+// Per-256 activations (kernels.h's in_super): the K-quants.
 template <int L>
 constexpr bool kSuper = ::fd::in_super(static_cast<::fd::Layout>(L));
 template <int L>
-constexpr bool kPanelMins = L == kQ4 || L == kQ4K;
-// Bytes of sc (and mn) per row and block: float16 scales, q4k's 6-bit scale bytes, q6k's two int8
-// half scales.
+constexpr bool kPanelMins = L == kQ4 || L == kQ4K || L == kQ5K;
+// Bytes of sc (and mn) per row and block: float16 scales, q4k's and q5k's 6-bit scale bytes, q6k's
+// two int8 half scales.
 template <int L>
-constexpr int kPanelScaleBytes = L == kQ4K ? 1 : 2;
+constexpr int kPanelScaleBytes = L == kQ4K || L == kQ5K ? 1 : 2;
 template <int L>
-constexpr bool kPanelD = L == kQ4K || L == kQ6K;  // float16 d per 8 blocks
+constexpr bool kPanelD = kSuper<L>;  // float16 d (and q4k's and q5k's dmin) per 8 blocks
 
 // A panel of 16 rows: values [nb][kUnits][16 rows][4 bytes] (q6k: their low 4 bits, and the top 2 in
-// qh [nb][2][16][4]); scales (and minima) [nb][16] float16, or q4k's bytes, or q6k's [nb][2][16]
-// int8; q4k's and q6k's float16 d (and q4k's dmin) [nb / 8][16].
+// qh [nb][2][16][4]; q5k: unit 4 their fifth bits); scales (and minima) [nb][16] float16, or q4k's
+// and q5k's bytes, or q6k's [nb][2][16] int8; the K-quants' float16 d (and dmin) [nb / 8][16].
 struct Panel {
   const uint8_t *q, *qh, *sc, *mn;
   const uint16_t *d, *dmin;
@@ -78,15 +80,16 @@ static FD_INLINE void sum_pairs(const Args& a, int64_t m, int64_t g, int32_t (&p
 // Prefetch `ahead` bytes ahead in the values' stream, and in the other streams in proportion: q6k's
 // top bits, 128 bytes a block; the scales' (and minima's), 16 x kPanelScaleBytes bytes a block; d
 // (and dmin), 4 bytes a block.
-// far (Args::far, or q4k anywhere): the values again with prefetcht2, 4x as far. q4k's AVX2 stream
-// at one row fell behind without it (1.06-1.1x on Zen 4, where q6k and q4 lost 3-11% with it); on
-// a Xeon every panel layout gained 1.1-1.35x at M = 1 and 8 (benchmarks/batch_tiles/far_prefetch.md).
+// far (Args::far, or q4k and q5k anywhere): the values again with prefetcht2, 4x as far. q4k's AVX2
+// stream at one row fell behind without it (1.06-1.1x on Zen 4, where q6k and q4 lost 3-11% with
+// it); on a Xeon every panel layout gained 1.1-1.35x at M = 1 and 8
+// (benchmarks/batch_tiles/far_prefetch.md).
 template <int L>
 static FD_INLINE void panel_prefetch(const Panel& p, const uint8_t* pb, int64_t b, int64_t ahead, bool far) {
   constexpr int64_t S = 16 * kPanelScaleBytes<L>, V = 64 * kUnits<L>;
   auto fetch = [](const void* at) { _mm_prefetch(static_cast<const char*>(at), _MM_HINT_T0); };
   for (int l = 0; l < V; l += 64) fetch(pb + ahead + l);
-  if (L == kQ4K || far)
+  if (L == kQ4K || L == kQ5K || far)
     for (int l = 0; l < V; l += 64) _mm_prefetch(reinterpret_cast<const char*>(pb + 4 * ahead + l), _MM_HINT_T2);
   if constexpr (L == kQ6K)
     for (int l = 0; l < 128; l += 64) fetch(p.qh + 128 * b + ahead / 2 + l);
@@ -117,6 +120,15 @@ static FD_INLINE void q6k_values(typename O::V v, typename O::V h0, typename O::
   hi = O::or_(O::and_(O::template shr<4>(v), O::bytes(0x0F)), top(h1));
 }
 
+// q5k's fifth bits of unit u's values (lo: 4u..4u+3, hi: 16+4u..), bits u and 4 + u of each byte
+// of `top` (the block's unit 4), moved to bit 4 (shifts in 16-bit lanes; what crosses into the
+// next byte is masked).
+template <int u, class O>
+static FD_INLINE void fifth_bits(typename O::V top, typename O::V& lo, typename O::V& hi) {
+  lo = O::or_(lo, O::and_(O::template shl<4 - u>(top), O::bytes(0x10)));
+  hi = O::or_(hi, O::and_(O::template shr<u>(top), O::bytes(0x10)));
+}
+
 #if FD_VNNI
 // I += v . (the 4 bytes at x, broadcast), the broadcast folded into vpdpbusd's memory operand.
 static FD_INLINE void dpbusd_b(__m512i& I, __m512i v, const int8_t* x) {
@@ -124,28 +136,33 @@ static FD_INLINE void dpbusd_b(__m512i& I, __m512i v, const int8_t* x) {
 }
 static FD_INLINE __m512 halves16_ps(const uint16_t* p) { return _mm512_cvtph_ps(load32(p)); }  // 16 float16 -> float
 
-// The dot products of a block of nibbles (4 units at pb) with activation rows m..m+C-1 (xb:
-// xblock's): values 0-15 into I, 16-31 into Ih (two chains: 1.03x at M = 8).
-template <int C>
+// The dot products of a block of nibbles (4 units at pb; H5: q5k's, with their fifth bits in unit
+// 4) with activation rows m..m+C-1 (xb: xblock's): values 0-15 into I, 16-31 into Ih (two chains:
+// 1.03x at M = 8).
+template <int C, bool H5 = false>
 static FD_INLINE void nibble_dots(const uint8_t* pb, const int8_t* xb, __m512i (&I)[C], __m512i (&Ih)[C]) {
   const __m512i low = _mm512_set1_epi8(0x0F);
+  __m512i top = low;
+  if constexpr (H5) top = _mm512_loadu_si512(pb + 256);
   for (int c = 0; c < C; ++c) I[c] = Ih[c] = _mm512_setzero_si512();
-  for (int u = 0; u < 4; ++u) {
+  auto unit = [&]<int u>() __attribute__((always_inline)) {
     const __m512i v = _mm512_loadu_si512(pb + 64 * u);
-    const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    if constexpr (H5) fifth_bits<u, V512>(top, lo, hi);
     for (int c = 0; c < C; ++c) {
       dpbusd_b(I[c], lo, xb + 256 * c + 32 * u);
       dpbusd_b(Ih[c], hi, xb + 256 * c + 32 * (4 + u));
     }
-  }
+  };
+  each_chunk(unit);
 }
 
-// q4k's and q6k's tile: activations with one scale per group of 8 blocks (per256), so that each
+// The K-quants' tile: activations with one scale per group of 8 blocks (per256), so that each
 // block's integer sums take the weights' integer scales and the float scaling runs once a group g:
-//   q4k: I_g = sum_b sc_b I_b, M_g = sum_b mn_b S_b (S_b: the activations' integer block sum);
+//   q4k, q5k: I_g = sum_b sc_b I_b, M_g = sum_b mn_b S_b (S_b: the activations' integer block sum);
 //        acc = acc + float(I_g) * (d_g * xd_g);  acc = acc + float(M_g) * ((-dmin_g) * xd_g)
 //   q6k: I_g = sum_b I_b;  acc = acc + float(I_g) * (d_g * xd_g)
-// |I_g| < 2^31 (q4k: 8 x 63 x 32 x 15 x 127; q6k: 8 x 2 x 128 x 16 x 32 x 127); float(I_g) rounds
+// |I_g| < 2^31 (q5k: 8 x 63 x 32 x 31 x 127; q6k: 8 x 2 x 128 x 16 x 32 x 127); float(I_g) rounds
 // to nearest, as the twin's conversion does. mn_b S_b pairs go through one vpdpwssd per 2 blocks.
 template <int L, int C>
 static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
@@ -156,7 +173,7 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
     __m512i Ig[C];
     for (int c = 0; c < C; ++c) Ig[c] = _mm512_setzero_si512();
     for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
-      const uint8_t* pb = p.q + 256 * b;
+      const uint8_t* pb = p.q + 64 * kUnits<L> * b;
       if (ahead) panel_prefetch<L>(p, pb, b, ahead, a.far);
       const int8_t* xb = xblock(a, m, b);
       __m512i I[C];
@@ -183,7 +200,7 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
         }
       } else {
         __m512i Ih[C];
-        nibble_dots<C>(pb, xb, I, Ih);
+        nibble_dots<C, L == kQ5K>(pb, xb, I, Ih);
         const __m512i sc = _mm512_cvtepu8_epi32(load16(p.sc + 16 * b));
         for (int c = 0; c < C; ++c) Ig[c] = _mm512_add_epi32(Ig[c], _mm512_mullo_epi32(_mm512_add_epi32(I[c], Ih[c]), sc));
       }
@@ -193,7 +210,7 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
       const __m512 scale = _mm512_mul_ps(dg, _mm512_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
       acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(Ig[c]), scale));
     }
-    if constexpr (L == kQ4K) {
+    if constexpr (kPanelMins<L>) {
       const __m512i dmin = _mm512_castps_si512(halves16_ps(p.dmin + 16 * g));
       const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(dmin, _mm512_set1_epi32(INT32_MIN)));
       __m512i mn[4];  // lane i: rows i's (mn_b, mn_b+1), b = 8g + 2k, int16
@@ -259,13 +276,15 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
 }
 #else
-// The int16 pair sums P[h][c] of a block of nibbles (4 units at pb) for the panel's rows 8h..8h+7
-// against activation rows m..m+C-1 (xb: xblock's). maddubs's pair sums over a block's 4 units stay
-// below 2^15 (2 x 15 x 127 x 2 x 4 = 30480).
-template <int C>
+// The int16 pair sums P[h][c] of units U0..U0+NU-1 of a block of nibbles (at pb; H5: q5k's, with
+// their fifth bits in unit 4) for the panel's rows 8h..8h+7 against activation rows m..m+C-1 (xb:
+// xblock's). maddubs's pair sums over a block's 4 units stay below 2^15 (2 x 15 x 127 x 2 x 4 =
+// 30480); with fifth bits, over 2 units (2 x 31 x 127 x 2 x 2 = 31496).
+template <int C, int U0 = 0, int NU = 4, bool H5 = false>
 static FD_INLINE void nibble_sums(const uint8_t* pb, const int8_t* xb, __m256i (&P)[2][C]) {
+  static_assert(NU <= (H5 ? 2 : 4), "the int16 pair sums would overflow");
   const __m256i low = _mm256_set1_epi8(0x0F);
-  for (int u = 0; u < 4; ++u) {
+  auto unit = [&]<int u>() __attribute__((always_inline)) {
     __m256i xl[C], xh[C];
     for (int c = 0; c < C; ++c) {
       xl[c] = _mm256_set1_epi32(xword(xb, 256 * c, u));
@@ -273,13 +292,15 @@ static FD_INLINE void nibble_sums(const uint8_t* pb, const int8_t* xb, __m256i (
     }
     for (int h = 0; h < 2; ++h) {
       const __m256i v = load32(pb + 64 * u + 32 * h);
-      const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      if constexpr (H5) fifth_bits<u, V256>(load32(pb + 256 + 32 * h), lo, hi);
       for (int c = 0; c < C; ++c) {
         const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[c]), _mm256_maddubs_epi16(hi, xh[c]));
-        P[h][c] = u ? _mm256_add_epi16(P[h][c], t) : t;
+        P[h][c] = u == U0 ? t : _mm256_add_epi16(P[h][c], t);
       }
     }
-  }
+  };
+  each_unit<U0, NU>(unit);
 }
 
 // q6k's block sums I [C] of block b for the panel's rows 8h..8h+7 (one per lane) against
@@ -358,9 +379,10 @@ static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* 
   }
 }
 
-// q4k's tile: panel_tile's q4 sums, each block's taken through madd against its 6-bit scales
-// (in both 16-bit halves of each row's lane), then super_tile's float steps once a group.
-template <int C>
+// q4k's and q5k's tile: panel_tile's q4 sums (q5k's per 2 units), each block's taken through madd
+// against its 6-bit scales (in both 16-bit halves of each row's lane), then super_tile's float
+// steps once a group.
+template <int L, int C>
 static FD_INLINE void q4k_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   const int64_t G = a.nb / 8;
   __m256 acc[2][C];
@@ -371,16 +393,27 @@ static FD_INLINE void q4k_tile(const Panel& p, const Args& a, int64_t m, float* 
     for (int h = 0; h < 2; ++h)
       for (int c = 0; c < C; ++c) Ig[h][c] = _mm256_setzero_si256();
     for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
-      const uint8_t* pb = p.q + 256 * b;
-      if (ahead) panel_prefetch<kQ4K>(p, pb, b, ahead, a.far);
+      const uint8_t* pb = p.q + 64 * kUnits<L> * b;
+      if (ahead) panel_prefetch<L>(p, pb, b, ahead, a.far);
       const int8_t* xb = xblock(a, m, b);
-      __m256i P[2][C];
-      nibble_sums<C>(pb, xb, P);
+      __m256i scp[2];
       for (int h = 0; h < 2; ++h) {
         const __m128i sc = load8(p.sc + 16 * b + 8 * h);
-        const __m256i scp = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));
-        for (int c = 0; c < C; ++c) Ig[h][c] = _mm256_add_epi32(Ig[h][c], _mm256_madd_epi16(P[h][c], scp));
+        scp[h] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));
       }
+      __m256i P[2][C];
+      auto add = [&]() __attribute__((always_inline)) {
+        for (int h = 0; h < 2; ++h)
+          for (int c = 0; c < C; ++c) Ig[h][c] = _mm256_add_epi32(Ig[h][c], _mm256_madd_epi16(P[h][c], scp[h]));
+      };
+      if constexpr (L == kQ5K) {
+        nibble_sums<C, 0, 2, true>(pb, xb, P);
+        add();
+        nibble_sums<C, 2, 2, true>(pb, xb, P);
+      } else {
+        nibble_sums<C>(pb, xb, P);
+      }
+      add();
     }
     int32_t S[C][4];
     for (int c = 0; c < C; ++c) sum_pairs(a, m + c, g, S[c]);
@@ -416,7 +449,7 @@ constexpr int kPanelCols = kSuper<L> ? 4 : 2;
 template <int L, int C>
 static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   if constexpr (L == kQ6K) return q6k_tile<C>(p, a, m, y, ldy, ahead);
-  if constexpr (L == kQ4K) return q4k_tile<C>(p, a, m, y, ldy, ahead);
+  if constexpr (L == kQ4K || L == kQ5K) return q4k_tile<L, C>(p, a, m, y, ldy, ahead);
   const int64_t G = (a.nb + 7) / 8;
   const __m256i ones = _mm256_set1_epi16(1);
   __m256 acc[2][C], macc[2][C];
@@ -487,7 +520,7 @@ static FD_INLINE Panel panel_at(const Args& a, int64_t n) {
   const int64_t ns = a.nb / 8;
   return Panel{a.q + n * a.qs, L == kQ6K ? a.qh + n * a.qhs : nullptr, a.sc + kPanelScaleBytes<L> * n * a.nb,
                kPanelMins<L> ? a.mn + kPanelScaleBytes<L> * n * a.nb : nullptr, kPanelD<L> ? a.d + n * ns : nullptr,
-               L == kQ4K ? a.dmin + n * ns : nullptr};
+               kPanelMins<L> && kPanelD<L> ? a.dmin + n * ns : nullptr};
 }
 
 // Output rows [n0, n1) of a matmul in panels: n0 a multiple of 16, n1 one too or N. A last panel

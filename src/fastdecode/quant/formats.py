@@ -1,30 +1,32 @@
 """fastdecode's quantized weight layouts, and how GGUF types and float weights map onto them.
 
-Every layout but q4, q8, q4s, q4k and q6k is row-major, one row per output feature, K (the
-input dimension) in blocks of 32 values; those five keep their rows in panels of 16 (below).
+Every layout but q4, q8, q4s, q4k, q5k and q6k is row-major, one row per output feature, K (the
+input dimension) in blocks of 32 values; those six keep their rows in panels of 16 (below).
 The kernels (`kernels/quant_kernel.h`, `kernels/quant_panel.h`) read them as is.
 
-**Panels (q4, q8, q4s, q4k, q6k).** Rows 16 p .. 16 p + r - 1 (r = 16, or N mod 16 for a last,
+**Panels (q4, q8, q4s, q4k, q5k, q6k).** Rows 16 p .. 16 p + r - 1 (r = 16, or N mod 16 for a last,
 short panel) are stored together, block by block, so that one 64-byte unit holds 4
 values of each of 16 rows and a 16-lane dot product leaves each row's block sum in
 its own lane. The tensors keep their shapes; only the order within them changes.
 Panel p starts where row 16 p would:
 
     qweight  [nb][U units u][r rows][4 bytes j]
-             q4, q4s, q4k, q6k (U = 4): the low nibble of byte j holds value 4u + j of the
-             block, the high nibble value 16 + 4u + j (q6k: their low 4 bits);
+             q4, q4s, q4k, q5k, q6k (units 0-3): the low nibble of byte j holds value 4u + j
+             of the block, the high nibble value 16 + 4u + j (q5k, q6k: their low 4 bits);
+             q5k's unit 4 (U = 5): bit 4h + s of byte j is the fifth bit of value 16h + 4s + j,
+             so a block's bits lie in one run of 5 units and the kernel reads one stream;
              q8 (U = 8): byte j is value 4u + j
     qhigh    q6k: [nb][2 units h][r rows][4 bytes j]; bits 2s, 2s + 1 of byte j hold the
              top two bits of value 16 h + 4s + j
-    each field [w][r], for a field of w per row: scales (and q4's mins), q4k's sc and mn
-             (w = nb), q6k's sc (w = K/16, in row order), q4k's and q6k's d and q4k's dmin
-             (w = K/256)
+    each field [w][r], for a field of w per row: scales (and q4's mins), q4k's and q5k's sc
+             and mn (w = nb), q6k's sc (w = K/16, in row order), the K-quants' d and q4k's
+             and q5k's dmin (w = K/256)
 
 A slice of whole panels (rows a multiple of 16 apart) is the same slice of rows, so
 tensor-parallel row shards and fused matrices whose parts are multiples of 16 rows
 concatenate as they are; anything else goes through `from_panels`.
 
-**Lane order** (the other layouts: q5k, q5, q5s, q4nl, q4xs). Within a row, the blocks go in
+**Lane order** (the other layouts: q5, q5s, q4nl, q4xs). Within a row, the blocks go in
 groups of 8 (the last group may hold g < 8), one block per 32-bit lane of the kernels' 8-lane
 registers. A group's values are stored by sub-step: sub-step i (0..7) holds values
 4i..4i+3 of each of the group's blocks, block after block (4 g bytes of 8-bit
@@ -35,7 +37,7 @@ own lane (`to_lanes` makes that order, `from_lanes` undoes it). Per-block scales
 blocks (every group before the last is full, g = 8):
 
     nibbles:  4 chunks x 4g bytes; chunk c holds sub-step c in its low nibbles
-              and sub-step c + 4 in its high ones (q4nl, q5k, q5, q5s), so
+              and sub-step c + 4 in its high ones (q4nl, q5, q5s), so
               sub-steps 0-3 are each block's values 0..15
     plane5:   4g bytes; bit i of byte l is the fifth bit of sub-step i's byte l
 
@@ -51,8 +53,8 @@ Bits per weight count every byte stored:
         qweight uint8 [N, K/2]   nibbles
         sc, mn uint8 [N, K/32]   the 6-bit scale and min of each block of 32
         d, dmin float16 [N, K/256]    w = (d * sc) * q - (dmin * mn)
-    q5k (5.625 bpw; Q5_K) q4k plus
-        qhigh uint8 [N, K/8]     plane5; q = nibble | bit << 4, in 0..31
+    q5k (5.625 bpw; Q5_K; K a multiple of 256; in panels) q4k's fields, and
+        qweight uint8 [N, 5K/8]  nibbles and fifth bits (5 units a block); q in 0..31
     q6k (6.5625 bpw; Q6_K; K a multiple of 256; in panels)
         qweight uint8 [N, K/2]   the low 4 bits
         qhigh uint8 [N, K/4]     the top 2 bits
@@ -101,8 +103,8 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
 # Bump when a layout changes; cached conversions are rebuilt (5: lane order; 6: Q4_0 as q4s;
-# 7: q4 in panels; 8: q8 in panels; 9: q4s in panels; 10: q4k and q6k in panels).
-LAYOUT_VERSION = 10
+# 7: q4 in panels; 8: q8 in panels; 9: q4s in panels; 10: q4k and q6k in panels; 11: q5k in panels).
+LAYOUT_VERSION = 11
 BLOCK = 32
 GROUP = 8  # blocks per lane group (the kernels' 8 lanes)
 PANEL = 16  # rows per panel (PANEL_LAYOUTS)
@@ -114,7 +116,7 @@ LAYOUT_TENSORS: dict[str, tuple[str, ...]] = {
     "q4": ("qweight", "scales", "mins"),
     "q8": ("qweight", "scales"),
     "q4k": ("qweight", "sc", "mn", "d", "dmin"),
-    "q5k": ("qweight", "qhigh", "sc", "mn", "d", "dmin"),
+    "q5k": ("qweight", "sc", "mn", "d", "dmin"),  # q4k's names; qweight holds 5 units a block
     "q6k": ("qweight", "qhigh", "sc", "d"),
     "q5": ("qweight", "qhigh", "scales", "mins"),
     "q5s": ("qweight", "qhigh", "scales"),
@@ -144,9 +146,12 @@ GGUF_LAYOUTS: dict[T, Mapping] = {
 
 
 def layout_of(tensors: dict[str, Tensor]) -> str:
-    """The layout of a packed tensor group, from which tensors it has (and qweight's dtype)."""
-    for layout in ("q5k", "q4k", "q6k", "q5", "q5s", "q4", "q4nl", "q4xs"):
+    """The layout of a packed tensor group, from which tensors it has (and qweight's dtype, or for
+    q4k and q5k, its bytes a block: 16 and 20)."""
+    for layout in ("q4k", "q6k", "q5", "q5s", "q4", "q4nl", "q4xs"):
         if set(LAYOUT_TENSORS[layout]) == set(tensors):
+            if layout == "q4k" and tensors["qweight"].shape[-1] == 20 * tensors["sc"].shape[-1]:
+                return "q5k"
             return layout
     return "q4s" if tensors["qweight"].dtype == torch.uint8 else "q8"
 
@@ -164,7 +169,7 @@ def tensor_dtypes(layout: str) -> dict[str, torch.dtype]:
 
 def packed_k(layout: str, tensors: dict[str, Tensor]) -> int:
     """The inner dimension K of a packed group."""
-    return tensors["qweight"].shape[-1] * (1 if layout == "q8" else 2)
+    return tensors["qweight"].shape[-1] * BLOCK // (4 * _UNITS.get(layout, 4))
 
 
 def packed_shapes(layout: str, n: int, k: int) -> dict[str, tuple[int, ...]]:
@@ -187,10 +192,8 @@ def packed_shapes(layout: str, n: int, k: int) -> dict[str, tuple[int, ...]]:
         return {"qweight": (n, k // 2), "sc": (n, nb), "d": (n, ns)}
     if layout == "q6k":
         return {"qweight": (n, k // 2), "qhigh": (n, k // 4), "sc": (n, k // 16), "d": (n, ns)}
-    out = {"qweight": (n, k // 2), "qhigh": (n, k // 8), "sc": (n, nb), "mn": (n, nb), "d": (n, ns), "dmin": (n, ns)}
-    if layout == "q4k":
-        del out["qhigh"]
-    return out
+    return {"qweight": (n, 5 * k // 8 if layout == "q5k" else k // 2), "sc": (n, nb), "mn": (n, nb), "d": (n, ns),
+            "dmin": (n, ns)}
 
 
 def bits_per_weight(layout: str, k: int = 4096) -> float:
@@ -293,10 +296,10 @@ def unpack_high(qhigh: Tensor, nb: int) -> Tensor:
     return from_lanes(_from_groups(qhigh, nb, 1, lambda b: (b >> _shifts(8, 1, b.device)) & 1))
 
 
-# -- panels (q4, q8, q4s, q4k, q6k) ------------------------------------------------------------
+# -- panels (q4, q8, q4s, q4k, q5k, q6k) -------------------------------------------------------
 
-PANEL_LAYOUTS = ("q4", "q8", "q4s", "q4k", "q6k")
-_UNITS = {"q4": 4, "q8": 8, "q4s": 4, "q4k": 4, "q6k": 4}  # qweight's 4-byte units per row and block
+PANEL_LAYOUTS = ("q4", "q8", "q4s", "q4k", "q5k", "q6k")
+_UNITS = {"q4": 4, "q8": 8, "q4s": 4, "q4k": 4, "q5k": 5, "q6k": 4}  # qweight's 4-byte units per row and block
 _UNIT_TENSORS = ("qweight", "qhigh")  # stored by units; the other tensors are fields
 
 
@@ -317,6 +320,10 @@ def _units(layout: str, values: Tensor) -> dict[str, Tensor]:
     if layout == "q6k":  # the top bits of values 16 h + 4 s + j at bits 2 s of unit h's byte j
         top = v >> 4
         out["qhigh"] = top[:, :, :, 0] | (top[:, :, :, 1] << 2) | (top[:, :, :, 2] << 4) | (top[:, :, :, 3] << 6)
+    if layout == "q5k":  # unit 4: the fifth bit of value 16 h + 4 s + j at bit 4 h + s of byte j
+        shifts = torch.arange(8, dtype=torch.uint8, device=v.device)[:, None]
+        top = ((v >> 4).reshape(n, k // BLOCK, 8, 4) << shifts).sum(-2, dtype=torch.uint8)
+        out["qweight"] = torch.cat([out["qweight"], top[:, :, None]], dim=2)
     return out
 
 
@@ -326,7 +333,13 @@ def _values(layout: str, units: dict[str, Tensor]) -> Tensor:
     lead = q.shape[:-3]
     if layout == "q8":
         return q.reshape(*lead, -1)
+    top = None
+    if layout == "q5k":
+        q, top = q[..., :4, :], q[..., 4, :]  # top [..., nb, j]
     v = torch.stack([q & 0x0F, q >> 4], dim=-3)  # [..., nb, half, s, j]
+    if top is not None:
+        bits = torch.stack([(top >> (4 * half + s)) & 1 for half in range(2) for s in range(4)], dim=-2)
+        v = v | (bits.reshape(v.shape) << 4)
     if layout == "q6k":
         h = units["qhigh"]  # [..., nb, half, j]
         v = v | (torch.stack([(h >> (2 * s)) & 3 for s in range(4)], dim=-2) << 4)
@@ -335,7 +348,7 @@ def _values(layout: str, units: dict[str, Tensor]) -> Tensor:
 
 def to_panels(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[str, Tensor]:
     """A panel layout's tensors from values [N, K] and fields [N, w], all in row order (q4: scales
-    and mins; q8, q4s: scales; q4k: sc, mn per block, d, dmin per 256 values; q6k: sc per 16
+    and mins; q8, q4s: scales; q4k, q5k: sc, mn per block, d, dmin per 256 values; q6k: sc per 16
     values, d per 256)."""
     units = _units(layout, values)
     n, nb = values.shape[0], values.shape[1] // BLOCK
@@ -486,7 +499,7 @@ def pack_fields(layout: str, values: Tensor, fields: dict[str, Tensor]) -> dict[
         return to_panels(layout, values, {name: fields[name] for name in names})
     out = dict(fields)
     out["qweight"] = pack_nibbles(values & 0x0F)
-    if layout in ("q5k", "q5", "q5s"):
+    if layout in ("q5", "q5s"):
         out["qhigh"] = pack_plane5(values >> 4)
     return {name: out[name].contiguous() for name in LAYOUT_TENSORS[layout]}
 
@@ -549,7 +562,7 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
 # -- layouts -> float (the reference) --------------------------------------------------------
 
 def kquant_values(t: dict[str, Tensor]) -> Tensor:
-    """The unsigned integer values of a q5k/q5/q5s/q4nl/q4xs group [..., K] (uint8, row
+    """The unsigned integer values of a q5/q5s/q4nl/q4xs group [..., K] (uint8, row
     order; q4nl's and q4xs' are indices into NONLINEAR)."""
     vals = unpack_q4(t["qweight"])
     nb = vals.shape[-1] // BLOCK
@@ -559,7 +572,7 @@ def kquant_values(t: dict[str, Tensor]) -> Tensor:
 
 
 def kquant_scales(t: dict[str, Tensor]) -> tuple[Tensor, Optional[Tensor]]:
-    """q4k/q5k: float32 (d * sc, -(dmin * mn)) per block of 32 [..., K/32];
+    """q4k/q5k (their fields in row order): float32 (d * sc, -(dmin * mn)) per block of 32 [..., K/32];
     q6k (its fields in row order): (d * sc per 16 values [..., K/16], None)."""
     q6 = "mn" not in t
     d = t["d"].float().repeat_interleave(16 if q6 else 8, dim=-1)
@@ -591,7 +604,7 @@ def nonlinear_values(t: dict[str, Tensor]) -> Tensor:
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
     """Packed rows [..., K] back to float (float32 math, then `dtype`); a group in panels (q4, q8,
-    q4s, q4k, q6k) is a whole matrix [N, K] (rows of one: `dequantize_rows`)."""
+    q4s, q4k, q5k, q6k) is a whole matrix [N, K] (rows of one: `dequantize_rows`)."""
     layout = layout_of(t)
     if layout in PANEL_LAYOUTS:
         return _panel_float(layout, *from_panels(layout, t), dtype)
@@ -610,21 +623,15 @@ def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tens
         else:
             w = t["scales"].float()[..., None] * (v - offset)
         return w.reshape(shape).to(dtype)
-    if "d" in t:  # q5k: the gguf package's operations, in its order
-        vals = kquant_values(t)
-        shape = vals.shape
-        scale, mins = kquant_scales(t)
-        w = scale[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK) + mins[..., None]
-        return w.reshape(shape).to(dtype)
     raise ValueError(f"no dequantization for layout {layout}")
 
 
 def _panel_float(layout: str, vals: Tensor, fields: dict[str, Tensor], dtype: torch.dtype) -> Tensor:
-    """q4's scale * q + min, q8's scale * q, q4s' scale * (q - 8), q4k's (d * sc) * q - dmin * mn,
-    q6k's (d * sc) * (q - 32) per 16 values, from values [..., K] and fields in row order."""
+    """q4's scale * q + min, q8's scale * q, q4s' scale * (q - 8), q4k's and q5k's (d * sc) * q -
+    dmin * mn, q6k's (d * sc) * (q - 32) per 16 values, from values [..., K] and fields in row order."""
     shape = vals.shape
     v = vals.reshape(*shape[:-1], -1, BLOCK).float()
-    if layout in ("q4k", "q6k"):  # the gguf package's operations, in its order
+    if layout in ("q4k", "q5k", "q6k"):  # the gguf package's operations, in its order
         scale, mins = kquant_scales(fields)
         if mins is None:
             return (scale[..., None] * (vals.float() - 32).reshape(*shape[:-1], -1, 16)).reshape(shape).to(dtype)

@@ -2,7 +2,7 @@
 
 It repeats `kernels/quant_kernel.h` and `kernels/quant_panel.h` operation by
 operation. Activations are quantized per row to int8 blocks of 32 (scale
-amax/127, round half to even; for q4k and q6k one scale per 256 values, the amax
+amax/127, round half to even; for q4k, q5k and q6k one scale per 256 values, the amax
 of the group of 8 blocks). For each (activation row m, weight row n) and block b,
 I_b is the exact integer dot product of the block's weight values and int8
 activations; then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
@@ -11,17 +11,17 @@ activations; then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
     acc[j] = acc[j] + I_b * (w_scale_b * x_scale_b)
     macc[j] = macc[j] + w_min_b * (x_scale_b * sum(q_b))     (layouts with minima)
 
-and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order. q4, q8 and q4s,
+and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order (q5, q5s, q4nl, q4xs). q4, q8 and q4s,
 whose rows the kernels read in panels of 16 (one row per lane), have no lanes
 within a row: per output, blocks in order,
 
     acc = acc + I_b * (w_scale_b * x_scale_b);  macc = macc + w_min_b * (x_scale_b * sum(q_b))  (q4)
     y = acc [+ macc]
 
-q4k and q6k, also in panels, scale in integers first: per output, groups g of 8
+q4k, q5k and q6k, also in panels, scale in integers first: per output, groups g of 8
 blocks in order, with exact int32 sums
 
-    q4k: I_g = sum_b sc_b I_b, M_g = sum_b mn_b sum(q_b);
+    q4k, q5k: I_g = sum_b sc_b I_b, M_g = sum_b mn_b sum(q_b);
          acc = acc + float(I_g) * (d_g * x_scale_g);  acc = acc + float(M_g) * ((-dmin_g) * x_scale_g)
     q6k: I_g = sum_b I_b, I_b = sc_lo sum_lo (q - 32) x + sc_hi sum_hi (q - 32) x;
          acc = acc + float(I_g) * (d_g * x_scale_g)
@@ -39,11 +39,11 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .formats import (BLOCK, GROUP, PANEL_LAYOUTS, from_panels, kquant_scales, kquant_values, layout_of,
+from .formats import (BLOCK, GROUP, PANEL_LAYOUTS, from_panels, kquant_values, layout_of,
                       nonlinear_scales, nonlinear_values, value_offset)
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
-PER256 = ("q4k", "q6k")  # the layouts whose activations take one scale per 256 values (kernels.h in_super)
+PER256 = ("q4k", "q5k", "q6k")  # the layouts whose activations take one scale per 256 values (kernels.h in_super)
 
 
 def quantize_activations(x: Tensor, per256: bool = False) -> tuple[Tensor, Tensor]:
@@ -111,7 +111,7 @@ def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor] =
 
 
 def _panel_linear(x: Tensor, layout: str, t: dict[str, Tensor]) -> Tensor:
-    """A panel layout's matmul: its values and fields in row order, blocks (q4k, q6k: groups) in
+    """A panel layout's matmul: its values and fields in row order, blocks (q4k, q5k, q6k: groups) in
     order (module docstring); q4s' values are q - 8, q6k's q - 32."""
     N, nb = t["qweight"].shape[0], x.shape[1] // BLOCK
     vals, f = from_panels(layout, t)
@@ -147,8 +147,8 @@ def _blocks_in_order(x: Tensor, w: Tensor, ws: Tensor, mins: Optional[Tensor], s
 
 
 def _groups_in_order(x: Tensor, w: Tensor, f: dict[str, Tensor]) -> Tensor:
-    """q4k's and q6k's sums (module docstring): x [M, K]; w [N, nb, 32] signed values; f their
-    fields in row order (sc, d; q4k's mn, dmin)."""
+    """q4k's, q5k's and q6k's sums (module docstring): x [M, K]; w [N, nb, 32] signed values; f their
+    fields in row order (sc, d; q4k's and q5k's mn, dmin)."""
     M = x.shape[0]
     N, nb = w.shape[:2]
     q, d = quantize_activations(x, per256=True)
@@ -178,11 +178,10 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
     """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s, q4s, q4nl or q4xs weight group `t`,
     as the kernels compute it.
 
-    All but q4s, q4k and q6k sum in lanes (module docstring); those three, in panels, sum their
-    blocks (q4k, q6k: groups of 8 blocks) in order (_panel_linear). q5 has 5-bit values, a scale
-    and a minimum per block; q5s has values q - 16; q4nl values NONLINEAR[q] and its scales named
-    d, q4xs the same with block scales d * sc; q5k has each block's float32 scale d * sc and
-    minimum -(dmin * mn) formed from the stored bytes (exact products).
+    q5, q5s, q4nl and q4xs sum in lanes (module docstring); the others, in panels, sum their
+    blocks (the K-quants: groups of 8 blocks) in order (_panel_linear). q5 has 5-bit values, a
+    scale and a minimum per block; q5s has values q - 16; q4nl values NONLINEAR[q] and its scales
+    named d, q4xs the same with block scales d * sc.
     """
     N, K = t["qweight"].shape[0], x.shape[1]
     nb = K // BLOCK
@@ -191,9 +190,6 @@ def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
         return _panel_linear(x, layout, t)
     if layout in ("q4nl", "q4xs"):
         return _matmul(x, nonlinear_values(t).float().reshape(N, nb, BLOCK), nonlinear_scales(t), None, None)
-    vals = kquant_values(t).float().reshape(N, nb, BLOCK)
-    if "scales" in t:  # q5 (with minima), q5s (values q - 16)
-        mins = t["mins"].float() if "mins" in t else None
-        return _matmul(x, vals - value_offset(t), t["scales"].float(), mins, None)
-    ws, mins = kquant_scales(t)
-    return _matmul(x, vals, ws, mins, None)
+    vals = kquant_values(t).float().reshape(N, nb, BLOCK)  # q5 (with minima), q5s (values q - 16)
+    mins = t["mins"].float() if "mins" in t else None
+    return _matmul(x, vals - value_offset(t), t["scales"].float(), mins, None)
