@@ -161,9 +161,11 @@ static FD_INLINE void nibble_dots(const uint8_t* pb, const int8_t* xb, __m512i (
 // block's integer sums take the weights' integer scales and the float scaling runs once a group g:
 //   q4k, q5k: I_g = sum_b sc_b I_b, M_g = sum_b mn_b S_b (S_b: the activations' integer block sum);
 //        acc = acc + float(I_g) * (d_g * xd_g);  acc = acc + float(M_g) * ((-dmin_g) * xd_g)
-//   q6k: I_g = sum_b I_b;  acc = acc + float(I_g) * (d_g * xd_g)
-// |I_g| < 2^31 (q5k: 8 x 63 x 32 x 31 x 127; q6k: 8 x 2 x 128 x 16 x 32 x 127); float(I_g) rounds
-// to nearest, as the twin's conversion does. mn_b S_b pairs go through one vpdpwssd per 2 blocks.
+//   q6k: I_g = sum_b I_b;  acc = acc + float(I_g) * (d_g * xd_g), the -32 terms of I_b taken as
+//        -32 (sc_lo S_lo + sc_hi S_hi) through one vpdpwssd a block (S: the halves' activation sums)
+// |I_g| < 2^31 (q5k: 8 x 63 x 32 x 31 x 127; q6k: 8 x 2 x 128 x 16 x 63 x 127 before its -32
+// terms); float(I_g) rounds to nearest, as the twin's conversion does. mn_b S_b pairs go through
+// one vpdpwssd per 2 blocks.
 template <int L, int C>
 static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   const int64_t G = a.nb / 8;
@@ -172,6 +174,13 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
   for (int64_t g = 0; g < G; ++g) {
     __m512i Ig[C];
     for (int c = 0; c < C; ++c) Ig[c] = _mm512_setzero_si512();
+    int32_t S[C][8];  // q6k: the activations' half sums of each block, as int16 pairs (S_lo, S_hi)
+    if constexpr (L == kQ6K)
+      for (int c = 0; c < C; ++c) {
+        const int32_t* s = a.xsums + 16 * ((m + c) * G + g);  // |S| <= 16 x 127
+        const __m256i lo = _mm256_and_si256(load32(s), _mm256_set1_epi32(0xFFFF));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(S[c]), _mm256_or_si256(lo, _mm256_slli_epi32(load32(s + 8), 16)));
+      }
     for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
       const uint8_t* pb = p.q + 64 * kUnits<L> * b;
       if (ahead) panel_prefetch<L>(p, pb, b, ahead, a.far);
@@ -191,12 +200,15 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
           }
         };
         each_chunk(unit);
-        const __m512i slo = _mm512_cvtepi8_epi32(load16(p.sc + 32 * b));
-        const __m512i shi = _mm512_cvtepi8_epi32(load16(p.sc + 32 * b + 16));
+        const __m128i s0 = load16(p.sc + 32 * b), s1 = load16(p.sc + 32 * b + 16);
+        const __m512i slo = _mm512_cvtepi8_epi32(s0), shi = _mm512_cvtepi8_epi32(s1);
+        // lane i: row i's (-32 sc_lo, -32 sc_hi), int16 (|32 sc| <= 4096)
+        const __m512i off = _mm512_mullo_epi16(
+            _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(s0, s1), _mm_unpacklo_epi8(s0, s1))),
+            _mm512_set1_epi16(-32));
         for (int c = 0; c < C; ++c) {
-          const __m512i lo32 = _mm512_sub_epi32(I[c], _mm512_set1_epi32(32 * half_sum(a, m + c, b, 0)));
-          const __m512i hi32 = _mm512_sub_epi32(Ih[c], _mm512_set1_epi32(32 * half_sum(a, m + c, b, 1)));
-          Ig[c] = _mm512_add_epi32(Ig[c], _mm512_add_epi32(_mm512_mullo_epi32(lo32, slo), _mm512_mullo_epi32(hi32, shi)));
+          const __m512i w = _mm512_add_epi32(_mm512_mullo_epi32(I[c], slo), _mm512_mullo_epi32(Ih[c], shi));
+          Ig[c] = _mm512_dpwssd_epi32(_mm512_add_epi32(Ig[c], w), off, _mm512_set1_epi32(S[c][b % 8]));
         }
       } else {
         __m512i Ih[C];
@@ -231,10 +243,11 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// Activation rows a tile: 2 x 8 accumulators of 32 registers; q6k's two sums a block spill at 8
-// (4: 1.05-1.08x at M = 8 and 16, 1B shapes).
+// Activation rows a tile: 2 x 8 accumulators of 32 registers. q6k's three (two sums a block, and
+// the group's) took 4 while its -32 terms were one subtraction per half: with them in one vpdpwssd
+// a block, 8 rows ran 1.2-1.4x 4 at M = 8 to 512 (Xeon, 1B shapes, benchmarks/batch_tiles/kquant_groups.md).
 template <int L>
-constexpr int kPanelCols = L == kQ6K ? 4 : 8;
+constexpr int kPanelCols = 8;
 template <int L, int C>
 static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   if constexpr (kSuper<L>) return super_tile<L, C>(p, a, m, y, ldy, ahead);
