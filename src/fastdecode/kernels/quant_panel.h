@@ -77,6 +77,14 @@ static FD_INLINE void sum_pairs(const Args& a, int64_t m, int64_t g, int32_t (&p
                    _mm_packs_epi32(_mm256_castsi256_si128(S), _mm256_extracti128_si256(S, 1)));
 }
 
+// Activation row m's half sums of group g's blocks as int16 pairs (q6k's -32 terms): word k holds
+// (S_lo, S_hi) of block 8g + k, its values 0..15 and 16..31; |S| <= 16 x 127.
+static FD_INLINE void half_pairs(const Args& a, int64_t m, int64_t g, int32_t (&pairs)[8]) {
+  const int32_t* s = a.xsums + 16 * (m * (a.nb / 8) + g);
+  const __m256i lo = _mm256_and_si256(load32(s), _mm256_set1_epi32(0xFFFF));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(pairs), _mm256_or_si256(lo, _mm256_slli_epi32(load32(s + 8), 16)));
+}
+
 // Prefetch `ahead` bytes ahead in the values' stream, and in the other streams in proportion: q6k's
 // top bits, 128 bytes a block; the scales' (and minima's), 16 x kPanelScaleBytes bytes a block; d
 // (and dmin), 4 bytes a block.
@@ -174,13 +182,9 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
   for (int64_t g = 0; g < G; ++g) {
     __m512i Ig[C];
     for (int c = 0; c < C; ++c) Ig[c] = _mm512_setzero_si512();
-    int32_t S[C][8];  // q6k: the activations' half sums of each block, as int16 pairs (S_lo, S_hi)
+    int32_t S[C][8];  // q6k: half_pairs
     if constexpr (L == kQ6K)
-      for (int c = 0; c < C; ++c) {
-        const int32_t* s = a.xsums + 16 * ((m + c) * G + g);  // |S| <= 16 x 127
-        const __m256i lo = _mm256_and_si256(load32(s), _mm256_set1_epi32(0xFFFF));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(S[c]), _mm256_or_si256(lo, _mm256_slli_epi32(load32(s + 8), 16)));
-      }
+      for (int c = 0; c < C; ++c) half_pairs(a, m + c, g, S[c]);
     for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
       const uint8_t* pb = p.q + 64 * kUnits<L> * b;
       if (ahead) panel_prefetch<L>(p, pb, b, ahead, a.far);
@@ -297,6 +301,9 @@ template <int C, int U0 = 0, int NU = 4, bool H5 = false>
 static FD_INLINE void nibble_sums(const uint8_t* pb, const int8_t* xb, __m256i (&P)[2][C]) {
   static_assert(NU <= (H5 ? 2 : 4), "the int16 pair sums would overflow");
   const __m256i low = _mm256_set1_epi8(0x0F);
+  __m256i top[2] = {low, low};
+  if constexpr (H5)
+    for (int h = 0; h < 2; ++h) top[h] = load32(pb + 256 + 32 * h);
   auto unit = [&]<int u>() __attribute__((always_inline)) {
     __m256i xl[C], xh[C];
     for (int c = 0; c < C; ++c) {
@@ -306,7 +313,7 @@ static FD_INLINE void nibble_sums(const uint8_t* pb, const int8_t* xb, __m256i (
     for (int h = 0; h < 2; ++h) {
       const __m256i v = load32(pb + 64 * u + 32 * h);
       __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-      if constexpr (H5) fifth_bits<u, V256>(load32(pb + 256 + 32 * h), lo, hi);
+      if constexpr (H5) fifth_bits<u, V256>(top[h], lo, hi);
       for (int c = 0; c < C; ++c) {
         const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[c]), _mm256_maddubs_epi16(hi, xh[c]));
         P[h][c] = u == U0 ? t : _mm256_add_epi16(P[h][c], t);
@@ -320,9 +327,10 @@ static FD_INLINE void nibble_sums(const uint8_t* pb, const int8_t* xb, __m256i (
 // activation rows m..m+C-1. maddubs's pairs reach 2 x 63 x 127, so two units' sums stay below
 // 2^15; madd against the half's scale (in both 16-bit halves of each row's lane) widens them, and
 // 32 (sc_lo sum_lo x + sc_hi sum_hi x) comes off from one madd of the (sc_lo, sc_hi) pairs and
-// the activations' sums.
+// the activations' half sums (S: the group's half_pairs).
 template <int C>
-static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t b, int h, __m256i (&I)[C]) {
+static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t b, int h, const int32_t (&S)[C][8],
+                                __m256i (&I)[C]) {
   const int8_t* xb = xblock(a, m, b);
   const uint8_t* pb = p.q + 256 * b + 32 * h;
   const __m256i h0 = load32(p.qh + 128 * b + 32 * h), h1 = load32(p.qh + 128 * b + 64 + 32 * h);
@@ -347,9 +355,7 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
   each_chunk(unit);
   const __m256i pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane i: (sc_lo, sc_hi) of row i
   for (int c = 0; c < C; ++c) {
-    const uint32_t sums = (static_cast<uint32_t>(half_sum(a, m + c, b, 1)) << 16) |
-                          static_cast<uint16_t>(half_sum(a, m + c, b, 0));  // |sum| <= 16 x 127
-    const __m256i off = _mm256_madd_epi16(pairs, _mm256_set1_epi32(static_cast<int32_t>(sums)));
+    const __m256i off = _mm256_madd_epi16(pairs, _mm256_set1_epi32(S[c][b % 8]));
     I[c] = _mm256_sub_epi32(I[c], _mm256_slli_epi32(off, 5));
   }
 }
@@ -371,11 +377,13 @@ static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* 
       __m256i Ig[H][C];
       for (int i = 0; i < H; ++i)
         for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_setzero_si256();
+      int32_t S[C][8];
+      for (int c = 0; c < C; ++c) half_pairs(a, m + c, g, S[c]);
       for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
         if (ahead && h0 == 0) panel_prefetch<kQ6K>(p, p.q + 256 * b, b, ahead, a.far);
         for (int i = 0; i < H; ++i) {
           __m256i I[C];
-          q6k_sums<C>(p, a, m, b, h0 + i, I);
+          q6k_sums<C>(p, a, m, b, h0 + i, S, I);
           for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_add_epi32(Ig[i][c], I[c]);
         }
       }
