@@ -228,6 +228,33 @@ def test_default_load_generates_at_once_and_exports_the_package_in_the_backgroun
     assert fastdecode.load("tiny", cache="dynamic").compiled is None
 
 
+def test_the_background_export_plans_its_loops_for_the_parents_threads(tmp_path, monkeypatch):
+    """Inductor parallelizes a loop only if torch's thread count, when it compiles, is above 1:
+    the export child runs on one thread, so it must export with the thread count the parent
+    runs the package on, or every generated loop of the package runs serially."""
+    from fastdecode.cli import export as export_cli
+
+    monkeypatch.delenv("FASTDECODE_NO_PACKAGE", raising=False)
+    (tmp_path / "kernels").symlink_to(Path(os.environ["FASTDECODE_CACHE"]) / "kernels")
+    monkeypatch.setenv("FASTDECODE_CACHE", str(tmp_path))
+    jobs = []
+    monkeypatch.setattr(build_module.background_export, "start", lambda job: jobs.append(job))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        llm = fastdecode.load("tiny", max_batch_size=2)
+        if llm.kernels.ops == []:
+            pytest.skip("native kernels unavailable here: no package is made without them")
+        assert [job.threads for job in jobs] == [3]
+        planned = []
+        monkeypatch.setattr(aot, "export_package", lambda model, path: planned.append(torch.get_num_threads()))
+        torch.set_num_threads(1)  # as the child runs
+        export_cli._export_as_the_parent_loaded(jobs[0])
+        assert planned == [3]
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _flag_held() -> bool:
     """Whether some open file holds the busy flag (this process's included: flock locks
     belong to open files)."""

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from fastdecode import FastDecodeError, SamplingParams
-from fastdecode.sampling import (SamplingBatch, apply_penalties, logits_to_probs, make_generator, min_p_mask, sample,
-                                 token_logprobs, top_k_mask, top_p_mask)
+from fastdecode.sampling import (SamplingBatch, apply_penalties, first_max, logits_to_probs, make_generator, min_p_mask,
+                                 sample, token_logprobs, top_k_mask, top_p_mask)
 
 
 def draw_noise(generator, shape, device):
@@ -144,6 +144,19 @@ def test_greedy_is_argmax():
     logits = rows(3).float()
     greedy = SamplingParams(temperature=0)
     assert torch.equal(sample(logits, batch_of(*[greedy] * 6, V=50)), logits.argmax(-1))
+
+
+def test_first_max_is_argmax_with_ties_nan_and_infinities():
+    """Rows of few distinct values (many ties), a NaN (which argmax takes as the largest), rows of
+    -inf only (banned everything), odd widths."""
+    g = torch.Generator().manual_seed(3)
+    for b, v in [(1, 49152), (3, 7), (16, 1000), (5, 32001)]:
+        x = torch.randint(-3, 3, (b, v), generator=g).float()
+        x[0, v // 3] = math.nan
+        x[-1] = -math.inf
+        if b > 2:
+            x[1, -1] = math.inf
+        assert torch.equal(first_max(x), x.argmax(-1))
 
 
 def test_rows_sample_independently_of_their_batch():

@@ -294,7 +294,7 @@ def _steps(opts: LoadOptions, part: _Part, compile: str, compiled: Optional[str]
             path.unlink(missing_ok=True)
     fallback = make_steps(model, compile)
     job = ExportJob(opts.model, str(opts.torch_dtype).removeprefix("torch."), part.weights, str(path),
-                    kernels.gemv, kv_name(part.kv))
+                    kernels.gemv, kv_name(part.kv), torch.get_num_threads())
     pid = background_export.start(job)
     if pid is None:
         return fallback

@@ -48,10 +48,11 @@ from ..quant.transform import native_ops, set_gemv
 from ..version import __version__
 from .steps import Steps
 
+# 6: background exports plan their loops for the parent's threads (5's ran them on one thread);
 # 5: the caches' dtype (kv_dtype: float32, float16, bfloat16, q8_0) is in the metadata and checked;
 # 4: the attention kernel takes a sliding window and a softmax scale (its C entry point changed);
 # 3: per-row positions, cache slots, logits_at (2 took one shared position and left padding)
-FORMAT = "5"
+FORMAT = "6"
 _ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
 # The native kernels' C entry points, declared for AOTInductor's generated code
 # (defined in kernels/*.cpp); without them each call goes through a boxed fallback.

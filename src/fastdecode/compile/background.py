@@ -50,6 +50,7 @@ class ExportJob:
     path: str
     gemv: bool  # the parent's float-kernel choice, which the package's key includes
     kv_dtype: str = "auto"  # the parent's resolved KV dtype, which the package's key includes
+    threads: int = 1  # the parent's torch threads, which the package's loops are planned for
 
 
 def _pid_alive(pid: int) -> bool:
@@ -234,7 +235,8 @@ class PackageWhenReady:
 
 def run_child(argv: list[str], export: Callable[[ExportJob], None]) -> int:
     """The child's side: at the lowest priority, on one thread, run `export(job)` (load the
-    model as the parent did and export its package); record a failure, remove the lock.
+    model as the parent did and export its package, for the parent's thread count); record a
+    failure, remove the lock.
 
     cli/export.py's `export_job` passes `export` in: it loads the model through the
     API, which imports this module.

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ..compile.steps import Steps
 from ..errors import FastDecodeError
-from ..sampling import logits_to_probs
+from ..sampling import first_max, logits_to_probs
 from .request import Request
 
 CATCH_UP = 64  # tokens a row may be behind before it catches up alone, chunk by chunk
@@ -107,11 +107,11 @@ class DraftProposer:
         """One draft per row of logits [B, V]: the argmax of the adjusted logits on
         greedy rows, a draw from q elsewhere. Returns (tokens, q [B, V] or None)."""
         adjusted, batch = target.adjusted(reqs, logits, offset)
-        best = adjusted.argmax(-1)
+        best = first_max(adjusted)
         if batch.all_greedy:
             return best.tolist(), None
         q = logits_to_probs(adjusted, batch)
-        drawn = (q / target.noise(reqs)).argmax(-1)
+        drawn = first_max(q / target.noise(reqs))
         return torch.where(batch.greedy, best, drawn).tolist(), q
 
     def _feed(self, reqs: Sequence[Request], pending: list[list[int]]) -> Tensor:

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..compile.steps import Steps
-from ..sampling import SamplingBatch, adjust, logits_to_probs, sample, token_logprobs
+from ..sampling import SamplingBatch, adjust, first_max, logits_to_probs, sample, token_logprobs
 from ..sampling.acceptance import accept_or_resample
 from ..sampling.slots import SlotSampling
 from ..structured.mask import Masks, Pending
@@ -253,7 +253,7 @@ class Runner:
             adjusted, batch = self.adjusted(reqs, logits, j, allowed)
             p = logits_to_probs(adjusted, batch)  # [B, V]
             noise = self.noise(reqs)
-            tokens = (p / noise).argmax(-1)
+            tokens = first_max(p / noise)
             drafting = [i for i, (_, d, _) in enumerate(rows) if j < len(d)]
             if drafting:
                 q = torch.stack([rows[i][2][j] for i in drafting])

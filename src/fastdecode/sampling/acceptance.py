@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from .ops import first_max
+
 
 def accept_or_resample(p: Tensor, q: Tensor, draft: Tensor, uniform: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
     """p, q: [B, V] target and draft probabilities; draft: [B] tokens drawn from q;
@@ -24,5 +26,5 @@ def accept_or_resample(p: Tensor, q: Tensor, draft: Tensor, uniform: Tensor, noi
     # reject, and then p itself is the right distribution to draw from.
     residual = residual.where(residual.sum(-1, keepdim=True) > 0, p)
     # argmax(w / E) with E ~ Exp(1) picks i with probability w_i / sum(w): no normalizing needed.
-    resampled = (residual / noise).argmax(-1)
+    resampled = first_max(residual / noise)
     return accepted, draft.where(accepted, resampled)

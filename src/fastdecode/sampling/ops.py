@@ -112,6 +112,14 @@ def apply_penalties(logits: Tensor, batch: SamplingBatch, counts: Tensor, seen: 
 
 # -- the draw ------------------------------------------------------------------------------
 
+def first_max(x: Tensor) -> Tensor:
+    """[B, V] -> [B] int64: each row's index of its first largest value, as argmax(-1) (a NaN
+    counting as largest). torch.max's CPU reduction does it 2.6x faster than argmax's (torch
+    2.13, V = 49152: 28 against 74 us a row), which was 4% of a 16-row decode step of the
+    default model."""
+    return x.max(dim=-1).indices
+
+
 def logits_to_probs(logits: Tensor, batch: SamplingBatch) -> Tensor:
     """[B, V] logits (penalties applied) -> [B, V] filtered, normalized probabilities."""
     logits = logits.float() / batch.temperature[:, None]
@@ -153,10 +161,10 @@ def sample(logits: Tensor, batch: SamplingBatch, noise: Optional[Tensor] = None,
     (any positive values on greedy rows; may be None when all rows are greedy);
     the other arguments as `adjust`'s. Returns [B] int64."""
     logits = adjust(logits, batch, counts, seen, bias, banned, allowed)
-    best = logits.argmax(dim=-1)
+    best = first_max(logits)
     if batch.all_greedy:
         return best
-    drawn = torch.argmax(logits_to_probs(logits, batch) / noise, dim=-1)
+    drawn = first_max(logits_to_probs(logits, batch) / noise)
     return torch.where(batch.greedy, best, drawn)
 
 
