@@ -12,6 +12,11 @@ what the kernels are held to against the float64 product. Against the PyTorch
 twin (quant/reference.py), which repeats their arithmetic, they agree bit for bit.
 """
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -114,6 +119,47 @@ def test_instruction_sets_agree_bitwise():
         outs.append(qlinear(x, p["qweight"], p["scales"], p["mins"], native=True))
     kernels.set_isa(None)
     assert all(torch.equal(o, outs[0]) for o in outs)
+
+
+_AMX_RUN = """
+import sys, numpy as np, torch
+from gguf import GGMLQuantizationType as T
+from gguf import quants as gq
+from fastdecode import kernels
+from fastdecode.quant import formats
+from fastdecode.quant.linear import packed_linear
+kernels.load_kernels()
+kernels.set_isa("avx512-vnni")
+out = {}
+for qtype in (T.Q4_0, T.Q4_1, T.Q8_0):
+    rng = np.random.default_rng(7)
+    raw = gq.quantize(rng.standard_normal((37, 1056), dtype=np.float32), qtype)
+    packed = formats.pack_gguf(raw, qtype, 37, 1056)
+    x = torch.randn(45, 1056, generator=torch.Generator().manual_seed(2))
+    lay = formats.layout_of(packed)
+    out[qtype.name] = (packed_linear(x, lay, packed, native=True), packed_linear(x, lay, packed, native=False))
+torch.save(out, sys.argv[1])
+"""
+
+
+def test_amx_tiles_give_the_vnni_tiles_bits(tmp_path):
+    """Where the CPU has AMX, q4, q4s and q8 matmuls of 32+ rows take AMX tile products (45 rows:
+    5 tiles of 8 and 5 rows on the VNNI tiles; 37 weight rows: a padded last panel; K = 1056: 33
+    blocks, an odd count). Each block's integer sums are exact either way and the float steps the
+    same, so the output equals the VNNI tiles' (FASTDECODE_NO_AMX=1) and the twin's bit for bit.
+    Run in subprocesses: whether AMX is used is settled once a process."""
+    if "avx512-vnni" not in ISAS or "amx_int8" not in Path("/proc/cpuinfo").read_text():
+        pytest.skip("no AMX (or no AVX-512 VNNI) on this CPU")
+    outs = []
+    for off in ("0", "1"):
+        path = tmp_path / f"out{off}.pt"
+        env = {**os.environ, "FASTDECODE_NO_AMX": off}
+        subprocess.run([sys.executable, "-c", _AMX_RUN, str(path)], env=env, check=True, timeout=600)
+        outs.append(torch.load(path))
+    for name, (amx, ref) in outs[0].items():
+        vnni, _ = outs[1][name]
+        assert torch.equal(amx, vnni), name
+        assert torch.equal(amx, ref), name
 
 
 def test_fused_rows_equal_separate_matmuls(isa):

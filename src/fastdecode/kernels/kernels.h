@@ -74,6 +74,8 @@ struct QuantArgs {
   int64_t N;
   bool wide = false;  // (VNNI) 512-bit registers at full width: 4-row tiles take two groups a register
   bool far = false;   // the panel layouts prefetch their values a second time, 4x as far (Intel; q4k always)
+  // (VNNI with AMX) the activations row by row, [M, K] int8, for AMX tiles (q4, q4s, q8); else null
+  const int8_t* xa = nullptr;
 };
 
 namespace avx2 {

@@ -10,10 +10,13 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels.h"
@@ -221,6 +224,41 @@ Act quantize(const at::Tensor& x, bool per256, bool panels) {
 // chunks measured 3-5% more tokens/s at B = 1 and 8 (benchmarks/real_sizes.md). Each row's
 // arithmetic does not depend on the thread that runs it.
 constexpr int64_t kChunksPerThread = 4;
+
+// AMX: the CPU has tile int8 products (CPUID 7.0 EDX bits 24, 25) and Linux lets this process
+// keep tile state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, 18); FASTDECODE_NO_AMX=1 keeps
+// the VNNI tiles. On the VNNI path q4, q4s and q8 matmuls of kAmxMinRows rows or more take AMX
+// tiles (quant_panel.h's amx_tile; the same bits): the default model's prefill 1.27-1.34x (Intel
+// Xeon, benchmarks/serve/README.md, 2026-12-05); at 16 rows its decode ran 0.87-0.92x, though the
+// matmuls alone ran 1.13-1.26x.
+constexpr int64_t kAmxMinRows = 32;
+bool amx() {
+  static const bool ok = [] {
+    const char* off = std::getenv("FASTDECODE_NO_AMX");
+    if (off && *off && std::strcmp(off, "0") != 0) return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+  }();
+  return ok;
+}
+
+// quantize_rows' panel activations [G, M, 256] (lane order: block 8 g + j's values 4 w..4 w + 3
+// at byte 4 j + 32 w of a row's group) row by row, [M, K]: what an AMX A tile reads.
+at::Tensor row_major(const at::Tensor& q, int64_t M, int64_t nb) {
+  at::Tensor out = at::empty({M, 32 * nb}, q.options());
+  const int8_t* src = q.data_ptr<int8_t>();
+  int8_t* dst = out.data_ptr<int8_t>();
+  at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* s = src + ((b / 8) * M + m) * 256 + 4 * (b % 8);
+        for (int w = 0; w < 8; ++w) std::memcpy(dst + m * 32 * nb + 32 * b + 4 * w, s + 32 * w, 4);
+      }
+  });
+  return out;
+}
+
 at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   const Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout));
   at::Tensor y = at::empty({x.size(0), N}, x.options());
@@ -232,6 +270,11 @@ at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   a.y = y.data_ptr<float>();
   a.N = N;
   const bool vnni = active_isa() == kVnni;
+  at::Tensor xa;  // (AMX) kept alive until the matmul is done
+  if (vnni && a.M >= kAmxMinRows && (a.layout == fd::kQ4 || a.layout == fd::kQ4S || a.layout == fd::kQ8) && amx()) {
+    xa = row_major(act.q, a.M, a.nb);
+    a.xa = xa.data_ptr<int8_t>();
+  }
   a.wide = wide();
   static const bool far = far_prefetch();
   a.far = far;

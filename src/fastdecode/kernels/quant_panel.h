@@ -18,6 +18,8 @@
 // quant/reference.py repeats it. I_b = sum q x (q4, q4k: q in 0..15; q5k: 0..31; q8: signed w, which VNNI
 // takes as w + 128, less 128 sum x; q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x)
 // + sc_hi (sum_hi q x - 32 sum_hi x) over the block's values 0-15 and 16-31, |I_b| < 2^24).
+// With AMX (Args::xa set, 32+ activation rows: ops.cpp), q4, q4s and q8 take each block's I_b from
+// tile products instead (amx_tile), and the same float steps.
 // Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
 // on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
 // level at K = 2048. The K-quants: benchmarks/batch_tiles/kquant_groups.md.
@@ -292,6 +294,88 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
   }
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
 }
+
+// AMX (Args::xa): per block one tile product (tdpbssd) of 8 activation rows (A: their 32 bytes of
+// the block, from xa) and the panel's 16 rows (B: 8 rows of 4 values x 16 weight rows, amx_b's),
+// into C [8][16] int32: each I_b exactly as panel_tile's, then the same float steps in the same
+// order, so the same bits. A block a product, as each block has its own scales. Tiles: 0 and 1
+// C (in turn), 2 A, 3 B (amx_config, loaded at each panel_rows call: other code on the thread,
+// such as oneDNN's, may configure tiles its own way).
+constexpr int kAmxRows = 8;
+struct AmxConfig {
+  uint8_t palette, start;
+  uint8_t reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+static void amx_config() {
+  AmxConfig c{};
+  c.palette = 1;
+  c.rows[0] = kAmxRows, c.colsb[0] = 64;
+  c.rows[1] = kAmxRows, c.colsb[1] = 64;
+  c.rows[2] = kAmxRows, c.colsb[2] = 32;
+  c.rows[3] = 8, c.colsb[3] = 64;
+  _tile_loadconfig(&c);
+}
+// The B tiles of a panel's nb blocks [nb][8][64]: q8's units as stored (signed, as tdpbssd takes
+// them); q4's and q4s' unit u's low nibbles (values 4u..4u+3) as row u and high nibbles (16 + 4u..)
+// as row 4 + u, unpacked once for all the activation rows.
+template <int L>
+static const uint8_t* amx_b(const Panel& p, int64_t nb) {
+  if constexpr (L == kQ8) return p.q;
+  thread_local std::vector<uint8_t> bt;
+  bt.resize(512 * nb);
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b)
+    for (int u = 0; u < 4; ++u) {
+      const __m512i v = _mm512_loadu_si512(p.q + 256 * b + 64 * u);
+      _mm512_storeu_si512(bt.data() + 512 * b + 64 * u, _mm512_and_si512(v, low));
+      _mm512_storeu_si512(bt.data() + 512 * b + 64 * (4 + u), _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+    }
+  return bt.data();
+}
+template <int L>
+static void amx_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, const uint8_t* bt) {
+  constexpr int C = kAmxRows;
+  const int64_t G = (a.nb + 7) / 8, K = 32 * a.nb;
+  __m512 acc[C], macc[C];
+  for (int c = 0; c < C; ++c) acc[c] = macc[c] = _mm512_setzero_ps();
+  // All blocks' tile products first (two C tiles in turn, so that one block's store overlaps the
+  // next one's product), into I [nb][C][16]; then the float steps block by block.
+  thread_local std::vector<int32_t> sums;
+  sums.resize(a.nb * C * 16);
+  int32_t* cs = sums.data();
+  for (int64_t b = 0; b < a.nb; b += 2) {
+    _tile_zero(0);
+    _tile_loadd(2, a.xa + m * K + 32 * b, K);
+    _tile_loadd(3, bt + 512 * b, 64);
+    _tile_dpbssd(0, 2, 3);
+    if (b + 1 < a.nb) {
+      _tile_zero(1);
+      _tile_loadd(2, a.xa + m * K + 32 * (b + 1), K);
+      _tile_loadd(3, bt + 512 * (b + 1), 64);
+      _tile_dpbssd(1, 2, 3);
+    }
+    _tile_stored(0, cs + b * C * 16, 64);
+    if (b + 1 < a.nb) _tile_stored(1, cs + (b + 1) * C * 16, 64);
+  }
+  for (int64_t b = 0; b < a.nb; ++b) {
+    const __m512 ws = _mm512_cvtph_ps(load32(p.sc + 32 * b));
+    for (int c = 0; c < C; ++c) {
+      __m512i I = _mm512_loadu_si512(cs + (b * C + c) * 16);
+      if constexpr (L == kQ4S) I = _mm512_sub_epi32(I, _mm512_set1_epi32(8 * block_sum(a, m + c, b)));
+      const int64_t at = (m + c) * G * 8 + b;
+      const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(a.xd[at]));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I), scale));
+    }
+    if constexpr (L == kQ4) {
+      const __m512 mv = _mm512_cvtph_ps(load32(p.mn + 32 * b));
+      for (int c = 0; c < C; ++c)
+        macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(a.xs[(m + c) * G * 8 + b])));
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
+}
 #else
 // The int16 pair sums P[h][c] of units U0..U0+NU-1 of a block of nibbles (at pb; H5: q5k's, with
 // their fifth bits in unit 4) for the panel's rows 8h..8h+7 against activation rows m..m+C-1 (xb:
@@ -525,7 +609,15 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
 // its first column. `ahead`: bytes to prefetch ahead in the values' stream (0: none).
 template <int L>
 static void panel_all_rows(const Panel& p, const Args& a, float* y, int64_t ldy, int64_t ahead) {
-  for (int64_t m = 0; m < a.M;) {
+  int64_t m = 0;
+#if FD_VNNI
+  if constexpr (L == kQ4 || L == kQ4S || L == kQ8)
+    if (a.xa) {
+      const uint8_t* bt = amx_b<L>(p, a.nb);
+      for (; m + kAmxRows <= a.M; m += kAmxRows) amx_tile<L>(p, a, m, y + m * ldy, ldy, bt);
+    }
+#endif
+  for (; m < a.M;) {
     const int64_t left = a.M - m, first = m == 0 ? ahead : 0;
     float* ym = y + m * ldy;
     if (left >= kPanelCols<L>) { panel_tile<L, kPanelCols<L>>(p, a, m, ym, ldy, first); m += kPanelCols<L>; }
@@ -552,6 +644,9 @@ static void panel_rows(const Args& a, int64_t n0, int64_t n1) {
   constexpr int64_t U = kUnits<L>, es = kPanelScaleBytes<L>;
   const int64_t nb = a.nb, last = n1 == a.N && a.N % kPanelRows ? n1 - a.N % kPanelRows : n1;
   // Prefetch 16 blocks ahead (q8 at 8 blocks ran 0.88x the lane tiles at M = 4, streamed from DRAM).
+#if FD_VNNI
+  if (a.xa) amx_config();
+#endif
   for (int64_t n = n0; n < last; n += kPanelRows)
     panel_all_rows<L>(panel_at<L>(a, n), a, a.y + n, a.N, n + kPanelRows < last ? 1024 * U : 0);
   if (last == n1) return;

@@ -10,7 +10,7 @@
 
 namespace fd_vnni {
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")
 #define FD_VNNI 1
 #include "quant_kernel.h"
 #include "quant_panel.h"
