@@ -122,23 +122,14 @@ def test_instruction_sets_agree_bitwise():
 
 
 _AMX_RUN = """
-import sys, numpy as np, torch
-from gguf import GGMLQuantizationType as T
-from gguf import quants as gq
+import sys, torch
 from fastdecode import kernels
 from fastdecode.quant import formats
 from fastdecode.quant.linear import packed_linear
 kernels.load_kernels()
 kernels.set_isa("avx512-vnni")
-out = {}
-for qtype in (T.Q4_0, T.Q4_1, T.Q8_0):
-    rng = np.random.default_rng(7)
-    raw = gq.quantize(rng.standard_normal((37, 1056), dtype=np.float32), qtype)
-    packed = formats.pack_gguf(raw, qtype, 37, 1056)
-    x = torch.randn(45, 1056, generator=torch.Generator().manual_seed(2))
-    lay = formats.layout_of(packed)
-    out[qtype.name] = (packed_linear(x, lay, packed, native=True), packed_linear(x, lay, packed, native=False))
-torch.save(out, sys.argv[1])
+cases = torch.load(sys.argv[1])
+torch.save({name: packed_linear(x, formats.layout_of(p), p, native=True) for name, (p, x) in cases.items()}, sys.argv[2])
 """
 
 
@@ -150,16 +141,23 @@ def test_amx_tiles_give_the_vnni_tiles_bits(tmp_path):
     Run in subprocesses: whether AMX is used is settled once a process."""
     if "avx512-vnni" not in ISAS or "amx_int8" not in Path("/proc/cpuinfo").read_text():
         pytest.skip("no AMX (or no AVX-512 VNNI) on this CPU")
+    cases = {}
+    for qtype in (T.Q4_0, T.Q4_1, T.Q8_0):
+        raw, _ = gguf_weight(qtype, 37, 1056, seed=7)
+        cases[qtype.name] = (formats.pack_gguf(raw, qtype, 37, 1056),
+                             torch.randn(45, 1056, generator=torch.Generator().manual_seed(2)))
+    torch.save(cases, tmp_path / "cases.pt")
     outs = []
     for off in ("0", "1"):
         path = tmp_path / f"out{off}.pt"
         env = {**os.environ, "FASTDECODE_NO_AMX": off}
-        subprocess.run([sys.executable, "-c", _AMX_RUN, str(path)], env=env, check=True, timeout=600)
+        subprocess.run([sys.executable, "-c", _AMX_RUN, str(tmp_path / "cases.pt"), str(path)], env=env, check=True,
+                       timeout=600)
         outs.append(torch.load(path))
-    for name, (amx, ref) in outs[0].items():
-        vnni, _ = outs[1][name]
-        assert torch.equal(amx, vnni), name
-        assert torch.equal(amx, ref), name
+    for name, (packed, x) in cases.items():
+        ref = packed_linear(x, formats.layout_of(packed), packed, native=False)
+        assert torch.equal(outs[0][name], outs[1][name]), name
+        assert torch.equal(outs[0][name], ref), name
 
 
 def test_fused_rows_equal_separate_matmuls(isa):

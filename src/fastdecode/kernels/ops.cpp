@@ -198,9 +198,13 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 
 struct Act {
   at::Tensor q, d, s, sums;  // quantize_rows' outputs (kernels.h), rows padded to whole groups of 8 blocks
+  at::Tensor rows;  // (by_rows) q's panel layout row by row, [M, K]: what an AMX A tile reads
 };
 
-Act quantize(const at::Tensor& x, bool per256, bool panels) {
+// by_rows (panels only): also q row by row, each chunk of rows copied right after it is quantized.
+// The panel layout [G, M, 256] interleaves a group's blocks (block 8 g + j's values 4 w..4 w + 3 at
+// byte 4 j + 32 w of a row's group).
+Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows = false) {
   const int64_t M = x.size(0), K = x.size(1), G = (K / 32 + 7) / 8;
   const int64_t qrow = panels ? 256 : G * 256, qgroup = panels ? M * 256 : 256;
   Act a{at::empty({M, G * 256}, x.options().dtype(at::kChar)), at::empty({M, G * 8}, x.options()),
@@ -210,8 +214,19 @@ Act quantize(const at::Tensor& x, bool per256, bool panels) {
   int8_t* qp = a.q.data_ptr<int8_t>();
   float *dp = a.d.data_ptr<float>(), *sp = a.s.data_ptr<float>();
   int32_t* up = a.sums.data_ptr<int32_t>();
+  const int64_t nb = K / 32;
+  int8_t* rp = nullptr;
+  if (by_rows) {
+    a.rows = at::empty({M, K}, a.q.options());
+    rp = a.rows.data_ptr<int8_t>();
+  }
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
     f(xp + m0 * K, m1 - m0, K, per256, qp + m0 * qrow, qrow, qgroup, dp + m0 * G * 8, sp + m0 * G * 8, up + m0 * G * 16);
+    for (int64_t m = m0; rp && m < m1; ++m)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int8_t* from = qp + ((b / 8) * M + m) * 256 + 4 * (b % 8);
+        for (int w = 0; w < 8; ++w) std::memcpy(rp + m * K + 32 * b + 4 * w, from + 32 * w, 4);
+      }
   });
   return a;
 }
@@ -225,9 +240,8 @@ Act quantize(const at::Tensor& x, bool per256, bool panels) {
 // arithmetic does not depend on the thread that runs it.
 constexpr int64_t kChunksPerThread = 4;
 
-// AMX: the CPU has tile int8 products (CPUID 7.0 EDX bits 24, 25) and Linux lets this process
-// keep tile state (arch_prctl ARCH_REQ_XCOMP_PERM for XTILEDATA, 18); FASTDECODE_NO_AMX=1 keeps
-// the VNNI tiles. On the VNNI path q4, q4s and q8 matmuls of kAmxMinRows rows or more take AMX
+// AMX: the CPU has tile int8 products and Linux lets this process keep tile state (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XTILEDATA, 18); FASTDECODE_NO_AMX=1 keeps the VNNI tiles. On the VNNI path q4, q4s and q8 matmuls of kAmxMinRows rows or more take AMX
 // tiles (quant_panel.h's amx_tile; the same bits): the default model's prefill 1.27-1.34x (Intel
 // Xeon, benchmarks/serve/README.md, 2026-12-05); at 16 rows its decode ran 0.87-0.92x, though the
 // matmuls alone ran 1.13-1.26x.
@@ -236,31 +250,18 @@ bool amx() {
   static const bool ok = [] {
     const char* off = std::getenv("FASTDECODE_NO_AMX");
     if (off && *off && std::strcmp(off, "0") != 0) return false;
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return false;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-int8")) return false;
     return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
   }();
   return ok;
 }
 
-// quantize_rows' panel activations [G, M, 256] (lane order: block 8 g + j's values 4 w..4 w + 3
-// at byte 4 j + 32 w of a row's group) row by row, [M, K]: what an AMX A tile reads.
-at::Tensor row_major(const at::Tensor& q, int64_t M, int64_t nb) {
-  at::Tensor out = at::empty({M, 32 * nb}, q.options());
-  const int8_t* src = q.data_ptr<int8_t>();
-  int8_t* dst = out.data_ptr<int8_t>();
-  at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m)
-      for (int64_t b = 0; b < nb; ++b) {
-        const int8_t* s = src + ((b / 8) * M + m) * 256 + 4 * (b % 8);
-        for (int w = 0; w < 8; ++w) std::memcpy(dst + m * 32 * nb + 32 * b + 4 * w, s + 32 * w, 4);
-      }
-  });
-  return out;
-}
-
 at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
-  const Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout));
+  const bool vnni = active_isa() == kVnni;
+  const bool by_rows = vnni && x.size(0) >= kAmxMinRows &&
+                       (a.layout == fd::kQ4 || a.layout == fd::kQ4S || a.layout == fd::kQ8) && amx();
+  const Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout), by_rows);
   at::Tensor y = at::empty({x.size(0), N}, x.options());
   a.xq = act.q.data_ptr<int8_t>();
   a.xd = act.d.data_ptr<float>();
@@ -269,12 +270,7 @@ at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   a.M = x.size(0);
   a.y = y.data_ptr<float>();
   a.N = N;
-  const bool vnni = active_isa() == kVnni;
-  at::Tensor xa;  // (AMX) kept alive until the matmul is done
-  if (vnni && a.M >= kAmxMinRows && (a.layout == fd::kQ4 || a.layout == fd::kQ4S || a.layout == fd::kQ8) && amx()) {
-    xa = row_major(act.q, a.M, a.nb);
-    a.xa = xa.data_ptr<int8_t>();
-  }
+  a.xa = by_rows ? act.rows.data_ptr<int8_t>() : nullptr;
   a.wide = wide();
   static const bool far = far_prefetch();
   a.far = far;

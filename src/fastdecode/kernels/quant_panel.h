@@ -249,6 +249,30 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
+// q4, q8 and q4s: block b's float steps for activation rows m..m+C-1 from their integer sums I
+// (q4s: before its -8 sum x), the one order panel_tile and amx_tile share and the twin repeats.
+template <int L, int C>
+static FD_INLINE void block_steps(const Panel& p, const Args& a, int64_t m, int64_t b, const __m512i (&I)[C],
+                                  __m512 (&acc)[C], __m512 (&macc)[C]) {
+  const int64_t G = (a.nb + 7) / 8;
+  const __m512 ws = _mm512_cvtph_ps(load32(p.sc + 32 * b));
+  for (int c = 0; c < C; ++c) {
+    __m512i Ic = I[c];
+    if constexpr (L == kQ4S) Ic = _mm512_sub_epi32(Ic, _mm512_set1_epi32(8 * block_sum(a, m + c, b)));
+    const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(a.xd[(m + c) * G * 8 + b]));
+    acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(Ic), scale));
+  }
+  if constexpr (L == kQ4) {
+    const __m512 mv = _mm512_cvtph_ps(load32(p.mn + 32 * b));
+    for (int c = 0; c < C; ++c)
+      macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(a.xs[(m + c) * G * 8 + b])));
+  }
+}
+template <int L, int C>
+static FD_INLINE void store_rows(const __m512 (&acc)[C], const __m512 (&macc)[C], float* y, int64_t ldy) {
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
+}
+
 // Activation rows a tile: 2 x 8 accumulators of 32 registers. q6k's three (two sums a block, and
 // the group's) took 4 while its -32 terms were one subtraction per half: with them in one vpdpwssd
 // a block, 8 rows ran 1.2-1.4x 4 at M = 8 to 512 (Xeon, 1B shapes, benchmarks/batch_tiles/kquant_groups.md).
@@ -257,7 +281,6 @@ constexpr int kPanelCols = 8;
 template <int L, int C>
 static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   if constexpr (kSuper<L>) return super_tile<L, C>(p, a, m, y, ldy, ahead);
-  const int64_t G = (a.nb + 7) / 8;
   __m512 acc[C], macc[C];
   for (int c = 0; c < C; ++c) acc[c] = macc[c] = _mm512_setzero_ps();
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -276,23 +299,11 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
     } else {
       __m512i Ih[C];
       nibble_dots<C>(pb, xb, I, Ih);
-      for (int c = 0; c < C; ++c)  // q4s: q - 8
-        I[c] = _mm512_sub_epi32(_mm512_add_epi32(I[c], Ih[c]),
-                                _mm512_set1_epi32(L == kQ4S ? 8 * block_sum(a, m + c, b) : 0));
+      for (int c = 0; c < C; ++c) I[c] = _mm512_add_epi32(I[c], Ih[c]);
     }
-    const __m512 ws = _mm512_cvtph_ps(load32(p.sc + 32 * b));
-    for (int c = 0; c < C; ++c) {
-      const int64_t at = (m + c) * G * 8 + b;
-      const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(a.xd[at]));
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I[c]), scale));
-    }
-    if constexpr (L == kQ4) {
-      const __m512 mv = _mm512_cvtph_ps(load32(p.mn + 32 * b));
-      for (int c = 0; c < C; ++c)
-        macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(a.xs[(m + c) * G * 8 + b])));
-    }
+    block_steps<L, C>(p, a, m, b, I, acc, macc);
   }
-  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
+  store_rows<L, C>(acc, macc, y, ldy);
 }
 
 // AMX (Args::xa): per block one tile product (tdpbssd) of 8 activation rows (A: their 32 bytes of
@@ -337,7 +348,7 @@ static const uint8_t* amx_b(const Panel& p, int64_t nb) {
 template <int L>
 static void amx_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, const uint8_t* bt) {
   constexpr int C = kAmxRows;
-  const int64_t G = (a.nb + 7) / 8, K = 32 * a.nb;
+  const int64_t K = 32 * a.nb;
   __m512 acc[C], macc[C];
   for (int c = 0; c < C; ++c) acc[c] = macc[c] = _mm512_setzero_ps();
   // All blocks' tile products first (two C tiles in turn, so that one block's store overlaps the
@@ -360,21 +371,11 @@ static void amx_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t
     if (b + 1 < a.nb) _tile_stored(1, cs + (b + 1) * C * 16, 64);
   }
   for (int64_t b = 0; b < a.nb; ++b) {
-    const __m512 ws = _mm512_cvtph_ps(load32(p.sc + 32 * b));
-    for (int c = 0; c < C; ++c) {
-      __m512i I = _mm512_loadu_si512(cs + (b * C + c) * 16);
-      if constexpr (L == kQ4S) I = _mm512_sub_epi32(I, _mm512_set1_epi32(8 * block_sum(a, m + c, b)));
-      const int64_t at = (m + c) * G * 8 + b;
-      const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(a.xd[at]));
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I), scale));
-    }
-    if constexpr (L == kQ4) {
-      const __m512 mv = _mm512_cvtph_ps(load32(p.mn + 32 * b));
-      for (int c = 0; c < C; ++c)
-        macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(a.xs[(m + c) * G * 8 + b])));
-    }
+    __m512i I[C];
+    for (int c = 0; c < C; ++c) I[c] = _mm512_loadu_si512(cs + (b * C + c) * 16);
+    block_steps<L, C>(p, a, m, b, I, acc, macc);
   }
-  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, L == kQ4 ? _mm512_add_ps(acc[c], macc[c]) : acc[c]);
+  store_rows<L, C>(acc, macc, y, ldy);
 }
 #else
 // The int16 pair sums P[h][c] of units U0..U0+NU-1 of a block of nibbles (at pb; H5: q5k's, with
