@@ -135,10 +135,11 @@ torch.save({name: packed_linear(x, formats.layout_of(p), p, native=True) for nam
 
 def test_amx_tiles_give_the_vnni_tiles_bits(tmp_path):
     """Where the CPU has AMX, q4, q4s and q8 matmuls of 32+ rows take AMX tile products (45 rows:
-    5 tiles of 8 and 5 rows on the VNNI tiles; 37 weight rows: a padded last panel; K = 1056: 33
-    blocks, an odd count). Each block's integer sums are exact either way and the float steps the
-    same, so the output equals the VNNI tiles' (FASTDECODE_NO_AMX=1) and the twin's bit for bit.
-    Run in subprocesses: whether AMX is used is settled once a process."""
+    2 tiles of 16 and 13 rows on the VNNI tiles; 37 weight rows: a pair of panels, then a padded
+    last panel alone; K = 1056: 33 blocks, so groups of 8 and a last block without a pair). Each
+    block's integer sums are exact either way and the float steps the same, so the output equals
+    the VNNI tiles' (FASTDECODE_NO_AMX=1) and the twin's bit for bit. Run in subprocesses: whether
+    AMX is used is settled once a process."""
     if "avx512-vnni" not in ISAS or "amx_int8" not in Path("/proc/cpuinfo").read_text():
         pytest.skip("no AMX (or no AVX-512 VNNI) on this CPU")
     cases = {}

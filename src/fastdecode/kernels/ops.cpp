@@ -199,11 +199,12 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
 struct Act {
   at::Tensor q, d, s, sums;  // quantize_rows' outputs (kernels.h), rows padded to whole groups of 8 blocks
   at::Tensor rows;  // (by_rows) q's panel layout row by row, [M, K]: what an AMX A tile reads
+  at::Tensor tiles;  // (by_rows) d and s 16 rows a tile (QuantArgs::xt)
 };
 
-// by_rows (panels only): also q row by row, each chunk of rows copied right after it is quantized.
-// The panel layout [G, M, 256] interleaves a group's blocks (block 8 g + j's values 4 w..4 w + 3 at
-// byte 4 j + 32 w of a row's group).
+// by_rows (panels only): also q row by row and d, s by tiles of 16 rows (QuantArgs::xa, xt), each
+// chunk of rows copied right after it is quantized. The panel layout [G, M, 256] interleaves a
+// group's blocks (block 8 g + j's values 4 w..4 w + 3 at byte 4 j + 32 w of a row's group).
 Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows = false) {
   const int64_t M = x.size(0), K = x.size(1), G = (K / 32 + 7) / 8;
   const int64_t qrow = panels ? 256 : G * 256, qgroup = panels ? M * 256 : 256;
@@ -216,9 +217,13 @@ Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows = false
   int32_t* up = a.sums.data_ptr<int32_t>();
   const int64_t nb = K / 32;
   int8_t* rp = nullptr;
+  float* tp = nullptr;
+  const int64_t T = fd::kAmxTileRows, M16 = M / T * T;
   if (by_rows) {
     a.rows = at::empty({M, K}, a.q.options());
     rp = a.rows.data_ptr<int8_t>();
+    a.tiles = at::empty({2, M16 * nb}, x.options());
+    tp = a.tiles.data_ptr<float>();
   }
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
     f(xp + m0 * K, m1 - m0, K, per256, qp + m0 * qrow, qrow, qgroup, dp + m0 * G * 8, sp + m0 * G * 8, up + m0 * G * 16);
@@ -226,6 +231,10 @@ Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows = false
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* from = qp + ((b / 8) * M + m) * 256 + 4 * (b % 8);
         for (int w = 0; w < 8; ++w) std::memcpy(rp + m * K + 32 * b + 4 * w, from + 32 * w, 4);
+        if (m >= M16) continue;
+        const int64_t at = ((m / T) * nb + b) * T + m % T;
+        tp[at] = dp[m * G * 8 + b];
+        tp[M16 * nb + at] = sp[m * G * 8 + b];
       }
   });
   return a;
@@ -241,10 +250,11 @@ Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows = false
 constexpr int64_t kChunksPerThread = 4;
 
 // AMX: the CPU has tile int8 products and Linux lets this process keep tile state (arch_prctl
-// ARCH_REQ_XCOMP_PERM for XTILEDATA, 18); FASTDECODE_NO_AMX=1 keeps the VNNI tiles. On the VNNI path q4, q4s and q8 matmuls of kAmxMinRows rows or more take AMX
-// tiles (quant_panel.h's amx_tile; the same bits): the default model's prefill 1.27-1.34x (Intel
-// Xeon, benchmarks/serve/README.md, 2026-12-05); at 16 rows its decode ran 0.87-0.92x, though the
-// matmuls alone ran 1.13-1.26x.
+// ARCH_REQ_XCOMP_PERM for XTILEDATA, 18); FASTDECODE_NO_AMX=1 keeps the VNNI tiles. On the VNNI
+// path q4, q4s and q8 matmuls of kAmxMinRows rows or more take AMX tiles (quant_panel.h's
+// amx_rows; the same bits): 1B Q4_0 prefill 1.8x, the default model's 1.3-1.4x (Intel Xeon,
+// benchmarks/serve/README.md, 2026-12-05). At 16 rows the VNNI tiles stay ahead (AMX's matmuls
+// 0.83x: each panel's B tiles are unpacked for too few rows); at 32 to 48 rows the two are level.
 constexpr int64_t kAmxMinRows = 32;
 bool amx() {
   static const bool ok = [] {
@@ -271,6 +281,7 @@ at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   a.y = y.data_ptr<float>();
   a.N = N;
   a.xa = by_rows ? act.rows.data_ptr<int8_t>() : nullptr;
+  a.xt = by_rows ? act.tiles.data_ptr<float>() : nullptr;
   a.wide = wide();
   static const bool far = far_prefetch();
   a.far = far;

@@ -19,7 +19,7 @@
 // takes as w + 128, less 128 sum x; q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x)
 // + sc_hi (sum_hi q x - 32 sum_hi x) over the block's values 0-15 and 16-31, |I_b| < 2^24).
 // With AMX (Args::xa set, 32+ activation rows: ops.cpp), q4, q4s and q8 take each block's I_b from
-// tile products instead (amx_tile), and the same float steps.
+// tile products instead (amx_rows), and the same float steps (scale_steps).
 // Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
 // on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
 // level at K = 2048. The K-quants: benchmarks/batch_tiles/kquant_groups.md.
@@ -249,24 +249,31 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
 
-// q4, q8 and q4s: block b's float steps for activation rows m..m+C-1 from their integer sums I
-// (q4s: before its -8 sum x), the one order panel_tile and amx_tile share and the twin repeats.
+// q4, q8 and q4s: block b's float steps from the integer sums I of C activation rows (q4s: less
+// its 8 sum x already), the one order panel_tile and amx_rows share and the twin repeats. xd, xs:
+// the first row's block scale and scale x sum, the next rows' rs floats apart.
 template <int L, int C>
-static FD_INLINE void block_steps(const Panel& p, const Args& a, int64_t m, int64_t b, const __m512i (&I)[C],
-                                  __m512 (&acc)[C], __m512 (&macc)[C]) {
-  const int64_t G = (a.nb + 7) / 8;
+static FD_INLINE void scale_steps(const Panel& p, int64_t b, const __m512i (&I)[C], const float* xd, const float* xs,
+                                  int64_t rs, __m512 (&acc)[C], __m512 (&macc)[C]) {
   const __m512 ws = _mm512_cvtph_ps(load32(p.sc + 32 * b));
   for (int c = 0; c < C; ++c) {
-    __m512i Ic = I[c];
-    if constexpr (L == kQ4S) Ic = _mm512_sub_epi32(Ic, _mm512_set1_epi32(8 * block_sum(a, m + c, b)));
-    const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(a.xd[(m + c) * G * 8 + b]));
-    acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(Ic), scale));
+    const __m512 scale = _mm512_mul_ps(ws, _mm512_set1_ps(xd[c * rs]));
+    acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(I[c]), scale));
   }
   if constexpr (L == kQ4) {
     const __m512 mv = _mm512_cvtph_ps(load32(p.mn + 32 * b));
-    for (int c = 0; c < C; ++c)
-      macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(a.xs[(m + c) * G * 8 + b])));
+    for (int c = 0; c < C; ++c) macc[c] = _mm512_add_ps(macc[c], _mm512_mul_ps(mv, _mm512_set1_ps(xs[c * rs])));
   }
+}
+// The same for activation rows m..m+C-1 in quantize_rows' layout, I before q4s' -8 sum x.
+template <int L, int C>
+static FD_INLINE void block_steps(const Panel& p, const Args& a, int64_t m, int64_t b, const __m512i (&I)[C],
+                                  __m512 (&acc)[C], __m512 (&macc)[C]) {
+  const int64_t rs = (a.nb + 7) / 8 * 8;
+  __m512i Ic[C];
+  for (int c = 0; c < C; ++c)
+    Ic[c] = L == kQ4S ? _mm512_sub_epi32(I[c], _mm512_set1_epi32(8 * block_sum(a, m + c, b))) : I[c];
+  scale_steps<L, C>(p, b, Ic, a.xd + m * rs + b, a.xs + m * rs + b, rs, acc, macc);
 }
 template <int L, int C>
 static FD_INLINE void store_rows(const __m512 (&acc)[C], const __m512 (&macc)[C], float* y, int64_t ldy) {
@@ -306,13 +313,19 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
   store_rows<L, C>(acc, macc, y, ldy);
 }
 
-// AMX (Args::xa): per block one tile product (tdpbssd) of 8 activation rows (A: their 32 bytes of
-// the block, from xa) and the panel's 16 rows (B: 8 rows of 4 values x 16 weight rows, amx_b's),
-// into C [8][16] int32: each I_b exactly as panel_tile's, then the same float steps in the same
-// order, so the same bits. A block a product, as each block has its own scales. Tiles: 0 and 1
-// C (in turn), 2 A, 3 B (amx_config, loaded at each panel_rows call: other code on the thread,
-// such as oneDNN's, may configure tiles its own way).
-constexpr int kAmxRows = 8;
+// AMX (Args::xa): per block one tile product (tdpbssd) of 16 activation rows (A: their 32 bytes of
+// the block, from xa) and a panel's 16 rows (B: 8 rows of 4 values x 16 weight rows, amx_b's) into
+// C [16][16] int32: each I_b exactly as panel_tile's, then the same float steps in the same order,
+// so the same bits. A block a product, as each block has its own scales. The tile unit runs its
+// loads, products and stores one after another, at about a tile row a cycle for loads, so what
+// bounds it is the rows moved per product: 16 activation rows a tile ran 1.7x the rate of 8, and
+// two panels sharing each A tile 1.07x more (benchmarks/serve/amx2/amx_seq.c). Two blocks'
+// products go out before their stores (the default model's matmuls 1.03-1.05x). Tiles: 0-3 C
+// ([block][panel]), 4-5 A (block), 6-7 B (panel). amx_config is loaded at each panel_rows call:
+// other code on the thread, such as oneDNN's, may configure tiles its own way.
+constexpr int kAmxRows = ::fd::kAmxTileRows, kAmxGroup = 8;
+template <int L>
+constexpr bool kAmx = L == kQ4 || L == kQ4S || L == kQ8;
 struct AmxConfig {
   uint8_t palette, start;
   uint8_t reserved[14];
@@ -322,60 +335,105 @@ struct AmxConfig {
 static void amx_config() {
   AmxConfig c{};
   c.palette = 1;
-  c.rows[0] = kAmxRows, c.colsb[0] = 64;
-  c.rows[1] = kAmxRows, c.colsb[1] = 64;
-  c.rows[2] = kAmxRows, c.colsb[2] = 32;
-  c.rows[3] = 8, c.colsb[3] = 64;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = t < 6 ? kAmxRows : 8;
+    c.colsb[t] = t == 4 || t == 5 ? 32 : 64;  // C [16][16] int32, A [16][32] int8, B [8][64] int8
+  }
   _tile_loadconfig(&c);
 }
-// The B tiles of a panel's nb blocks [nb][8][64]: q8's units as stored (signed, as tdpbssd takes
-// them); q4's and q4s' unit u's low nibbles (values 4u..4u+3) as row u and high nibbles (16 + 4u..)
-// as row 4 + u, unpacked once for all the activation rows.
+// The B tiles of a panel's nb blocks [nb][8][64] (slot: one buffer per panel of a pair): q8's units
+// as stored (signed, as tdpbssd takes them); q4's and q4s' unit u's low nibbles (values 4u..4u+3)
+// as row u and high nibbles (16 + 4u..) as row 4 + u, unpacked once for all the activation rows.
+// q4s' as q - 8 (-8..7), so that the products hold its I_b = sum q x - 8 sum x whole.
 template <int L>
-static const uint8_t* amx_b(const Panel& p, int64_t nb) {
+static const uint8_t* amx_b(const Panel& p, int64_t nb, int slot) {
   if constexpr (L == kQ8) return p.q;
-  thread_local std::vector<uint8_t> bt;
-  bt.resize(512 * nb);
-  const __m512i low = _mm512_set1_epi8(0x0F);
+  thread_local std::vector<uint8_t> bt[2];
+  bt[slot].resize(512 * nb);
+  uint8_t* to = bt[slot].data();
+  const __m512i low = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(L == kQ4S ? 8 : 0);
   for (int64_t b = 0; b < nb; ++b)
     for (int u = 0; u < 4; ++u) {
       const __m512i v = _mm512_loadu_si512(p.q + 256 * b + 64 * u);
-      _mm512_storeu_si512(bt.data() + 512 * b + 64 * u, _mm512_and_si512(v, low));
-      _mm512_storeu_si512(bt.data() + 512 * b + 64 * (4 + u), _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+      const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      _mm512_storeu_si512(to + 512 * b + 64 * u, _mm512_sub_epi8(lo, off));
+      _mm512_storeu_si512(to + 512 * b + 64 * (4 + u), _mm512_sub_epi8(hi, off));
     }
-  return bt.data();
+  return to;
 }
-template <int L>
-static void amx_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, const uint8_t* bt) {
-  constexpr int C = kAmxRows;
-  const int64_t K = 32 * a.nb;
-  __m512 acc[C], macc[C];
-  for (int c = 0; c < C; ++c) acc[c] = macc[c] = _mm512_setzero_ps();
-  // All blocks' tile products first (two C tiles in turn, so that one block's store overlaps the
-  // next one's product), into I [nb][C][16]; then the float steps block by block.
-  thread_local std::vector<int32_t> sums;
-  sums.resize(a.nb * C * 16);
-  int32_t* cs = sums.data();
-  for (int64_t b = 0; b < a.nb; b += 2) {
-    _tile_zero(0);
-    _tile_loadd(2, a.xa + m * K + 32 * b, K);
-    _tile_loadd(3, bt + 512 * b, 64);
-    _tile_dpbssd(0, 2, 3);
-    if (b + 1 < a.nb) {
-      _tile_zero(1);
-      _tile_loadd(2, a.xa + m * K + 32 * (b + 1), K);
-      _tile_loadd(3, bt + 512 * (b + 1), 64);
-      _tile_dpbssd(1, 2, 3);
+// The products of blocks b and (two) b + 1 of the activation rows at x (block b's first byte, rows
+// K bytes apart) with P panels' B tiles, into to[j][panel] [16][16]. (The tile intrinsics take
+// their tile numbers as literals.)
+template <int P>
+static FD_INLINE void amx_products(const int8_t* x, int64_t K, const uint8_t* const (&bt)[P], int64_t b, bool two,
+                                   int32_t (*to)[P][256]) {
+  _tile_zero(0);
+  _tile_loadd(4, x, K);
+  _tile_loadd(6, bt[0] + 512 * b, 64);
+  _tile_dpbssd(0, 4, 6);
+  if constexpr (P == 2) {
+    _tile_zero(1);
+    _tile_loadd(7, bt[1] + 512 * b, 64);
+    _tile_dpbssd(1, 4, 7);
+  }
+  if (two) {
+    _tile_zero(2);
+    _tile_loadd(5, x + 32, K);
+    _tile_loadd(6, bt[0] + 512 * (b + 1), 64);
+    _tile_dpbssd(2, 5, 6);
+    if constexpr (P == 2) {
+      _tile_zero(3);
+      _tile_loadd(7, bt[1] + 512 * (b + 1), 64);
+      _tile_dpbssd(3, 5, 7);
     }
-    _tile_stored(0, cs + b * C * 16, 64);
-    if (b + 1 < a.nb) _tile_stored(1, cs + (b + 1) * C * 16, 64);
   }
-  for (int64_t b = 0; b < a.nb; ++b) {
-    __m512i I[C];
-    for (int c = 0; c < C; ++c) I[c] = _mm512_loadu_si512(cs + (b * C + c) * 16);
-    block_steps<L, C>(p, a, m, b, I, acc, macc);
+  _tile_stored(0, to[0][0], 64);
+  if constexpr (P == 2) _tile_stored(1, to[0][1], 64);
+  if (two) {
+    _tile_stored(2, to[1][0], 64);
+    if constexpr (P == 2) _tile_stored(3, to[1][1], 64);
   }
-  store_rows<L, C>(acc, macc, y, ldy);
+}
+// P panels (y: the first one's column; panel i's are 16 i further) against activation rows in
+// tiles of 16: a group of kAmxGroup blocks' products, then their float steps for 8 rows of one
+// panel at a time, whose accumulators wait in memory between groups. (The tile unit and the vector
+// units did not overlap when the passes went between the next group's products: 0.9x.) Returns
+// the rows done (a multiple of 16; the VNNI tiles take the rest).
+template <int L, int P>
+static int64_t amx_rows(const Panel (&p)[P], const Args& a, float* y, int64_t ldy) {
+  const int64_t K = 32 * a.nb, rows = a.M / kAmxRows * kAmxRows;
+  const uint8_t* bt[P];
+  for (int i = 0; i < P; ++i) bt[i] = amx_b<L>(p[i], a.nb, i);
+  alignas(64) int32_t sums[kAmxGroup][P][256];
+  alignas(64) float accs[P][2][2][8][16];  // [panel][rows 0-7, 8-15][acc, macc][row][column]
+  __m512 acc[8], macc[8];
+  auto load = [&](int i, int h) __attribute__((always_inline)) {
+    for (int c = 0; c < 8; ++c) acc[c] = _mm512_load_ps(accs[i][h][0][c]), macc[c] = _mm512_load_ps(accs[i][h][1][c]);
+  };
+  for (int64_t m = 0; m < rows; m += kAmxRows) {
+    std::memset(accs, 0, sizeof accs);
+    for (int64_t g = 0; g < a.nb; g += kAmxGroup) {
+      const int64_t n = std::min<int64_t>(kAmxGroup, a.nb - g);
+      for (int64_t j = 0; j < n; j += 2) amx_products<P>(a.xa + m * K + 32 * (g + j), K, bt, g + j, j + 1 < n, sums + j);
+      for (int i = 0; i < P; ++i)
+        for (int h = 0; h < 2; ++h) {
+          load(i, h);
+          for (int64_t b = g; b < g + n; ++b) {
+            __m512i I[8];
+            for (int c = 0; c < 8; ++c) I[c] = _mm512_load_si512(sums[b - g][i] + 16 * (8 * h + c));
+            const int64_t at = ((m / kAmxRows) * a.nb + b) * kAmxRows + 8 * h;  // xt's [tile][block][row]
+            scale_steps<L, 8>(p[i], b, I, a.xt + at, a.xt + at + rows * a.nb, 1, acc, macc);
+          }
+          for (int c = 0; c < 8; ++c) _mm512_store_ps(accs[i][h][0][c], acc[c]), _mm512_store_ps(accs[i][h][1][c], macc[c]);
+        }
+    }
+    for (int i = 0; i < P; ++i)
+      for (int h = 0; h < 2; ++h) {
+        load(i, h);
+        store_rows<L, 8>(acc, macc, y + (m + 8 * h) * ldy + kPanelRows * i, ldy);
+      }
+  }
+  return rows;
 }
 #else
 // The int16 pair sums P[h][c] of units U0..U0+NU-1 of a block of nibbles (at pb; H5: q5k's, with
@@ -606,18 +664,10 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
 }
 #endif
 
-// One panel against all M activation rows, in tiles of up to kPanelCols rows; y [M, ldy] from
-// its first column. `ahead`: bytes to prefetch ahead in the values' stream (0: none).
+// One panel against activation rows m.. in tiles of up to kPanelCols rows; y [M, ldy] from its
+// first column. `ahead`: bytes to prefetch ahead in the values' stream (0: none).
 template <int L>
-static void panel_all_rows(const Panel& p, const Args& a, float* y, int64_t ldy, int64_t ahead) {
-  int64_t m = 0;
-#if FD_VNNI
-  if constexpr (L == kQ4 || L == kQ4S || L == kQ8)
-    if (a.xa) {
-      const uint8_t* bt = amx_b<L>(p, a.nb);
-      for (; m + kAmxRows <= a.M; m += kAmxRows) amx_tile<L>(p, a, m, y + m * ldy, ldy, bt);
-    }
-#endif
+static void tile_rows(const Panel& p, const Args& a, float* y, int64_t ldy, int64_t ahead, int64_t m) {
   for (; m < a.M;) {
     const int64_t left = a.M - m, first = m == 0 ? ahead : 0;
     float* ym = y + m * ldy;
@@ -626,6 +676,17 @@ static void panel_all_rows(const Panel& p, const Args& a, float* y, int64_t ldy,
     else if (left >= 2) { panel_tile<L, 2>(p, a, m, ym, ldy, first); m += 2; }
     else { panel_tile<L, 1>(p, a, m, ym, ldy, first); m += 1; }
   }
+}
+
+// One panel against all M activation rows (AMX first where Args::xa is set).
+template <int L>
+static void panel_all_rows(const Panel& p, const Args& a, float* y, int64_t ldy, int64_t ahead) {
+  int64_t m = 0;
+#if FD_VNNI
+  if constexpr (kAmx<L>)
+    if (a.xa) m = amx_rows<L, 1>({p}, a, y, ldy);
+#endif
+  tile_rows<L>(p, a, y, ldy, ahead, m);
 }
 
 // Panel p of row n (a multiple of 16): each stream where row n's would start.
@@ -648,8 +709,19 @@ static void panel_rows(const Args& a, int64_t n0, int64_t n1) {
 #if FD_VNNI
   if (a.xa) amx_config();
 #endif
-  for (int64_t n = n0; n < last; n += kPanelRows)
+  for (int64_t n = n0; n < last; n += kPanelRows) {
+#if FD_VNNI
+    if constexpr (kAmx<L>)
+      if (a.xa && n + 2 * kPanelRows <= last) {  // two panels a pass
+        const Panel two[2] = {panel_at<L>(a, n), panel_at<L>(a, n + kPanelRows)};
+        const int64_t m = amx_rows<L, 2>(two, a, a.y + n, a.N);
+        for (int i = 0; i < 2; ++i) tile_rows<L>(two[i], a, a.y + n + kPanelRows * i, a.N, 0, m);
+        n += kPanelRows;
+        continue;
+      }
+#endif
     panel_all_rows<L>(panel_at<L>(a, n), a, a.y + n, a.N, n + kPanelRows < last ? 1024 * U : 0);
+  }
   if (last == n1) return;
   const int64_t r = n1 - last, ns = nb / 8;
   thread_local std::vector<uint8_t> q, qh, s;
