@@ -134,19 +134,19 @@ torch.save({name: packed_linear(x, formats.layout_of(p), p, native=True) for nam
 
 
 def test_amx_tiles_give_the_vnni_tiles_bits(tmp_path):
-    """Where the CPU has AMX, q4, q4s and q8 matmuls of 32+ rows take AMX tile products (45 rows:
-    2 tiles of 16 and 13 rows on the VNNI tiles; 37 weight rows: a pair of panels, then a padded
-    last panel alone; K = 1056: 33 blocks, so groups of 8 and a last block without a pair). Each
-    block's integer sums are exact either way and the float steps the same, so the output equals
-    the VNNI tiles' (FASTDECODE_NO_AMX=1) and the twin's bit for bit. Run in subprocesses: whether
-    AMX is used is settled once a process."""
+    """Where the CPU has AMX, q4, q4s, q8 and q4k matmuls of 32+ rows take AMX tile products (45
+    rows: 2 tiles of 16 and 13 rows on the VNNI tiles; 37 weight rows: a pair of panels, then a
+    padded last panel alone; K = 1056: 33 blocks, so groups of 8 and a last block without a pair;
+    q4k: K = 1280, 5 groups). Each block's integer sums are exact either way and the float steps
+    the same, so the output equals the VNNI tiles' (FASTDECODE_NO_AMX=1) and the twin's bit for
+    bit. Run in subprocesses: whether AMX is used is settled once a process."""
     if "avx512-vnni" not in ISAS or "amx_int8" not in Path("/proc/cpuinfo").read_text():
         pytest.skip("no AMX (or no AVX-512 VNNI) on this CPU")
     cases = {}
-    for qtype in (T.Q4_0, T.Q4_1, T.Q8_0):
-        raw, _ = gguf_weight(qtype, 37, 1056, seed=7)
-        cases[qtype.name] = (formats.pack_gguf(raw, qtype, 37, 1056),
-                             torch.randn(45, 1056, generator=torch.Generator().manual_seed(2)))
+    for qtype, k in ((T.Q4_0, 1056), (T.Q4_1, 1056), (T.Q8_0, 1056), (T.Q4_K, 1280)):
+        raw, _ = gguf_weight(qtype, 37, k, seed=7)
+        cases[qtype.name] = (formats.pack_gguf(raw, qtype, 37, k),
+                             torch.randn(45, k, generator=torch.Generator().manual_seed(2)))
     torch.save(cases, tmp_path / "cases.pt")
     outs = []
     for off in ("0", "1"):

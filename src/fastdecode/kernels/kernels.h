@@ -74,7 +74,7 @@ struct QuantArgs {
   int64_t N;
   bool wide = false;  // (VNNI) 512-bit registers at full width: 4-row tiles take two groups a register
   bool far = false;   // the panel layouts prefetch their values a second time, 4x as far (Intel; q4k always)
-  // (VNNI with AMX) the activations row by row, [M, K] int8, for AMX tiles (q4, q4s, q8); else null.
+  // (VNNI with AMX) the activations row by row, [M, K] int8, for AMX tiles (q4, q4s, q8, q4k); else null.
   // With it, xt: the first M16 = M - M % 16 rows' block scales and scale x sums by tiles of
   // kAmxTileRows, [2][M16 / 16][nb][16], so that a tile's rows' values of one block are side by side.
   const int8_t* xa = nullptr;

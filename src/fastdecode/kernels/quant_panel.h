@@ -18,8 +18,8 @@
 // quant/reference.py repeats it. I_b = sum q x (q4, q4k: q in 0..15; q5k: 0..31; q8: signed w, which VNNI
 // takes as w + 128, less 128 sum x; q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x)
 // + sc_hi (sum_hi q x - 32 sum_hi x) over the block's values 0-15 and 16-31, |I_b| < 2^24).
-// With AMX (Args::xa set, 32+ activation rows: ops.cpp), q4, q4s and q8 take each block's I_b from
-// tile products instead (amx_rows), and the same float steps (scale_steps).
+// With AMX (Args::xa set, 32+ activation rows: ops.cpp), q4, q4s, q8 and q4k take each block's I_b
+// from tile products instead (amx_rows), and the same float steps (scale_steps, group_steps).
 // Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
 // on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
 // level at K = 2048. The K-quants: benchmarks/batch_tiles/kquant_groups.md.
@@ -167,6 +167,36 @@ static FD_INLINE void nibble_dots(const uint8_t* pb, const int8_t* xb, __m512i (
   each_chunk(unit);
 }
 
+// The K-quants' float steps of group g for activation rows m..m+C-1 from their integer sums I_g
+// (super_tile's, below), the one order super_tile and amx_rows share and the twin repeats.
+template <int L, int C>
+static FD_INLINE void group_steps(const Panel& p, const Args& a, int64_t m, int64_t g, const __m512i (&Ig)[C],
+                                  __m512 (&acc)[C]) {
+  const int64_t G = a.nb / 8;
+  const __m512 dg = halves16_ps(p.d + 16 * g);
+  for (int c = 0; c < C; ++c) {
+    const __m512 scale = _mm512_mul_ps(dg, _mm512_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
+    acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(Ig[c]), scale));
+  }
+  if constexpr (kPanelMins<L>) {
+    const __m512i dmin = _mm512_castps_si512(halves16_ps(p.dmin + 16 * g));
+    const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(dmin, _mm512_set1_epi32(INT32_MIN)));
+    __m512i mn[4];  // lane i: rows i's (mn_b, mn_b+1), b = 8g + 2k, int16
+    for (int k = 0; k < 4; ++k) {
+      const __m128i m0 = load16(p.mn + 16 * (8 * g + 2 * k)), m1 = load16(p.mn + 16 * (8 * g + 2 * k + 1));
+      mn[k] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(m0, m1), _mm_unpacklo_epi8(m0, m1)));
+    }
+    for (int c = 0; c < C; ++c) {
+      int32_t S[4];
+      sum_pairs(a, m + c, g, S);
+      __m512i Mg = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k) Mg = _mm512_dpwssd_epi32(Mg, mn[k], _mm512_set1_epi32(S[k]));
+      const __m512 scale = _mm512_mul_ps(neg, _mm512_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
+      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(Mg), scale));
+    }
+  }
+}
+
 // The K-quants' tile: activations with one scale per group of 8 blocks (per256), so that each
 // block's integer sums take the weights' integer scales and the float scaling runs once a group g:
 //   q4k, q5k: I_g = sum_b sc_b I_b, M_g = sum_b mn_b S_b (S_b: the activations' integer block sum);
@@ -223,28 +253,7 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
         for (int c = 0; c < C; ++c) Ig[c] = _mm512_add_epi32(Ig[c], _mm512_mullo_epi32(_mm512_add_epi32(I[c], Ih[c]), sc));
       }
     }
-    const __m512 dg = halves16_ps(p.d + 16 * g);
-    for (int c = 0; c < C; ++c) {
-      const __m512 scale = _mm512_mul_ps(dg, _mm512_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
-      acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(Ig[c]), scale));
-    }
-    if constexpr (kPanelMins<L>) {
-      const __m512i dmin = _mm512_castps_si512(halves16_ps(p.dmin + 16 * g));
-      const __m512 neg = _mm512_castsi512_ps(_mm512_xor_si512(dmin, _mm512_set1_epi32(INT32_MIN)));
-      __m512i mn[4];  // lane i: rows i's (mn_b, mn_b+1), b = 8g + 2k, int16
-      for (int k = 0; k < 4; ++k) {
-        const __m128i m0 = load16(p.mn + 16 * (8 * g + 2 * k)), m1 = load16(p.mn + 16 * (8 * g + 2 * k + 1));
-        mn[k] = _mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(m0, m1), _mm_unpacklo_epi8(m0, m1)));
-      }
-      for (int c = 0; c < C; ++c) {
-        int32_t S[4];
-        sum_pairs(a, m + c, g, S);
-        __m512i Mg = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) Mg = _mm512_dpwssd_epi32(Mg, mn[k], _mm512_set1_epi32(S[k]));
-        const __m512 scale = _mm512_mul_ps(neg, _mm512_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
-        acc[c] = _mm512_add_ps(acc[c], _mm512_mul_ps(_mm512_cvtepi32_ps(Mg), scale));
-      }
-    }
+    group_steps<L, C>(p, a, m, g, Ig, acc);
   }
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y + c * ldy, acc[c]);
 }
@@ -325,7 +334,7 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
 // other code on the thread, such as oneDNN's, may configure tiles its own way.
 constexpr int kAmxRows = ::fd::kAmxTileRows, kAmxGroup = 8;
 template <int L>
-constexpr bool kAmx = L == kQ4 || L == kQ4S || L == kQ8;
+constexpr bool kAmx = L == kQ4 || L == kQ4S || L == kQ8 || L == kQ4K;
 struct AmxConfig {
   uint8_t palette, start;
   uint8_t reserved[14];
@@ -342,8 +351,9 @@ static void amx_config() {
   _tile_loadconfig(&c);
 }
 // The B tiles of a panel's nb blocks [nb][8][64] (slot: one buffer per panel of a pair): q8's units
-// as stored (signed, as tdpbssd takes them); q4's and q4s' unit u's low nibbles (values 4u..4u+3)
-// as row u and high nibbles (16 + 4u..) as row 4 + u, unpacked once for all the activation rows.
+// as stored (signed, as tdpbssd takes them); q4's, q4s' and q4k's unit u's low nibbles (values
+// 4u..4u+3) as row u and high nibbles (16 + 4u..) as row 4 + u, unpacked once for all the
+// activation rows.
 // q4s' as q - 8 (-8..7), so that the products hold its I_b = sum q x - 8 sum x whole.
 template <int L>
 static const uint8_t* amx_b(const Panel& p, int64_t nb, int slot) {
@@ -418,11 +428,22 @@ static int64_t amx_rows(const Panel (&p)[P], const Args& a, float* y, int64_t ld
       for (int i = 0; i < P; ++i)
         for (int h = 0; h < 2; ++h) {
           load(i, h);
-          for (int64_t b = g; b < g + n; ++b) {
-            __m512i I[8];
-            for (int c = 0; c < 8; ++c) I[c] = _mm512_load_si512(sums[b - g][i] + 16 * (8 * h + c));
-            const int64_t at = ((m / kAmxRows) * a.nb + b) * kAmxRows + 8 * h;  // xt's [tile][block][row]
-            scale_steps<L, 8>(p[i], b, I, a.xt + at, a.xt + at + rows * a.nb, 1, acc, macc);
+          if constexpr (kSuper<L>) {  // q4k: a group is the K-quants' group of 8 blocks
+            __m512i Ig[8];
+            for (int c = 0; c < 8; ++c) Ig[c] = _mm512_setzero_si512();
+            for (int64_t b = g; b < g + n; ++b) {
+              const __m512i sc = _mm512_cvtepu8_epi32(load16(p[i].sc + 16 * b));
+              for (int c = 0; c < 8; ++c)
+                Ig[c] = _mm512_add_epi32(Ig[c], _mm512_mullo_epi32(_mm512_load_si512(sums[b - g][i] + 16 * (8 * h + c)), sc));
+            }
+            group_steps<L, 8>(p[i], a, m + 8 * h, g / 8, Ig, acc);
+          } else {
+            for (int64_t b = g; b < g + n; ++b) {
+              __m512i I[8];
+              for (int c = 0; c < 8; ++c) I[c] = _mm512_load_si512(sums[b - g][i] + 16 * (8 * h + c));
+              const int64_t at = ((m / kAmxRows) * a.nb + b) * kAmxRows + 8 * h;  // xt's [tile][block][row]
+              scale_steps<L, 8>(p[i], b, I, a.xt + at, a.xt + at + rows * a.nb, 1, acc, macc);
+            }
           }
           for (int c = 0; c < 8; ++c) _mm512_store_ps(accs[i][h][0][c], acc[c]), _mm512_store_ps(accs[i][h][1][c], macc[c]);
         }
