@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 from gguf import quants as gq
 
@@ -34,8 +35,8 @@ ISAS = kernels.available_isas()
 def gguf_weight(qtype: T, n: int, k: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
     """(raw GGUF bytes [n, row bytes], their dequantization by the gguf package)."""
     rng = np.random.default_rng(seed)
-    if qtype == T.Q4_K:
-        raw = rng.integers(0, 256, size=(n * k // 256, 144), dtype=np.uint8)
+    if qtype in (T.Q4_K, T.Q5_K):  # no quantizer in gguf: random blocks with small d, dmin
+        raw = rng.integers(0, 256, size=(n * k // 256, GGML_QUANT_SIZES[qtype][1]), dtype=np.uint8)
         raw[:, 0:2] = np.frombuffer(np.float16(0.011).tobytes(), np.uint8)  # d
         raw[:, 2:4] = np.frombuffer(np.float16(0.007).tobytes(), np.uint8)  # dmin
         raw = raw.reshape(n, -1)
@@ -134,16 +135,16 @@ torch.save({name: packed_linear(x, formats.layout_of(p), p, native=True) for nam
 
 
 def test_amx_tiles_give_the_vnni_tiles_bits(tmp_path):
-    """Where the CPU has AMX, q4, q4s, q8 and q4k matmuls of 32+ rows take AMX tile products (45
-    rows: 2 tiles of 16 and 13 rows on the VNNI tiles; 37 weight rows: a pair of panels, then a
+    """Where the CPU has AMX, q4, q4s, q8, q4k and q5k matmuls of 32+ rows take AMX tile products
+    (45 rows: 2 tiles of 16 and 13 rows on the VNNI tiles; 37 weight rows: a pair of panels, then a
     padded last panel alone; K = 1056: 33 blocks, so groups of 8 and a last block without a pair;
-    q4k: K = 1280, 5 groups). Each block's integer sums are exact either way and the float steps
+    the K-quants: K = 1280, 5 groups). Each block's integer sums are exact either way and the float steps
     the same, so the output equals the VNNI tiles' (FASTDECODE_NO_AMX=1) and the twin's bit for
     bit. Run in subprocesses: whether AMX is used is settled once a process."""
     if "avx512-vnni" not in ISAS or "amx_int8" not in Path("/proc/cpuinfo").read_text():
         pytest.skip("no AMX (or no AVX-512 VNNI) on this CPU")
     cases = {}
-    for qtype, k in ((T.Q4_0, 1056), (T.Q4_1, 1056), (T.Q8_0, 1056), (T.Q4_K, 1280)):
+    for qtype, k in ((T.Q4_0, 1056), (T.Q4_1, 1056), (T.Q8_0, 1056), (T.Q4_K, 1280), (T.Q5_K, 1280)):
         raw, _ = gguf_weight(qtype, 37, k, seed=7)
         cases[qtype.name] = (formats.pack_gguf(raw, qtype, 37, k),
                              torch.randn(45, k, generator=torch.Generator().manual_seed(2)))

@@ -74,7 +74,7 @@ struct QuantArgs {
   int64_t N;
   bool wide = false;  // (VNNI) 512-bit registers at full width: 4-row tiles take two groups a register
   bool far = false;   // the panel layouts prefetch their values a second time, 4x as far (Intel; q4k always)
-  // (VNNI with AMX) the activations row by row, [M, K] int8, for AMX tiles (q4, q4s, q8, q4k); else null.
+  // (VNNI with AMX) the activations row by row, [M, K] int8, for AMX tiles (on_amx); else null.
   // With it, xt: the first M16 = M - M % 16 rows' block scales and scale x sums by tiles of
   // kAmxTileRows, [2][M16 / 16][nb][16], so that a tile's rows' values of one block are side by side.
   const int8_t* xa = nullptr;
@@ -99,5 +99,7 @@ constexpr int64_t kTileRows = 4, kPanelRows = 16;
 constexpr int64_t kAmxTileRows = 16;  // activation rows of an AMX tile (QuantArgs::xt)
 constexpr bool in_panels(Layout l) { return l == kQ4 || l == kQ8 || l == kQ4S || l == kQ4K || l == kQ5K || l == kQ6K; }
 constexpr bool in_super(Layout l) { return l == kQ4K || l == kQ5K || l == kQ6K; }
+// The layouts whose matmuls take AMX tiles where the CPU has them (quant_panel.h's amx_rows).
+constexpr bool on_amx(Layout l) { return l == kQ4 || l == kQ4S || l == kQ8 || l == kQ4K || l == kQ5K; }
 
 }  // namespace fd

@@ -18,8 +18,8 @@
 // quant/reference.py repeats it. I_b = sum q x (q4, q4k: q in 0..15; q5k: 0..31; q8: signed w, which VNNI
 // takes as w + 128, less 128 sum x; q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x)
 // + sc_hi (sum_hi q x - 32 sum_hi x) over the block's values 0-15 and 16-31, |I_b| < 2^24).
-// With AMX (Args::xa set, 32+ activation rows: ops.cpp), q4, q4s, q8 and q4k take each block's I_b
-// from tile products instead (amx_rows), and the same float steps (scale_steps, group_steps).
+// With AMX (Args::xa set, 32+ activation rows: ops.cpp), q4, q4s, q8, q4k and q5k take each block's
+// I_b from tile products instead (amx_rows), and the same float steps (scale_steps, group_steps).
 // Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
 // on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
 // level at K = 2048. The K-quants: benchmarks/batch_tiles/kquant_groups.md.
@@ -334,7 +334,7 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
 // other code on the thread, such as oneDNN's, may configure tiles its own way.
 constexpr int kAmxRows = ::fd::kAmxTileRows, kAmxGroup = 8;
 template <int L>
-constexpr bool kAmx = L == kQ4 || L == kQ4S || L == kQ8 || L == kQ4K;
+constexpr bool kAmx = ::fd::on_amx(static_cast<::fd::Layout>(L));
 struct AmxConfig {
   uint8_t palette, start;
   uint8_t reserved[14];
@@ -351,10 +351,10 @@ static void amx_config() {
   _tile_loadconfig(&c);
 }
 // The B tiles of a panel's nb blocks [nb][8][64] (slot: one buffer per panel of a pair): q8's units
-// as stored (signed, as tdpbssd takes them); q4's, q4s' and q4k's unit u's low nibbles (values
-// 4u..4u+3) as row u and high nibbles (16 + 4u..) as row 4 + u, unpacked once for all the
-// activation rows.
-// q4s' as q - 8 (-8..7), so that the products hold its I_b = sum q x - 8 sum x whole.
+// as stored (signed, as tdpbssd takes them); q4's, q4s', q4k's and q5k's unit u's low nibbles
+// (values 4u..4u+3; q5k's with their fifth bits) as row u and high nibbles (16 + 4u..) as row 4 + u,
+// unpacked once for all the activation rows; q4s' as q - 8 (-8..7), so that the products hold its
+// I_b = sum q x - 8 sum x.
 template <int L>
 static const uint8_t* amx_b(const Panel& p, int64_t nb, int slot) {
   if constexpr (L == kQ8) return p.q;
@@ -362,13 +362,19 @@ static const uint8_t* amx_b(const Panel& p, int64_t nb, int slot) {
   bt[slot].resize(512 * nb);
   uint8_t* to = bt[slot].data();
   const __m512i low = _mm512_set1_epi8(0x0F), off = _mm512_set1_epi8(L == kQ4S ? 8 : 0);
-  for (int64_t b = 0; b < nb; ++b)
-    for (int u = 0; u < 4; ++u) {
-      const __m512i v = _mm512_loadu_si512(p.q + 256 * b + 64 * u);
-      const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* pb = p.q + 64 * kUnits<L> * b;
+    __m512i top = low;
+    if constexpr (L == kQ5K) top = _mm512_loadu_si512(pb + 256);
+    auto unit = [&]<int u>() __attribute__((always_inline)) {
+      const __m512i v = _mm512_loadu_si512(pb + 64 * u);
+      __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      if constexpr (L == kQ5K) fifth_bits<u, V512>(top, lo, hi);
       _mm512_storeu_si512(to + 512 * b + 64 * u, _mm512_sub_epi8(lo, off));
       _mm512_storeu_si512(to + 512 * b + 64 * (4 + u), _mm512_sub_epi8(hi, off));
-    }
+    };
+    each_chunk(unit);
+  }
   return to;
 }
 // The products of blocks b and (two) b + 1 of the activation rows at x (block b's first byte, rows
@@ -424,17 +430,21 @@ static int64_t amx_rows(const Panel (&p)[P], const Args& a, float* y, int64_t ld
     std::memset(accs, 0, sizeof accs);
     for (int64_t g = 0; g < a.nb; g += kAmxGroup) {
       const int64_t n = std::min<int64_t>(kAmxGroup, a.nb - g);
-      for (int64_t j = 0; j < n; j += 2) amx_products<P>(a.xa + m * K + 32 * (g + j), K, bt, g + j, j + 1 < n, sums + j);
+      for (int64_t j = 0; j < n; j += 2)
+        amx_products<P>(a.xa + m * K + 32 * (g + j), K, bt, g + j, j + 1 < n, sums + j);
       for (int i = 0; i < P; ++i)
         for (int h = 0; h < 2; ++h) {
           load(i, h);
-          if constexpr (kSuper<L>) {  // q4k: a group is the K-quants' group of 8 blocks
+          if constexpr (kSuper<L>) {  // q4k, q5k: the group is the K-quants' group g / 8
+            static_assert(kAmxGroup == 8, "the K-quants' steps take their groups of 8 blocks");
             __m512i Ig[8];
             for (int c = 0; c < 8; ++c) Ig[c] = _mm512_setzero_si512();
             for (int64_t b = g; b < g + n; ++b) {
-              const __m512i sc = _mm512_cvtepu8_epi32(load16(p[i].sc + 16 * b));
-              for (int c = 0; c < 8; ++c)
-                Ig[c] = _mm512_add_epi32(Ig[c], _mm512_mullo_epi32(_mm512_load_si512(sums[b - g][i] + 16 * (8 * h + c)), sc));
+              const __m512i sc = _mm512_cvtepu8_epi32(load16(p[i].sc + 16 * b));  // I_g = sum_b sc_b I_b
+              for (int c = 0; c < 8; ++c) {
+                const __m512i I = _mm512_load_si512(sums[b - g][i] + 16 * (8 * h + c));
+                Ig[c] = _mm512_add_epi32(Ig[c], _mm512_mullo_epi32(I, sc));
+              }
             }
             group_steps<L, 8>(p[i], a, m + 8 * h, g / 8, Ig, acc);
           } else {
@@ -445,7 +455,8 @@ static int64_t amx_rows(const Panel (&p)[P], const Args& a, float* y, int64_t ld
               scale_steps<L, 8>(p[i], b, I, a.xt + at, a.xt + at + rows * a.nb, 1, acc, macc);
             }
           }
-          for (int c = 0; c < 8; ++c) _mm512_store_ps(accs[i][h][0][c], acc[c]), _mm512_store_ps(accs[i][h][1][c], macc[c]);
+          for (int c = 0; c < 8; ++c)
+            _mm512_store_ps(accs[i][h][0][c], acc[c]), _mm512_store_ps(accs[i][h][1][c], macc[c]);
         }
     }
     for (int i = 0; i < P; ++i)
