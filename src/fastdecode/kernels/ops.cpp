@@ -254,9 +254,11 @@ constexpr int64_t kChunksPerThread = 4;
 // path the on_amx layouts' matmuls of kAmxMinRows rows or more take AMX tiles (quant_panel.h's
 // amx_rows; the same bits). Against the VNNI tiles on an Intel Xeon (benchmarks/serve/README.md,
 // 2026-12-05 (evening)): prefill of 1B Q4_0 1.56-1.65x, of 1B Q4_K_M 1.18-1.23x, of 1B Q5_K_M
-// 1.23-1.26x, of the default model 1.10-1.11x. At 16 rows the VNNI tiles stay ahead (AMX's matmuls 0.83x: each panel's B
-// tiles are unpacked for too few rows); at 32 to 48 rows the two are level.
-constexpr int64_t kAmxMinRows = 32;
+// 1.23-1.26x, of the default model 1.10-1.11x. At 16 rows the VNNI tiles stay ahead (AMX's
+// matmuls 0.83x: each panel's B tiles are unpacked for too few rows); at 32 to 48 rows the two are
+// level. q8's B tiles are its panels as stored, so q8 takes AMX from 16 rows (the default model's
+// Q8_0 head at 16 rows: 1.30-1.38x).
+constexpr int64_t kAmxMinRows = 32, kAmxMinRowsQ8 = fd::kAmxTileRows;
 bool amx() {
   static const bool ok = [] {
     const char* off = std::getenv("FASTDECODE_NO_AMX");
@@ -270,7 +272,8 @@ bool amx() {
 
 at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   const bool vnni = active_isa() == kVnni;
-  const bool by_rows = vnni && x.size(0) >= kAmxMinRows && fd::on_amx(a.layout) && amx();
+  const bool by_rows = vnni && x.size(0) >= (a.layout == fd::kQ8 ? kAmxMinRowsQ8 : kAmxMinRows) &&
+                       fd::on_amx(a.layout) && amx();
   const Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout), by_rows);
   at::Tensor y = at::empty({x.size(0), N}, x.options());
   a.xq = act.q.data_ptr<int8_t>();

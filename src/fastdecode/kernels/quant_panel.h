@@ -18,7 +18,7 @@
 // quant/reference.py repeats it. I_b = sum q x (q4, q4k: q in 0..15; q5k: 0..31; q8: signed w, which VNNI
 // takes as w + 128, less 128 sum x; q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x)
 // + sc_hi (sum_hi q x - 32 sum_hi x) over the block's values 0-15 and 16-31, |I_b| < 2^24).
-// With AMX (Args::xa set, 32+ activation rows: ops.cpp), q4, q4s, q8, q4k and q5k take each block's
+// With AMX (Args::xa set, 32+ activation rows, q8 16+: ops.cpp), q4, q4s, q8, q4k and q5k take each block's
 // I_b from tile products instead (amx_rows), and the same float steps (scale_steps, group_steps).
 // Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
 // on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
