@@ -75,8 +75,9 @@ struct QuantArgs {
   bool wide = false;  // (VNNI) 512-bit registers at full width: 4-row tiles take two groups a register
   bool far = false;   // the panel layouts prefetch their values a second time, 4x as far (Intel; q4k always)
   // (VNNI with AMX) the activations row by row, [M, K] int8, for AMX tiles (on_amx); else null.
-  // With it, xt: the first M16 = M - M % 16 rows' block scales and scale x sums by tiles of
-  // kAmxTileRows, [2][M16 / 16][nb][16], so that a tile's rows' values of one block are side by side.
+  // With it, but for the K-quants (null), xt: the first M16 = M - M % 16 rows' block scales and
+  // scale x sums by tiles of kAmxTileRows, [2][M16 / 16][nb][16], so that a tile's rows' values of
+  // one block are side by side.
   const int8_t* xa = nullptr;
   const float* xt = nullptr;
 };

@@ -202,9 +202,10 @@ struct Act {
   at::Tensor tiles;  // (by_rows) d and s 16 rows a tile (QuantArgs::xt)
 };
 
-// by_rows (panels only): also q row by row and d, s by tiles of 16 rows (QuantArgs::xa, xt), each
-// chunk of rows copied right after it is quantized. The panel layout [G, M, 256] interleaves a
-// group's blocks (block 8 g + j's values 4 w..4 w + 3 at byte 4 j + 32 w of a row's group).
+// by_rows (panels only): also q row by row (QuantArgs::xa) and, but for the K-quants (per256, whose
+// AMX steps read d once a group), d and s by tiles of 16 rows (QuantArgs::xt); each chunk of rows
+// is copied right after it is quantized. The panel layout [G, M, 256] interleaves a group's blocks
+// (block 8 g + j's values 4 w..4 w + 3 at byte 4 j + 32 w of a row's group).
 Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows = false) {
   const int64_t M = x.size(0), K = x.size(1), G = (K / 32 + 7) / 8;
   const int64_t qrow = panels ? 256 : G * 256, qgroup = panels ? M * 256 : 256;
@@ -222,8 +223,10 @@ Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows = false
   if (by_rows) {
     a.rows = at::empty({M, K}, a.q.options());
     rp = a.rows.data_ptr<int8_t>();
-    a.tiles = at::empty({2, M16 * nb}, x.options());
-    tp = a.tiles.data_ptr<float>();
+    if (!per256) {
+      a.tiles = at::empty({2, M16 * nb}, x.options());
+      tp = a.tiles.data_ptr<float>();
+    }
   }
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
     f(xp + m0 * K, m1 - m0, K, per256, qp + m0 * qrow, qrow, qgroup, dp + m0 * G * 8, sp + m0 * G * 8, up + m0 * G * 16);
@@ -231,7 +234,7 @@ Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows = false
       for (int64_t b = 0; b < nb; ++b) {
         const int8_t* from = qp + ((b / 8) * M + m) * 256 + 4 * (b % 8);
         for (int w = 0; w < 8; ++w) std::memcpy(rp + m * K + 32 * b + 4 * w, from + 32 * w, 4);
-        if (m >= M16) continue;
+        if (!tp || m >= M16) continue;
         const int64_t at = ((m / T) * nb + b) * T + m % T;
         tp[at] = dp[m * G * 8 + b];
         tp[M16 * nb + at] = sp[m * G * 8 + b];
@@ -284,7 +287,7 @@ at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   a.y = y.data_ptr<float>();
   a.N = N;
   a.xa = by_rows ? act.rows.data_ptr<int8_t>() : nullptr;
-  a.xt = by_rows ? act.tiles.data_ptr<float>() : nullptr;
+  a.xt = act.tiles.defined() ? act.tiles.data_ptr<float>() : nullptr;
   a.wide = wide();
   static const bool far = far_prefetch();
   a.far = far;

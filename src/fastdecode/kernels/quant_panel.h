@@ -18,8 +18,9 @@
 // quant/reference.py repeats it. I_b = sum q x (q4, q4k: q in 0..15; q5k: 0..31; q8: signed w, which VNNI
 // takes as w + 128, less 128 sum x; q4s: sum q x - 8 sum x; q6k: sc_lo (sum_lo q x - 32 sum_lo x)
 // + sc_hi (sum_hi q x - 32 sum_hi x) over the block's values 0-15 and 16-31, |I_b| < 2^24).
-// With AMX (Args::xa set, 32+ activation rows, q8 16+: ops.cpp), q4, q4s, q8, q4k and q5k take each block's
-// I_b from tile products instead (amx_rows), and the same float steps (scale_steps, group_steps).
+// With AMX (Args::xa set, 32+ activation rows, q8 16+: ops.cpp), q4, q4s, q8, q4k and q5k take
+// each block's I_b from tile products instead (amx_rows), and the same float steps (scale_steps,
+// group_steps).
 // Against the lane-order tiles (Zen 4, 2 threads, benchmarks/batch_tiles/panels.md): q4, q8, q4s
 // on VNNI 1.2-2.5x from two activation rows and level to 1.3x at one; AVX2 1.3-1.8x at K = 576,
 // level at K = 2048. The K-quants: benchmarks/batch_tiles/kquant_groups.md.
@@ -260,7 +261,9 @@ static FD_INLINE void super_tile(const Panel& p, const Args& a, int64_t m, float
 
 // q4, q8 and q4s: block b's float steps from the integer sums I of C activation rows (q4s: less
 // its 8 sum x already), the one order panel_tile and amx_rows share and the twin repeats. xd, xs:
-// the first row's block scale and scale x sum, the next rows' rs floats apart.
+// the first row's block scale and scale x sum, the next rows' rs floats apart. (Indexing each
+// row's scale from Args inside the block loop instead ran the VNNI tiles 1.35-1.54x slower from 8
+// rows: the compiled loop redid that arithmetic per row and block; benchmarks/serve/README.md.)
 template <int L, int C>
 static FD_INLINE void scale_steps(const Panel& p, int64_t b, const __m512i (&I)[C], const float* xd, const float* xs,
                                   int64_t rs, __m512 (&acc)[C], __m512 (&macc)[C]) {
