@@ -190,12 +190,25 @@ struct Row {
   int64_t first, n;
 };
 
+// Keys ahead of the scores that a decode tile prefetches. A decode step's tiles each read their
+// slot's K and then V once, from DRAM: without prefetching, 16 rows over 30 layers of 200-300
+// positions read at 13-15 GB/s where the machine reads 28 (benchmarks/serve/README.md,
+// 2026-12-05 (night)).
+constexpr int64_t kAheadKeys = 16;
+
+// Prefetch the row_bytes from p into the cache level Hint.
+template <int Hint>
+inline void prefetch_row(const char* p, int64_t row_bytes) {
+  for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(p + o, static_cast<_mm_hint>(Hint));
+}
+
 // Scores of R rows that share their keys (one token's heads; rs[0]'s first and n) for
 // keys [c0, c1) (key j at kb + (j - k0) ks), J at a time from lo + J m (lo: the tile's
-// first key).
+// first key). vdiff: 0, or (a decode tile's) V row j's offset from K row j, when K is
+// prefetched kAheadKeys ahead into L1 and V into L2 for pv_rows, which reads it next.
 template <class Fmt, int R>
 void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t k0, int64_t lo, int64_t c0, int64_t c1,
-             int64_t D, __m256 scale) {
+             int64_t D, __m256 scale, int64_t vdiff) {
   constexpr int J = kKeys<R>;
   const int64_t r0 = std::max(c0, rs->first), r1 = std::min(c1, rs->first + rs->n);
   const float* q[R];
@@ -216,8 +229,16 @@ void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t k0, i
     partial(g);
     g += J;
   }
+  const int64_t row_bytes = Fmt::row_bytes(D);
   for (; g + J <= r1; g += J) {
     for (int j = 0; j < J; ++j) k[j] = kb + (g + j - k0) * ks;
+    if (vdiff) {
+      const typename Fmt::T* ahead = k[0] + kAheadKeys * ks;
+      for (int j = 0; j < J; ++j) {
+        prefetch_row<_MM_HINT_T0>(reinterpret_cast<const char*>(ahead + j * ks), row_bytes);
+        prefetch_row<_MM_HINT_T1>(reinterpret_cast<const char*>(ahead + j * ks + vdiff), row_bytes);
+      }
+    }
     group(g, 0, J);
   }
   if (g < r1) partial(g);
@@ -645,6 +666,9 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   };
   // The scores of keys [c0, c1) of K (format U, key j at kp + (j - k0) st) for every token.
   if (wide_tile) buf.kt.resize((jb + 15) / 16 * 16 * D);
+  // A decode tile prefetches (qk_rows); tiles of several tokens read each block of K from L1/L2
+  // after their first token.
+  const int64_t vdiff = t1 - t0 == 1 ? vb - kb : 0;
   auto scores = [&]<class U>(const typename U::T* kp, int64_t st, int64_t k0, int64_t c0, int64_t c1) {
     if (wide_tile) {
       wide::transpose_keys<U>(kp, st, k0, c0, c1, D, buf.kt.data());
@@ -655,9 +679,9 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       if (std::max(c0, rs->first) >= std::min(c1, rs->first + rs->n)) continue;
       head_groups(nh, [&](int64_t h, int64_t m) {
         switch (m) {
-          case 3: return qk_rows<U, 3>(rs + h, kp, st, k0, lo, c0, c1, D, scale);
-          case 2: return qk_rows<U, 2>(rs + h, kp, st, k0, lo, c0, c1, D, scale);
-          default: return qk_rows<U, 1>(rs + h, kp, st, k0, lo, c0, c1, D, scale);
+          case 3: return qk_rows<U, 3>(rs + h, kp, st, k0, lo, c0, c1, D, scale, vdiff);
+          case 2: return qk_rows<U, 2>(rs + h, kp, st, k0, lo, c0, c1, D, scale, vdiff);
+          default: return qk_rows<U, 1>(rs + h, kp, st, k0, lo, c0, c1, D, scale, vdiff);
         }
       });
     }
