@@ -669,6 +669,11 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   // A decode tile prefetches (qk_rows); tiles of several tokens read each block of K from L1/L2
   // after their first token.
   const int64_t vdiff = t1 - t0 == 1 ? vb - kb : 0;
+  if (vdiff)  // the first keys, which qk_rows' prefetches do not reach
+    for (int64_t j = lo; j < std::min(hi, lo + kAheadKeys); ++j) {
+      prefetch_row<_MM_HINT_T0>(reinterpret_cast<const char*>(kb + j * ks), Fmt::row_bytes(D));
+      prefetch_row<_MM_HINT_T1>(reinterpret_cast<const char*>(vb + j * ks), Fmt::row_bytes(D));
+    }
   auto scores = [&]<class U>(const typename U::T* kp, int64_t st, int64_t k0, int64_t c0, int64_t c1) {
     if (wide_tile) {
       wide::transpose_keys<U>(kp, st, k0, c0, c1, D, buf.kt.data());
