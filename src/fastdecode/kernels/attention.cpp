@@ -191,8 +191,8 @@ struct Row {
 };
 
 // Keys ahead of the scores that a decode tile prefetches. A decode step's tiles each read their
-// slot's K and then V once, from DRAM: without prefetching, 16 rows over 30 layers of 200-300
-// positions read at 13-15 GB/s where the machine reads 28 (benchmarks/serve/README.md,
+// slot's K and then V once, from memory: without prefetching, 16 rows over 30 layers of 200-300
+// positions read at 13-19 GB/s where the machine reads 28 (benchmarks/serve/README.md,
 // 2026-12-05 (night)).
 constexpr int64_t kAheadKeys = 16;
 
