@@ -683,10 +683,11 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       const Row* rs = &buf.rows[r];
       if (std::max(c0, rs->first) >= std::min(c1, rs->first + rs->n)) continue;
       head_groups(nh, [&](int64_t h, int64_t m) {
+        const int64_t pf = h == 0 ? vdiff : 0;  // the token's first group of heads prefetches for all
         switch (m) {
-          case 3: return qk_rows<U, 3>(rs + h, kp, st, k0, lo, c0, c1, D, scale, vdiff);
-          case 2: return qk_rows<U, 2>(rs + h, kp, st, k0, lo, c0, c1, D, scale, vdiff);
-          default: return qk_rows<U, 1>(rs + h, kp, st, k0, lo, c0, c1, D, scale, vdiff);
+          case 3: return qk_rows<U, 3>(rs + h, kp, st, k0, lo, c0, c1, D, scale, pf);
+          case 2: return qk_rows<U, 2>(rs + h, kp, st, k0, lo, c0, c1, D, scale, pf);
+          default: return qk_rows<U, 1>(rs + h, kp, st, k0, lo, c0, c1, D, scale, pf);
         }
       });
     }
