@@ -3,7 +3,7 @@ packages exported with different Inductor settings. Run it with its own FASTDECO
 TORCHINDUCTOR_CACHE_DIR per setting (the package key does not include Inductor's settings), e.g.
 TORCHINDUCTOR_CPP_MIN_CHUNK_SIZE=1000000 (every fused elementwise loop serial) against the default:
 
-    FASTDECODE_CACHE=/tmp/c1 TORCHINDUCTOR_CACHE_DIR=/tmp/i1 TORCHINDUCTOR_CPP_MIN_CHUNK_SIZE=1000000 \
+    FASTDECODE_CACHE=/tmp/c1 TORCHINDUCTOR_CACHE_DIR=/tmp/i1 TORCHINDUCTOR_CPP_MIN_CHUNK_SIZE=1000000 \\
       python benchmarks/serve/night/inductor_threads.py serial
 
 The first run exports the package in the background and waits for it. Prints the best of three:
