@@ -201,11 +201,18 @@ template <int Hint>
 inline void prefetch_row(const char* p, int64_t row_bytes) {
   for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(p + o, static_cast<_mm_hint>(Hint));
 }
+// A decode tile's key: its K row (at k) into L1 for the scores, its V row (vdiff further) into L2
+// for pv_rows, which reads it after the softmax.
+template <class T>
+inline void prefetch_key(const T* k, int64_t vdiff, int64_t row_bytes) {
+  prefetch_row<_MM_HINT_T0>(reinterpret_cast<const char*>(k), row_bytes);
+  prefetch_row<_MM_HINT_T1>(reinterpret_cast<const char*>(k + vdiff), row_bytes);
+}
 
 // Scores of R rows that share their keys (one token's heads; rs[0]'s first and n) for
 // keys [c0, c1) (key j at kb + (j - k0) ks), J at a time from lo + J m (lo: the tile's
-// first key). vdiff: 0, or (a decode tile's) V row j's offset from K row j, when K is
-// prefetched kAheadKeys ahead into L1 and V into L2 for pv_rows, which reads it next.
+// first key). vdiff: 0, or (a decode tile's) V row j's offset from K row j, when each key
+// kAheadKeys ahead is prefetched (prefetch_key).
 template <class Fmt, int R>
 void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t k0, int64_t lo, int64_t c0, int64_t c1,
              int64_t D, __m256 scale, int64_t vdiff) {
@@ -232,13 +239,8 @@ void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t k0, i
   const int64_t row_bytes = Fmt::row_bytes(D);
   for (; g + J <= r1; g += J) {
     for (int j = 0; j < J; ++j) k[j] = kb + (g + j - k0) * ks;
-    if (vdiff) {
-      const typename Fmt::T* ahead = k[0] + kAheadKeys * ks;
-      for (int j = 0; j < J; ++j) {
-        prefetch_row<_MM_HINT_T0>(reinterpret_cast<const char*>(ahead + j * ks), row_bytes);
-        prefetch_row<_MM_HINT_T1>(reinterpret_cast<const char*>(ahead + j * ks + vdiff), row_bytes);
-      }
-    }
+    if (vdiff)
+      for (int j = 0; j < J; ++j) prefetch_key(k[j] + kAheadKeys * ks, vdiff, row_bytes);
     group(g, 0, J);
   }
   if (g < r1) partial(g);
@@ -670,10 +672,8 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   // after their first token.
   const int64_t vdiff = t1 - t0 == 1 ? vb - kb : 0;
   if (vdiff)  // the first keys, which qk_rows' prefetches do not reach
-    for (int64_t j = lo; j < std::min(hi, lo + kAheadKeys); ++j) {
-      prefetch_row<_MM_HINT_T0>(reinterpret_cast<const char*>(kb + j * ks), Fmt::row_bytes(D));
-      prefetch_row<_MM_HINT_T1>(reinterpret_cast<const char*>(vb + j * ks), Fmt::row_bytes(D));
-    }
+    for (int64_t j = lo; j < std::min(hi, lo + kAheadKeys); ++j)
+      prefetch_key(kb + j * ks, vdiff, Fmt::row_bytes(D));
   auto scores = [&]<class U>(const typename U::T* kp, int64_t st, int64_t k0, int64_t c0, int64_t c1) {
     if (wide_tile) {
       wide::transpose_keys<U>(kp, st, k0, c0, c1, D, buf.kt.data());
