@@ -424,10 +424,16 @@ static int64_t amx_rows(const Panel (&p)[P], const Args& a, float* y, int64_t ld
   const uint8_t* bt[P];
   for (int i = 0; i < P; ++i) bt[i] = amx_b<L>(p[i], a.nb, i);
   alignas(64) int32_t sums[kAmxGroup][P][256];
-  alignas(64) float accs[P][2][2][8][16];  // [panel][rows 0-7, 8-15][acc, macc][row][column]
+  // [panel][rows 0-7, 8-15][acc, macc][row][column]; only q4 has minima (macc), so only q4's move
+  constexpr bool mins = L == kQ4;
+  alignas(64) float accs[P][2][2][8][16];
   __m512 acc[8], macc[8];
+  for (int c = 0; c < 8; ++c) macc[c] = _mm512_setzero_ps();
   auto load = [&](int i, int h) __attribute__((always_inline)) {
-    for (int c = 0; c < 8; ++c) acc[c] = _mm512_load_ps(accs[i][h][0][c]), macc[c] = _mm512_load_ps(accs[i][h][1][c]);
+    for (int c = 0; c < 8; ++c) {
+      acc[c] = _mm512_load_ps(accs[i][h][0][c]);
+      if constexpr (mins) macc[c] = _mm512_load_ps(accs[i][h][1][c]);
+    }
   };
   for (int64_t m = 0; m < rows; m += kAmxRows) {
     std::memset(accs, 0, sizeof accs);
@@ -458,8 +464,10 @@ static int64_t amx_rows(const Panel (&p)[P], const Args& a, float* y, int64_t ld
               scale_steps<L, 8>(p[i], b, I, a.xt + at, a.xt + at + rows * a.nb, 1, acc, macc);
             }
           }
-          for (int c = 0; c < 8; ++c)
-            _mm512_store_ps(accs[i][h][0][c], acc[c]), _mm512_store_ps(accs[i][h][1][c], macc[c]);
+          for (int c = 0; c < 8; ++c) {
+            _mm512_store_ps(accs[i][h][0][c], acc[c]);
+            if constexpr (mins) _mm512_store_ps(accs[i][h][1][c], macc[c]);
+          }
         }
     }
     for (int i = 0; i < P; ++i)
