@@ -191,6 +191,39 @@ def test_corrupt_array_count(tmp_path, good_gguf):
     one_line_error(bad, "truncated|corrupt")
 
 
+def test_corrupt_header_entry_is_located(tmp_path, good_gguf):
+    """A metadata key length or a tensor name length that runs past the file: the one-line error
+    says which entry (the key before it, or the tensor description's first byte)."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(good_gguf)
+    keys = list(reader.fields)
+    entry = reader.fields[keys[4]]  # a key after the three header fields and one more
+    tensor = reader.tensors[1].field
+    bad = tmp_path / "entry.gguf"
+    for at, expected in ((entry.offset, f"the metadata entry after '{keys[3]}'"),
+                         (tensor.offset, f"the tensor description at byte {tensor.offset}")):
+        data = bytearray(good_gguf.read_bytes())
+        struct.pack_into("<Q", data, at, 2**50)  # the key's or the tensor name's length
+        bad.write_bytes(bytes(data))
+        assert expected in one_line_error(bad, "corrupt GGUF header")
+
+
+def test_duplicate_metadata_key(tmp_path):
+    import gguf
+
+    path = tmp_path / "dup.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_uint32("t.a", 1)
+    w.add_uint32("t.b", 2)
+    w.add_tensor("w", np.ones((4, 8), np.float32))
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
+    data = path.read_bytes()
+    assert data.count(b"t.b") == 1
+    path.write_bytes(data.replace(b"t.b", b"t.a"))
+    one_line_error(path, "the metadata key 't.a' appears twice")
+
+
 def test_file_cut_inside_the_metadata(tmp_path, good_gguf):
     """Cut at every 97th byte of the header (inside strings, lengths and arrays): one line each."""
     from gguf import GGUFReader

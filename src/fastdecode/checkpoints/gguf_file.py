@@ -31,6 +31,10 @@ class _CutShort(Exception):
     """A tensor's data runs past the end of the file (_Reader)."""
 
 
+class _BadHeader(Exception):
+    """A header entry cannot be read (_Reader): the message says which."""
+
+
 class _Reader(GGUFReader):
     """GGUFReader with two changes.
 
@@ -43,7 +47,35 @@ class _Reader(GGUFReader):
 
     And, when mapping the tensors fails, it says which tensor the file cuts short: the
     reader maps every tensor as it opens the file, and a truncated file then fails inside
-    numpy with a shape error that names neither the tensor nor the offset."""
+    numpy with a shape error that names neither the tensor nor the offset. Likewise a
+    header entry that cannot be read is named by where it starts (_BadHeader)."""
+
+    _last_key: Optional[str] = None  # the last metadata key read
+    _info_at: Optional[int] = None  # where the tensor description being read starts
+
+    def __init__(self, path: Path):
+        try:
+            super().__init__(path)
+        except (IndexError, OverflowError, TypeError, KeyError, UnicodeDecodeError) as e:
+            if self._info_at is not None:
+                where = f"the tensor description at byte {self._info_at}"
+            elif self._last_key is not None and not self._last_key.startswith("GGUF."):
+                where = f"the metadata entry after {self._last_key!r}"
+            else:
+                where = "the first metadata entry"
+            raise _BadHeader(f"{where} runs past the end of the file or holds an impossible value "
+                             f"({type(e).__name__})") from None
+
+    def _push_field(self, field: Any, skip_sum: bool = False) -> int:
+        if field.name in self.fields:
+            raise _BadHeader(f"the metadata key {field.name!r} appears twice")
+        size = super()._push_field(field, skip_sum)
+        self._last_key = field.name
+        return size
+
+    def _get_tensor_info_field(self, orig_offs: int) -> Any:
+        self._info_at = orig_offs
+        return super()._get_tensor_info_field(orig_offs)
 
     def _get_field_parts(self, orig_offs: int, raw_type: int) -> tuple[int, list, list[int], list]:
         if raw_type != GGUFValueType.ARRAY or self.byte_order != "I":
@@ -127,8 +159,8 @@ class GGUFFile:
             raise FastDecodeError(f"{path}: {e}") from None
         except ValueError as e:
             raise FastDecodeError(f"{path}: {_describe_reader_error(e)}") from None
-        except (IndexError, OverflowError, TypeError, KeyError, UnicodeDecodeError) as e:
-            raise FastDecodeError(f"{path}: truncated or corrupt GGUF header ({type(e).__name__})") from None
+        except _BadHeader as e:
+            raise FastDecodeError(f"{path}: truncated or corrupt GGUF header: {e}") from None
         if self._reader.byte_order == "S":
             raise FastDecodeError(f"{path}: big-endian GGUF files are not supported")
         self.tensors: dict[str, ReaderTensor] = {t.name: t for t in self._reader.tensors}
