@@ -37,6 +37,8 @@ BAD_CHAT = {
     "messages empty": {"messages": []},
     "messages missing": {"max_tokens": 3},
     "bad role": {"messages": [{"role": "wizard", "content": "x"}]},
+    "user message without content": {"messages": [{"role": "user"}]},
+    "system message without content": {"messages": [{"role": "system"}, {"role": "user", "content": "x"}]},
     "image part": {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
     "max_tokens negative": {"messages": USER, "max_tokens": -1},
     "max_tokens zero": {"messages": USER, "max_tokens": 0},

@@ -88,6 +88,13 @@ def test_raise_exception_becomes_a_one_line_error():
         render_chat_template(StubTokenizer(LLAMA3_STYLE), [{"role": "tool", "content": "x"}])
 
 
+def test_a_python_error_inside_the_template_becomes_a_one_line_error():
+    """A template's own expression failing on the messages (here: str + None) names the error."""
+    with pytest.raises(FastDecodeError, match="chat template failed on these messages: TypeError") as info:
+        render_chat_template(StubTokenizer("{{ 'x' + messages[0]['content'] }}"), [{"role": "user", "content": None}])
+    assert "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize("template", [
     "{{ ''.__class__.__mro__ }}",
     "{{ messages.append({'role': 'x'}) }}",

@@ -121,13 +121,15 @@ class ToolCallIn(_In):
 
 class ChatMessage(_In):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Any = None
+    content: Any = Field(default=None, validate_default=True)  # _text: a missing one reads as ""
     name: Optional[str] = None
     tool_calls: Optional[list[ToolCallIn]] = None  # assistant messages; content may then be null
     tool_call_id: Optional[StrictStr] = None  # tool messages: the call this is the result of
 
     @model_validator(mode="after")
     def _tool_fields(self) -> "ChatMessage":
+        if self.role != "assistant" and "content" not in self.model_fields_set:
+            raise ValueError(f"a {self.role} message needs content (a string or a list of text parts)")
         if self.role == "tool" and self.tool_call_id is None:
             raise ValueError("a tool message needs tool_call_id: the id of the call it answers")
         if self.tool_calls and self.role != "assistant":
