@@ -68,6 +68,8 @@ BAD_COMPLETIONS = {
     "negative id": {"prompt": [5, -1]},
     "id outside the vocabulary": {"prompt": [5, 260]},
     "mixed prompt list": {"prompt": [[1], "a"]},
+    "suffix": {"prompt": "a", "suffix": "b"},
+    "best_of": {"prompt": "a", "best_of": 3},
     "prompt null": {"prompt": None},
     "logprobs > 20": {"prompt": "a", "logprobs": 21},
     "echo streamed": {"prompt": "a", "echo": True, "stream": True},

@@ -97,6 +97,24 @@ class CompletionRequest(_Sampling):
     logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
     echo: Optional[bool] = False
     max_tokens: Optional[int] = Field(default=None, ge=0)  # 0: only with echo (the prompt's logprobs)
+    # OpenAI's, not run here: named so that a request using them fails instead of being
+    # answered as if they were absent.
+    suffix: Optional[str] = None
+    best_of: Optional[int] = None
+
+    @field_validator("suffix")
+    @classmethod
+    def _suffix(cls, v: Optional[str]) -> Optional[str]:
+        if v:
+            raise ValueError("is not supported (no fill-in-the-middle); accepted: null or an empty string")
+        return v
+
+    @field_validator("best_of")
+    @classmethod
+    def _best_of(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and v != 1:
+            raise ValueError(f"is not supported (got {v}); accepted: 1 or leave it out, and use n for several choices")
+        return v
 
 
 class FunctionCallIn(_In):
