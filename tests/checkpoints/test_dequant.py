@@ -28,9 +28,10 @@ def random_blocks(qtype: T, rows: int, blocks_per_row: int, seed: int = 0) -> np
     return raw.reshape(rows, -1)
 
 
-def test_supported_types_are_the_issue_list():
+def test_supported_types_are_the_issue_list_and_the_requantized_ones():
     assert set(dequant.SUPPORTED_TYPES) == {
-        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS"}
+        "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS",
+        "Q2_K", "Q3_K", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0", "MXFP4"}
 
 
 @pytest.mark.parametrize("qtype", list(FP16_FIELDS), ids=lambda t: t.name)

@@ -267,14 +267,14 @@ def test_known_but_unsupported_tensor_type(tmp_path):
 
     from fastdecode.checkpoints.gguf_file import GGUFFile
 
-    path = tmp_path / "q2k.gguf"
+    path = tmp_path / "q8k.gguf"
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tensor("blk.0.attn_q.weight", np.zeros((2, 84), dtype=np.uint8), raw_dtype=T.Q2_K)
+    w.add_tensor("blk.0.attn_q.weight", np.zeros((2, 292), dtype=np.uint8), raw_dtype=T.Q8_K)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(FastDecodeError, match="unsupported type Q2_K; supported: F32"):
+    with pytest.raises(FastDecodeError, match="unsupported type Q8_K; supported: F32"):
         GGUFFile(path).check_tensor_types()
 
 

@@ -17,7 +17,10 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-from ..quant.formats import NONLINEAR
+from gguf import quants as gguf_quants
+
+from ..errors import FastDecodeError
+from ..quant.formats import NONLINEAR, REQUANTIZED
 
 _Decoder = Callable[[np.ndarray], np.ndarray]  # [n, block_bytes] uint8 -> [n, block_size] f32
 
@@ -120,9 +123,22 @@ def _q6_k(b: np.ndarray) -> np.ndarray:
     return (_f16(b, 208)[..., None] * scales * q).reshape(n, 256)
 
 
+def _by_gguf(qtype: T) -> _Decoder:
+    """The `gguf` package's decoder, for the types we neither pack nor decode ourselves
+    (formats.REQUANTIZED)."""
+    def decode(b: np.ndarray) -> np.ndarray:
+        try:
+            return gguf_quants.dequantize(b, qtype)
+        except NotImplementedError:
+            raise FastDecodeError(f"this gguf package cannot decode {qtype.name}; upgrade it "
+                                  "(pip install -U gguf)") from None
+    return decode
+
+
 _DECODERS: dict[T, _Decoder] = {
     T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1: _q5_1, T.Q8_0: _q8_0,
     T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k, T.IQ4_NL: _iq4_nl, T.IQ4_XS: _iq4_xs,
+    **{t: _by_gguf(t) for t in REQUANTIZED},
 }
 _FLOATS: dict[T, torch.dtype] = {T.F32: torch.float32, T.F16: torch.float16, T.BF16: torch.bfloat16}
 
@@ -131,6 +147,11 @@ SUPPORTED_TYPES: tuple[str, ...] = tuple(t.name for t in (*_FLOATS, *_DECODERS))
 
 def is_supported(qtype: T) -> bool:
     return qtype in _FLOATS or qtype in _DECODERS
+
+
+def decoder(qtype: T) -> _Decoder:
+    """The block decoder of a quantized type: [n, block_bytes] uint8 -> [n, block_size] float32."""
+    return _DECODERS[qtype]
 
 
 def dequantize(raw: np.ndarray, qtype: T, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

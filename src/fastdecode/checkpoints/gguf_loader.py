@@ -11,7 +11,8 @@ import torch
 
 from ..model.args import ModelArgs, RopeScaling
 from ..errors import FastDecodeError
-from ..quant.formats import GGUF_LAYOUTS, pack_gguf
+from ..quant.formats import GGUF_LAYOUTS, REQUANTIZED, pack_gguf, requantize_gguf
+from . import dequant
 from .keys import map_name
 from .gguf_file import GGUFFile, optional_int
 
@@ -250,7 +251,13 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
         # Q and K rows are put back in order before packing (q4 packs rows in panels of 16).
         heads = _qk_heads(name, args) if permuted else None
         order = None if heads is None else unpermute_rows(torch.arange(shape[0]), heads).numpy()
-        packed = pack_gguf(raw, qtype, *shape, order=order)
+        if qtype in REQUANTIZED:
+            packed = requantize_gguf(raw, qtype, *shape, dequant.decoder(qtype), order=order)
+            if packed is not None:
+                kinds[f"{qtype.name}->q8 (requantized: no native kernel for {qtype.name})"] += 1
+                return {f"{key.removesuffix('.weight')}.{suffix}": t for suffix, t in packed.items()}
+        else:
+            packed = pack_gguf(raw, qtype, *shape, order=order)
     if packed is not None:
         kinds[f"{qtype.name}->{GGUF_LAYOUTS[qtype].layout}"] += 1
         base = key.removesuffix(".weight")

@@ -87,6 +87,10 @@ the packed form gives bit-identical float32 values to dequantizing the file
                                                        in NONLINEAR)
     IQ4_XS -> q4xs                                     exact (scales unpacked; d * sc is exact)
     F32, F16, BF16                                     float (or int8/int4 on request)
+    Q2_K, Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,  q8, not exact: decoded by the `gguf`
+    IQ3_XXS, IQ3_S, TQ1_0, TQ2_0, MXFP4 (REQUANTIZED)  package, then each block of 32 rounded
+                                                       to 8 bits (weights=int8's q8); no kernel
+                                                       of ours runs their own blocks
 
 `weights=int8` / `int4` quantize float weights to q8 (absmax per block, scale
 rounded to float16 first) and q4 (min/max per block).
@@ -143,6 +147,14 @@ GGUF_LAYOUTS: dict[T, Mapping] = {
     T.Q5_1: Mapping("q5", True), T.Q5_K: Mapping("q5k", True), T.Q6_K: Mapping("q6k", True),
     T.IQ4_NL: Mapping("q4nl", True), T.IQ4_XS: Mapping("q4xs", True),
 }
+
+
+# Types loaded as q8 (requantize_gguf): the error of 8-bit rounding is small against theirs, and
+# q8's kernels are fast everywhere; the cost is memory, 8.5 bits a weight against their 1.6-3.4.
+REQUANTIZED: tuple[T, ...] = tuple(
+    t for t in (getattr(T, name, None) for name in ("Q2_K", "Q3_K", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S",
+                                                    "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0", "MXFP4"))
+    if t is not None)
 
 
 def layout_of(tensors: dict[str, Tensor]) -> str:
@@ -527,6 +539,28 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int, order: Optional[np.ndar
         f = _gguf_fields(rows[r0:r1].reshape(-1, block_bytes), qtype, r1 - r0)
         values = torch.from_numpy(f.pop("values"))
         part = pack_fields(mapping.layout, values, {name: torch.from_numpy(a) for name, a in f.items()})
+        if not out:
+            out = {name: torch.empty((n, *t.shape[1:]), dtype=t.dtype) for name, t in part.items()}
+        for name, t in part.items():
+            out[name][r0:r1] = t
+    return out
+
+
+def requantize_gguf(raw: np.ndarray, qtype: T, n: int, k: int, decode, order: Optional[np.ndarray] = None
+                    ) -> Optional[dict[str, Tensor]]:
+    """A REQUANTIZED GGUF tensor [n, k] as q8 (`quantize`), its rows decoded to float32 by
+    `decode` ([blocks, block_bytes] uint8 -> [blocks, block_size]) a few panels at a time (taken
+    in `order` if given), or None if k is not a multiple of 32."""
+    if k % BLOCK:
+        return None
+    rows = raw.reshape(n, -1) if order is None else raw.reshape(n, -1)[order]
+    block_bytes = GGML_QUANT_SIZES[qtype][1]
+    step = PANEL * max(1, _PACK_BYTES // (PANEL * 4 * k))  # float32 rows per chunk, whole panels
+    out: dict[str, Tensor] = {}
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        values = decode(np.ascontiguousarray(rows[r0:r1]).reshape(-1, block_bytes))
+        part = quantize(torch.from_numpy(np.ascontiguousarray(values)).reshape(r1 - r0, k), "q8")
         if not out:
             out = {name: torch.empty((n, *t.shape[1:]), dtype=t.dtype) for name, t in part.items()}
         for name, t in part.items():
