@@ -16,7 +16,6 @@ from typing import Callable
 import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
-
 from gguf import quants as gguf_quants
 
 from ..errors import FastDecodeError

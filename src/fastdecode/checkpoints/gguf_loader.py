@@ -253,13 +253,12 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
         order = None if heads is None else unpermute_rows(torch.arange(shape[0]), heads).numpy()
         if qtype in REQUANTIZED:
             packed = requantize_gguf(raw, qtype, *shape, dequant.decoder(qtype), order=order)
-            if packed is not None:
-                kinds[f"{qtype.name}->q8 (requantized: no native kernel for {qtype.name})"] += 1
-                return {f"{key.removesuffix('.weight')}.{suffix}": t for suffix, t in packed.items()}
+            became = f"q8 (requantized: no native kernel for {qtype.name})"
         else:
             packed = pack_gguf(raw, qtype, *shape, order=order)
+            became = GGUF_LAYOUTS[qtype].layout if packed is not None else ""
     if packed is not None:
-        kinds[f"{qtype.name}->{GGUF_LAYOUTS[qtype].layout}"] += 1
+        kinds[f"{qtype.name}->{became}"] += 1
         base = key.removesuffix(".weight")
         return {f"{base}.{suffix}": t for suffix, t in packed.items()}
     note = " (dequantized: no native layout)" if weights == "auto" and qtype in GGUF_LAYOUTS else ""
