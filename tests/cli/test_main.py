@@ -178,6 +178,13 @@ def test_chat_without_a_template_says_so_in_one_line(monkeypatch, capsys):
     assert cli.main(["generate", "model=tiny", "max_new_tokens=2", "temperature=0", "hi"]) == 0
 
 
+def test_chat_refuses_a_reply_budget_that_fills_the_context(capsys):
+    """max_new_tokens >= max_seq_len would make every message "too long": one line up front."""
+    assert cli.main(["chat", "model=tiny", "max_seq_len=32", "max_new_tokens=32"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "leaves no room for a message" in captured.err and captured.out == ""
+
+
 def test_non_utf8_prompt_file_is_refused(tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"fine\nnot \xc3\x28 fine\n")

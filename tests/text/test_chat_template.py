@@ -108,7 +108,7 @@ def test_sandbox_blocks_escapes_and_mutation(template):
 
 
 def test_syntax_error_names_the_line():
-    with pytest.raises(FastDecodeError, match="syntax error on line 2"):
+    with pytest.raises(FastDecodeError, match="^chat template has a syntax error on line 2"):
         render_chat_template(StubTokenizer("ok\n{% for %}"), [{"role": "user", "content": "x"}])
 
 

@@ -291,6 +291,9 @@ def cmd_chat(s: Any) -> int:
     if llm.tokenizer.chat_template is None:  # e.g. a base (pretrained) checkpoint
         raise FastDecodeError(f"{llm.source}: this checkpoint has no chat template, so chat cannot format turns; "
                               "prompt it as plain text with `fastdecode generate`")
+    if config.max_new_tokens >= llm.max_seq_len:  # every message would be "too long"
+        raise FastDecodeError(f"max_new_tokens={config.max_new_tokens} leaves no room for a message in this "
+                              f"model's max_seq_len={llm.max_seq_len}; give max_new_tokens below {llm.max_seq_len}")
     session = ChatSession(llm, params, config, system=s.system)
     return run_repl(session, opening=opening)
 
