@@ -209,6 +209,48 @@ def test_corrupt_header_entry_is_located(tmp_path, good_gguf):
         assert expected in one_line_error(bad, "corrupt GGUF header")
 
 
+def test_tensor_shape_against_the_metadata(tmp_path, good_gguf):
+    """A Q matrix whose rows disagree with the head count: named before the un-permute that
+    reshapes by it (that reshape failed with a bare RuntimeError)."""
+    from gguf import GGUFReader
+
+    field = next(t for t in GGUFReader(good_gguf).tensors if t.name == "blk.0.attn_q.weight").field
+    at = field.offset + sum(int(p.nbytes) for p in field.parts[:3])  # name length, name, n_dims
+    data = bytearray(good_gguf.read_bytes())
+    cols, rows = struct.unpack_from("<QQ", data, at)
+    struct.pack_into("<QQ", data, at, cols, rows - 8)
+    bad = tmp_path / "rows.gguf"
+    bad.write_bytes(bytes(data))
+    one_line_error(bad, re.escape(f"tensor 'blk.0.attn_q.weight' has shape [{rows - 8}, {cols}], "
+                                  f"but the file's metadata makes it [{rows}, {cols}]"))
+
+
+def test_random_header_damage_gets_one_line_or_loads(tmp_path, good_gguf):
+    """1-8 bytes changed at random in the header (metadata and tensor descriptions), 60 times: each
+    file either loads or fails with the one-line error, never with another exception."""
+    import random
+
+    from gguf import GGUFReader
+
+    data = good_gguf.read_bytes()
+    header_end = GGUFReader(good_gguf).data_offset
+    bad = tmp_path / "damaged.gguf"
+    rng = random.Random(0)
+    outcomes = set()
+    for _ in range(60):
+        b = bytearray(data)
+        for _ in range(rng.randint(1, 8)):
+            b[rng.randrange(8, header_end)] = rng.randrange(256)
+        bad.write_bytes(bytes(b))
+        try:
+            load_checkpoint(bad, dtype=torch.float32, device="cpu", use_cache=False)
+            outcomes.add("loaded")
+        except FastDecodeError as e:
+            assert "\n" not in str(e) and str(bad) in str(e)
+            outcomes.add("error")
+    assert "error" in outcomes
+
+
 def test_duplicate_metadata_key(tmp_path):
     import gguf
 

@@ -13,7 +13,7 @@ from ..model.args import ModelArgs, RopeScaling
 from ..errors import FastDecodeError
 from ..quant.formats import GGUF_LAYOUTS, REQUANTIZED, pack_gguf, requantize_gguf
 from . import dequant
-from .keys import map_name
+from .keys import expected_shapes, map_name
 from .gguf_file import GGUFFile, optional_int
 
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama".
@@ -218,6 +218,14 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
     unknown = [n for n in names if our_name(n) is None]
     if unknown:
         raise FastDecodeError(f"{f.path}: unexpected tensor {unknown[0]!r} for a {f.get('general.architecture')} model")
+    # Shapes against the metadata's before any conversion: un-permuting Q/K rows, for one, reshapes
+    # by the head count (check_state_dict checks our converted tensors again later).
+    expected = expected_shapes(args)
+    for name in names:
+        want, got = expected.get(our_name(name)), f.raw(name)[2]
+        if want is not None and tuple(got) != tuple(want):
+            raise FastDecodeError(f"{f.path}: tensor {name!r} has shape {list(got)}, but the file's metadata "
+                                  f"makes it {list(want)}")
     if weights in ("int8", "int4"):
         for name in names:
             _, qtype, shape = f.raw(name)
