@@ -214,3 +214,26 @@ def test_unsupported_rope_scaling(tmp_path):
     config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert "RoPE scaling 'yarn' is not supported" in error_of(tmp_path)
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"num_attention_heads": float("inf")}, "num_attention_heads must be an integer, got inf"),
+    ({"hidden_size": 64.5}, "hidden_size must be an integer, got 64.5"),
+    ({"max_position_embeddings": True}, "max_position_embeddings must be an integer, got True"),
+    ({"max_position_embeddings": 10**9}, "max_seq_len must be at most 2,097,152"),
+    ({"num_hidden_layers": 10**9}, "n_layers must be at most 4,096"),
+    ({"rms_norm_eps": "x"}, "rms_norm_eps must be a finite number, got 'x'"),
+    ({"rope_parameters": 7}, "rope_parameters must be an object, got 7"),
+    ({"hidden_act": ["silu"]}, "hidden activation ['silu'] is not supported"),
+    ({"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false, got 'yes'"),
+], ids=["inf heads", "float dim", "bool positions", "1e9 positions", "1e9 layers", "str eps", "int rope",
+        "list act", "str tie"])
+def test_config_values_of_the_wrong_type_or_size(tmp_path, change, expected):
+    """Each gets the one-line error naming the key (they raised OverflowError, AttributeError,
+    TypeError, or went on to allocate a billion layers or RoPE positions)."""
+    write_hf_dir(tmp_path, hf_model())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.update(change)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    message = error_of(tmp_path)
+    assert expected in message and "\n" not in message

@@ -84,16 +84,52 @@ def _architecture(config: dict[str, Any], path: Path) -> str:
     return arch
 
 
+def _int(config: dict[str, Any], key: str, default: Any = KeyError) -> Any:
+    """config[key] as a JSON integer (a missing or null key: `default`, or KeyError without one)."""
+    value = config.get(key)
+    if value is None:
+        if default is KeyError:
+            raise KeyError(key)
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FastDecodeError(f"{key} must be an integer, got {value!r:.40}")
+    return value
+
+
+def _number(config: dict[str, Any], key: str, default: float) -> float:
+    """config[key] as a finite float (missing or null: `default`)."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise FastDecodeError(f"{key} must be a finite number, got {value!r:.40}")
+    return float(value)
+
+
+def _object(config: dict[str, Any], key: str) -> dict[str, Any]:
+    """config[key] as a JSON object (missing or null: {})."""
+    value = config.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FastDecodeError(f"{key} must be an object, got {value!r:.40}")
+    return value
+
+
 def _rope(config: dict[str, Any], path: Path, params: Optional[dict] = None,
           default_theta: float = 10000.0) -> tuple[float, Optional[RopeScaling]]:
     # transformers 5 folds theta and scaling into "rope_parameters".
     if params is None:
-        params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+        params = _object(config, "rope_parameters") or _object(config, "rope_scaling")
+    if not isinstance(params, dict):
+        raise FastDecodeError(f"{path}: rope_parameters must be an object, got {params!r:.40}")
     kind = params.get("rope_type", params.get("type", "default"))
+    if not isinstance(kind, str):
+        raise FastDecodeError(f"{path}: rope_type must be a string, got {kind!r:.40}")
     if kind not in ("default", "linear", "llama3"):
         raise FastDecodeError(f"{path}: RoPE scaling {kind!r} is not supported; supported: default, linear, llama3")
     try:
-        theta = float(params.get("rope_theta", config.get("rope_theta", default_theta)))
+        theta = _number(params, "rope_theta", _number(config, "rope_theta", default_theta))
         if kind == "default":
             return theta, None
         if kind == "linear":
@@ -106,31 +142,37 @@ def _rope(config: dict[str, Any], path: Path, params: Optional[dict] = None,
         )
     except KeyError as e:
         raise FastDecodeError(f"{path}: rope scaling is missing {e.args[0]!r}") from None
-    except (TypeError, ValueError) as e:
+    except FastDecodeError as e:
+        raise FastDecodeError(f"{path}: {e}") from None
+    except (TypeError, ValueError, OverflowError) as e:
         raise FastDecodeError(f"{path}: bad rope settings ({e})") from None
 
 
 def _sliding(config: dict[str, Any], arch: str, n_layers: int,
              path: Path) -> tuple[Optional[int], Optional[tuple[str, ...]]]:
     """(sliding_window, layer_types) as transformers reads them for `arch`."""
-    window = config.get("sliding_window")
+    window = _int(config, "sliding_window", None)
     names = config.get("layer_types")
     if arch == "MistralForCausalLM":
-        return (int(window), None) if window else (None, None)  # every layer, when set
+        return (window, None) if window else (None, None)  # every layer, when set
     if names is None and arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and config.get("use_sliding_window"):
-        first = int(config.get("max_window_layers", n_layers))
+        first = _int(config, "max_window_layers", n_layers)
         names = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
     if names is None and arch == _GEMMA:
-        pattern = int(config.get("sliding_window_pattern", 6))
+        pattern = _int(config, "sliding_window_pattern", 6)
+        if pattern < 1:
+            raise FastDecodeError(f"sliding_window_pattern must be >= 1, got {pattern}")
         names = ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)]
     if names is None or not window:
         return None, None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise FastDecodeError(f"layer_types must be a list of strings, got {names!r:.40}")
     unknown = sorted({n for n in names if n not in _LAYER_TYPES})
     if unknown:
         raise FastDecodeError(f"{path}: layer type {unknown[0]!r} is not supported; "
                               f"supported: {', '.join(_LAYER_TYPES)}")
     types = tuple(_LAYER_TYPES[n] for n in names)
-    return (int(window), types) if "sliding" in types else (None, None)
+    return (window, types) if "sliding" in types else (None, None)
 
 
 def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path) -> dict[str, Any]:
@@ -144,47 +186,55 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
             raise FastDecodeError(f"{path}: {key} is not supported")
     if config.get("use_bidirectional_attention"):
         raise FastDecodeError(f"{path}: use_bidirectional_attention is not supported")
-    local = (config.get("rope_parameters") or {}).get("sliding_attention") or {}
+    local = _object(_object(config, "rope_parameters"), "sliding_attention")
     if local.get("rope_type", "default") != "default":
         raise FastDecodeError(f"{path}: RoPE scaling {local['rope_type']!r} on sliding layers is not supported")
-    local_theta = float(local.get("rope_theta", config.get("rope_local_base_freq", 10000.0)))
+    local_theta = _number(local, "rope_theta", _number(config, "rope_local_base_freq", 10000.0))
+    scalar = _number(config, "query_pre_attn_scalar", head_dim)
+    if scalar <= 0:
+        raise FastDecodeError(f"query_pre_attn_scalar must be > 0, got {scalar}")
     return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
-                attn_scale=float(config.get("query_pre_attn_scalar", head_dim)) ** -0.5)
+                attn_scale=scalar ** -0.5)
 
 
 def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
     path = directory / "config.json"
     arch = _architecture(config, path)
     act = config.get("hidden_activation") or config.get("hidden_act", "silu")
-    if act not in _ACTIVATIONS:
+    if not isinstance(act, str) or act not in _ACTIVATIONS:
         raise FastDecodeError(f"{path}: hidden activation {act!r} is not supported; "
                               f"supported: {', '.join(_ACTIVATIONS)}")
     if config.get("mlp_bias") or (arch != "Qwen2ForCausalLM" and config.get("attention_bias")):
         raise FastDecodeError(f"{path}: attention_bias/mlp_bias are not supported for {arch}")
-    params = config.get("rope_parameters") or {}
-    if arch == _GEMMA and "full_attention" in params:  # per layer type in transformers 5
-        theta, scaling = _rope(config, path, params["full_attention"], default_theta=1_000_000.0)
-    else:
-        theta, scaling = _rope(config, path, default_theta=1_000_000.0 if arch == _GEMMA else 10000.0)
     try:
-        n_heads = int(config["num_attention_heads"])
-        dim = int(config["hidden_size"])
-        n_layers = int(config["num_hidden_layers"])
-        head_dim = int(config.get("head_dim") or dim // n_heads)
+        params = _object(config, "rope_parameters")
+        if arch == _GEMMA and "full_attention" in params:  # per layer type in transformers 5
+            theta, scaling = _rope(config, path, params["full_attention"], default_theta=1_000_000.0)
+        else:
+            theta, scaling = _rope(config, path, default_theta=1_000_000.0 if arch == _GEMMA else 10000.0)
+        n_heads = _int(config, "num_attention_heads")
+        dim = _int(config, "hidden_size")
+        n_layers = _int(config, "num_hidden_layers")
+        if n_heads < 1:
+            raise FastDecodeError(f"num_attention_heads must be >= 1, got {n_heads}")
+        head_dim = _int(config, "head_dim", 0) or dim // n_heads
         window, layer_types = _sliding(config, arch, n_layers, path)
+        tie = config.get("tie_word_embeddings", arch == _GEMMA)
+        if not isinstance(tie, bool):
+            raise FastDecodeError(f"tie_word_embeddings must be true or false, got {tie!r:.40}")
         return ModelArgs(
             dim=dim,
             n_layers=n_layers,
             n_heads=n_heads,
-            n_kv_heads=int(config.get("num_key_value_heads") or n_heads),
+            n_kv_heads=_int(config, "num_key_value_heads", 0) or n_heads,
             head_dim=head_dim,
-            vocab_size=int(config["vocab_size"]),
-            hidden_dim=int(config["intermediate_size"]),
-            norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            vocab_size=_int(config, "vocab_size"),
+            hidden_dim=_int(config, "intermediate_size"),
+            norm_eps=_number(config, "rms_norm_eps", 1e-6),
             rope_theta=theta,
             rope_scaling=scaling,
-            max_seq_len=int(config.get("max_position_embeddings", 2048)),
-            tie_embeddings=bool(config.get("tie_word_embeddings", arch == _GEMMA)),
+            max_seq_len=_int(config, "max_position_embeddings", 2048),
+            tie_embeddings=tie,
             qkv_bias=arch == "Qwen2ForCausalLM",
             sliding_window=window,
             layer_types=layer_types,

@@ -39,6 +39,10 @@ class RopeScaling:
 
 LAYER_TYPES = ("global", "sliding")
 ACTIVATIONS = ("silu", "gelu_tanh")
+# Most positions a model may declare: above every real context length (Qwen2.5-1M's 1,010,000),
+# below what makes its RoPE tables ([positions, head_dim / 2] cos and sin, float32) unaffordable.
+MAX_POSITIONS = 1 << 21
+MAX_LAYERS = 4096  # a sanity bound (the largest open models have ~130): each layer is modules and tensors
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,11 @@ class ModelArgs:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise FastDecodeError(f"ModelArgs.{name} must be an integer >= 1, got {value!r}")
+        if self.n_layers > MAX_LAYERS:
+            raise FastDecodeError(f"ModelArgs.n_layers must be at most {MAX_LAYERS:,}, got {self.n_layers:,}")
+        if self.max_seq_len > MAX_POSITIONS:
+            raise FastDecodeError(f"ModelArgs.max_seq_len must be at most {MAX_POSITIONS:,} (the RoPE tables hold "
+                                  f"every position), got {self.max_seq_len:,}")
         if self.n_heads % self.n_kv_heads:
             raise FastDecodeError(
                 f"ModelArgs.n_heads ({self.n_heads}) must be a multiple of "
