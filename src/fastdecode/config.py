@@ -183,7 +183,9 @@ class LoadOptions:
 # -- checks ------------------------------------------------------------------------------
 
 def _positive(name: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FastDecodeError(f"{name}={value!r} is not an integer; accepted: an integer >= 1")
+    if value < 1:
         raise FastDecodeError(f"{name}={value!r} is out of range; accepted: an integer >= 1")
 
 

@@ -29,3 +29,16 @@ def test_the_earliest_of_several_stop_strings_wins_and_multibyte_text_survives()
     assert out == "héllo wörld "
     out, st = feed("no stop here at all", ("zzz",))
     assert out == "no stop here at all" and not st.hit_stop
+
+
+def test_stop_of_the_wrong_type_is_a_one_line_error():
+    import pytest
+
+    from fastdecode.engine.request import GenerationConfig
+    from fastdecode.errors import FastDecodeError
+
+    for bad, match in ((5, "stop must be a string or a list of strings, got 5"), ([""], "non-empty strings"),
+                       (["a", 3], "non-empty strings")):
+        with pytest.raises(FastDecodeError, match=match):
+            GenerationConfig(stop=bad)
+    assert GenerationConfig(stop="x").stop == ("x",) and GenerationConfig(stop=None).stop == ()

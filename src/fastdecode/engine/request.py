@@ -55,6 +55,8 @@ class GenerationConfig:
             raise FastDecodeError(
                 f"min_new_tokens={self.min_new_tokens} is out of range; accepted: 0 <= min_new_tokens <= "
                 f"max_new_tokens ({self.max_new_tokens})")
+        if self.stop is not None and not isinstance(self.stop, (str, list, tuple)):
+            raise FastDecodeError(f"stop must be a string or a list of strings, got {self.stop!r:.40}")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
         if any(not isinstance(s, str) or not s for s in stop):
             raise FastDecodeError(f"stop must be non-empty strings, got {self.stop!r}")
