@@ -99,7 +99,7 @@ rounded to float16 first) and q4 (min/max per block).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import torch
@@ -530,18 +530,28 @@ def pack_gguf(raw: np.ndarray, qtype: T, n: int, k: int, order: Optional[np.ndar
         return None
     if mapping.layout in ("q4k", "q5k", "q6k", "q4xs") and k % SUPER:
         return None
-    block_size, block_bytes = GGML_QUANT_SIZES[qtype]
+    block_bytes = GGML_QUANT_SIZES[qtype][1]
     rows = raw.reshape(n, -1) if order is None else raw.reshape(n, -1)[order]
-    step = PANEL * max(1, _PACK_BYTES // (PANEL * rows.shape[1]))  # whole panels per chunk
+
+    def part(r0: int, r1: int) -> dict[str, Tensor]:
+        f = _gguf_fields(rows[r0:r1].reshape(-1, block_bytes), qtype, r1 - r0)
+        values = torch.from_numpy(f.pop("values"))
+        return pack_fields(mapping.layout, values, {name: torch.from_numpy(a) for name, a in f.items()})
+    return _by_panels(n, rows.shape[1], part)
+
+
+def _by_panels(n: int, row_bytes: int, part: Callable[[int, int], dict[str, Tensor]]) -> dict[str, Tensor]:
+    """Packed tensors [n, ...] assembled from part(r0, r1), rows r0..r1 packed, over chunks of
+    whole panels of about _PACK_BYTES (rows of `row_bytes`), so that a conversion's temporaries
+    stay that small."""
+    step = PANEL * max(1, _PACK_BYTES // (PANEL * row_bytes))
     out: dict[str, Tensor] = {}
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
-        f = _gguf_fields(rows[r0:r1].reshape(-1, block_bytes), qtype, r1 - r0)
-        values = torch.from_numpy(f.pop("values"))
-        part = pack_fields(mapping.layout, values, {name: torch.from_numpy(a) for name, a in f.items()})
+        chunk = part(r0, r1)
         if not out:
-            out = {name: torch.empty((n, *t.shape[1:]), dtype=t.dtype) for name, t in part.items()}
-        for name, t in part.items():
+            out = {name: torch.empty((n, *t.shape[1:]), dtype=t.dtype) for name, t in chunk.items()}
+        for name, t in chunk.items():
             out[name][r0:r1] = t
     return out
 
@@ -555,17 +565,11 @@ def requantize_gguf(raw: np.ndarray, qtype: T, n: int, k: int, decode, order: Op
         return None
     rows = raw.reshape(n, -1) if order is None else raw.reshape(n, -1)[order]
     block_bytes = GGML_QUANT_SIZES[qtype][1]
-    step = PANEL * max(1, _PACK_BYTES // (PANEL * 4 * k))  # float32 rows per chunk, whole panels
-    out: dict[str, Tensor] = {}
-    for r0 in range(0, n, step):
-        r1 = min(n, r0 + step)
+
+    def part(r0: int, r1: int) -> dict[str, Tensor]:
         values = decode(np.ascontiguousarray(rows[r0:r1]).reshape(-1, block_bytes))
-        part = quantize(torch.from_numpy(np.ascontiguousarray(values)).reshape(r1 - r0, k), "q8")
-        if not out:
-            out = {name: torch.empty((n, *t.shape[1:]), dtype=t.dtype) for name, t in part.items()}
-        for name, t in part.items():
-            out[name][r0:r1] = t
-    return out
+        return quantize(torch.from_numpy(np.ascontiguousarray(values)).reshape(r1 - r0, k), "q8")
+    return _by_panels(n, 4 * k, part)  # chunks sized by the float32 rows
 
 
 # -- float -> layouts ------------------------------------------------------------------------

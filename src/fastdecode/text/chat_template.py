@@ -83,13 +83,11 @@ def render_chat_template(tokenizer: "Tokenizer", messages: list[dict], *, add_ge
         raise FastDecodeError("this model has no chat template; use plain prompts instead")
     _check_messages(messages)
     variables = {"tools": None, "documents": None, **special_token_strings(tokenizer), **extra}
+    template = compile_template(source)  # its syntax errors are one line of their own
     try:
-        return compile_template(source).render(
-            messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+        return template.render(messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
     except jinja2.TemplateError as e:
         raise FastDecodeError(f"chat template failed: {e.message or type(e).__name__}") from None
-    except FastDecodeError:  # a ValueError too: compile_template's own one-line errors
-        raise
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
         # The template's own expressions on these messages (a model's template is data, not our code).
         detail = " ".join(str(e).split())
