@@ -136,6 +136,48 @@ def test_every_instruction_set_gives_the_same_bits(kv, shape):
         assert torch.equal(y, narrow), key
 
 
+# (B, H, Hkv, D, window): decode steps over caches long enough (>= 256 KB of K a row) that a call
+# with fewer tiles (B x Hkv) than threads splits each tile's keys, rows and dims over the threads
+# (kernels.h, attention_split): Gemma 3 270M's one kv head, with and without its window, a head
+# dim with a half vector of 8 left over, a ragged batch of 2, and SmolLM2's three kv heads on 4.
+SPLIT = [(1, 4, 1, 256, 0), (1, 4, 1, 256, 600), (1, 8, 1, 72, 0), (2, 6, 1, 128, 0), (1, 9, 3, 64, 0)]
+
+
+@pytest.mark.parametrize("kv", list(KV))
+@pytest.mark.parametrize("shape", SPLIT, ids=lambda s: "B{}H{}kv{}D{}w{}".format(*s))
+def test_a_split_decode_step_gives_each_rows_bits(kv, shape):
+    """On 2, 3 and 4 threads, and on every instruction set path, a split step's rows are the bits
+    each row gives alone on one thread (where nothing splits)."""
+    B, H, Hkv, D, window = shape
+    if kv == "q8_0" and D % 32:
+        pytest.skip("q8_0 needs head_dim in blocks of 32")
+    S, slots = 4200, B + 1
+    k_all, v_all = cache(kv, slots, S, Hkv, D, seed=9)
+    g = torch.Generator().manual_seed(10)
+    q = torch.randn(B, 1, H, D, generator=g)
+    pos = torch.randint(S - 300, S, (B, 1), generator=g)
+    rows = torch.randperm(slots, generator=g)[:B]
+    paths = [("avx2", None)]
+    if "avx512-vnni" in kernels.available_isas():
+        paths += [("avx512-vnni", False), ("avx512-vnni", True)]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = torch.cat([torch.ops.fastdecode.attention(q[b:b + 1], k_all, v_all, pos[b:b + 1], rows[b:b + 1],
+                                                          window, D ** -0.5) for b in range(B)])
+        for isa, wide in paths:
+            kernels.set_isa(isa)
+            kernels.set_wide(wide)
+            for n in (2, 3, 4):
+                torch.set_num_threads(n)
+                y = torch.ops.fastdecode.attention(q, k_all, v_all, pos, rows, window, D ** -0.5)
+                assert torch.equal(y, alone), (isa, wide, n)
+    finally:
+        torch.set_num_threads(threads)
+        kernels.set_isa(None)
+        kernels.set_wide(None)
+
+
 def test_the_wide_path_needs_avx512():
     if not kernels.available_isas():
         pytest.skip("no native instruction set")

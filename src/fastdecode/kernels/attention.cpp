@@ -28,7 +28,8 @@
 // dequantizing load costs more than the FMAs it feeds, a tile of 2+ tokens first
 // converts each block to float32 once and all its tokens read that (the same
 // values, so the same result), and its tiles are larger (up to 16 tokens) to share
-// that. Threads take tiles from a shared counter, so a busy core takes fewer.
+// that. Threads take tiles from a shared counter, so a busy core takes fewer; a decode step
+// with fewer tiles than threads splits each tile's work over them instead (attention_split).
 // Where AVX-512 is in use (ops.cpp's instruction set), the same arithmetic runs
 // in zmm registers (namespace wide): p v and the softmax 16 lanes at a time, and
 // the scores of a tile of 2+ tokens from K transposed a block at a time, 16 keys
@@ -201,19 +202,19 @@ template <int Hint>
 inline void prefetch_row(const char* p, int64_t row_bytes) {
   for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(p + o, static_cast<_mm_hint>(Hint));
 }
-// A decode tile's key: its K row (at k) into L1 for the scores, its V row (vdiff further) into L2
-// for pv_rows, which reads it after the softmax.
-template <class T>
+// A decode tile's key: its K row (at k) into L1 for the scores, and (V) its V row (vdiff further)
+// into L2 for pv_rows, which reads it after the softmax.
+template <bool V = true, class T>
 inline void prefetch_key(const T* k, int64_t vdiff, int64_t row_bytes) {
   prefetch_row<_MM_HINT_T0>(reinterpret_cast<const char*>(k), row_bytes);
-  prefetch_row<_MM_HINT_T1>(reinterpret_cast<const char*>(k + vdiff), row_bytes);
+  if constexpr (V) prefetch_row<_MM_HINT_T1>(reinterpret_cast<const char*>(k + vdiff), row_bytes);
 }
 
 // Scores of R rows that share their keys (one token's heads; rs[0]'s first and n) for
 // keys [c0, c1) (key j at kb + (j - k0) ks), J at a time from lo + J m (lo: the tile's
 // first key). vdiff: 0, or (a decode tile's) V row j's offset from K row j, when each key
-// kAheadKeys ahead is prefetched (prefetch_key).
-template <class Fmt, int R>
+// kAheadKeys ahead is prefetched (prefetch_key<V>).
+template <class Fmt, int R, bool V = true>
 void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t k0, int64_t lo, int64_t c0, int64_t c1,
              int64_t D, __m256 scale, int64_t vdiff) {
   constexpr int J = kKeys<R>;
@@ -240,23 +241,26 @@ void qk_rows(const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t k0, i
   for (; g + J <= r1; g += J) {
     for (int j = 0; j < J; ++j) k[j] = kb + (g + j - k0) * ks;
     if (vdiff)
-      for (int j = 0; j < J; ++j) prefetch_key(k[j] + kAheadKeys * ks, vdiff, row_bytes);
+      for (int j = 0; j < J; ++j) prefetch_key<V>(k[j] + kAheadKeys * ks, vdiff, row_bytes);
     group(g, 0, J);
   }
   if (g < r1) partial(g);
 }
 
-// y += p v for R rows that share their keys, over keys [r0, r1) (key j at vb + (j - k0) vs).
+// y += p v for R rows that share their keys, over keys [r0, r1) (key j at vb + (j - k0) vs), in
+// dims [d0, d1) (multiples of 8; each dim's sum is its own chain over the keys, so any range
+// gives the same bits).
 template <class Fmt, int R>
-void pv_rows(const Row* rs, const typename Fmt::T* vb, int64_t vs, int64_t k0, int64_t r0, int64_t r1, int64_t D) {
+void pv_rows(const Row* rs, const typename Fmt::T* vb, int64_t vs, int64_t k0, int64_t r0, int64_t r1, int64_t d0,
+             int64_t d1) {
   constexpr int64_t W = 8 * kChunks<R>;
   float* y[R];
   const float* p[R];
   for (int r = 0; r < R; ++r) y[r] = rs[r].y, p[r] = rs[r].s + (r0 - rs->first);
   const typename Fmt::T* v = vb + (r0 - k0) * vs;
-  for (int64_t d0 = 0; d0 < D; d0 += W) {
-    if (d0 + W <= D) pv<Fmt, R, kChunks<R>>(y, p, v, vs, d0, r1 - r0);
-    else pv_rest<Fmt, R>((D - d0) / 8, y, p, v, vs, d0, r1 - r0);
+  for (int64_t d = d0; d < d1; d += W) {
+    if (d + W <= d1) pv<Fmt, R, kChunks<R>>(y, p, v, vs, d, r1 - r0);
+    else pv_rest<Fmt, R>((d1 - d) / 8, y, p, v, vs, d, r1 - r0);
   }
 }
 
@@ -559,21 +563,22 @@ void pv_rest(int64_t rest, float* const* y, const float* const* p, const typenam
   }
 }
 
-// y += p v for R rows that share their keys, over keys [r0, r1) (key j at vb + (j - k0) vs); a
-// last 8 dims (D % 16 == 8) go through the narrow pv.
+// y += p v for R rows that share their keys, over keys [r0, r1) (key j at vb + (j - k0) vs), in
+// dims [d0, d1) (d0 a multiple of 16); a last 8 dims (d1 % 16 == 8) go through the narrow pv.
 template <class Fmt, int R>
-void pv_rows(const Row* rs, const typename Fmt::T* vb, int64_t vs, int64_t k0, int64_t r0, int64_t r1, int64_t D) {
+void pv_rows(const Row* rs, const typename Fmt::T* vb, int64_t vs, int64_t k0, int64_t r0, int64_t r1, int64_t d0,
+             int64_t d1) {
   constexpr int64_t W = 16 * kChunks<R>;
   float* y[R];
   const float* p[R];
   for (int r = 0; r < R; ++r) y[r] = rs[r].y, p[r] = rs[r].s + (r0 - rs->first);
   const typename Fmt::T* v = vb + (r0 - k0) * vs;
-  const int64_t D16 = D / 16 * 16;
-  for (int64_t d0 = 0; d0 < D16; d0 += W) {
-    if (d0 + W <= D16) pv<Fmt, R, kChunks<R>>(y, p, v, vs, d0, r1 - r0);
-    else pv_rest<Fmt, R>((D16 - d0) / 16, y, p, v, vs, d0, r1 - r0);
+  const int64_t d16 = d1 / 16 * 16;
+  for (int64_t d = d0; d < d16; d += W) {
+    if (d + W <= d16) pv<Fmt, R, kChunks<R>>(y, p, v, vs, d, r1 - r0);
+    else pv_rest<Fmt, R>((d16 - d) / 16, y, p, v, vs, d, r1 - r0);
   }
-  if (D16 < D) ::pv<Fmt, R, 1>(y, p, v, vs, D16, r1 - r0);
+  if (d16 < d1) ::pv<Fmt, R, 1>(y, p, v, vs, d16, r1 - r0);
 }
 
 }  // namespace wide
@@ -609,6 +614,15 @@ void block_span(const std::vector<Row>& rows, int64_t j0, int64_t j1, int64_t& l
   }
 }
 
+// Floats for each row's scores: a multiple of 1 KB moves by a cache line, or the rows' scores
+// would share L1 sets (4 KB apart).
+inline int64_t score_cap(int64_t L) {
+  const int64_t cap = (L + 7) / 8 * 8;
+  return cap % 256 == 0 ? cap + 16 : cap;
+}
+// Keys per block: 16 KB of K or V as the rows read them (row_bytes a key).
+inline int64_t key_block(int64_t row_bytes) { return std::max<int64_t>(16, 16384 / row_bytes / 8 * 8); }
+
 template <class Fmt>
 void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   using T = typename Fmt::T;
@@ -621,10 +635,7 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   const T* vb = static_cast<const T*>(a.v) + slot * a.ks[0] + kvh * a.ks[1];
 
   // Rows token-major: the nh heads of one token share their keys [first, first + n).
-  // Each row's scores in cap floats; a cap that is a multiple of 1 KB moves by a
-  // cache line, or the rows' scores would share L1 sets (4 KB apart).
-  int64_t cap = (a.L + 7) / 8 * 8;
-  if (cap % 256 == 0) cap += 16;
+  const int64_t cap = score_cap(a.L);
   buf.rows.clear();
   buf.s.resize((t1 - t0) * nh * cap);
   int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;  // the keys any row visits
@@ -647,7 +658,7 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   // float32 copy of float16 V measured slower).
   const bool wide_tile = a.wide && t1 - t0 > 1;
   const bool copy_k = kCopy<Fmt> && t1 - t0 > 1 && !wide_tile, copy_v = kCopy<Fmt> && t1 - t0 > 1;
-  const int64_t jb = std::max<int64_t>(16, 16384 / (copy_k || copy_v ? 4 * D : Fmt::row_bytes(D)) / 8 * 8);
+  const int64_t jb = key_block(copy_k || copy_v ? 4 * D : Fmt::row_bytes(D));
   if (copy_k || copy_v) buf.kv.resize(jb * D);
   const __m256 scale = _mm256_set1_ps(a.scale);
 
@@ -708,15 +719,15 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       head_groups(nh, [&](int64_t h, int64_t m) {
         if (a.wide) {
           switch (m) {
-            case 3: return wide::pv_rows<U, 3>(rs + h, vp, st, k0, r0, r1, D);
-            case 2: return wide::pv_rows<U, 2>(rs + h, vp, st, k0, r0, r1, D);
-            default: return wide::pv_rows<U, 1>(rs + h, vp, st, k0, r0, r1, D);
+            case 3: return wide::pv_rows<U, 3>(rs + h, vp, st, k0, r0, r1, 0, D);
+            case 2: return wide::pv_rows<U, 2>(rs + h, vp, st, k0, r0, r1, 0, D);
+            default: return wide::pv_rows<U, 1>(rs + h, vp, st, k0, r0, r1, 0, D);
           }
         }
         switch (m) {
-          case 3: return pv_rows<U, 3>(rs + h, vp, st, k0, r0, r1, D);
-          case 2: return pv_rows<U, 2>(rs + h, vp, st, k0, r0, r1, D);
-          default: return pv_rows<U, 1>(rs + h, vp, st, k0, r0, r1, D);
+          case 3: return pv_rows<U, 3>(rs + h, vp, st, k0, r0, r1, 0, D);
+          case 2: return pv_rows<U, 2>(rs + h, vp, st, k0, r0, r1, 0, D);
+          default: return pv_rows<U, 1>(rs + h, vp, st, k0, r0, r1, 0, D);
         }
       });
     }
@@ -735,7 +746,153 @@ void run(const Args& a, const fd::AttentionTiles& p, std::atomic<int64_t>& next)
   for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < p.count;) tile<Fmt>(a, p, i, buf);
 }
 
+// -- Split decode tiles (kernels.h: attention_split) --
+
+// Dims per part of the split p v: a multiple of 16 (the wide pv's step); 128 bytes of a float16
+// row, so that the threads share few of V's cache lines.
+constexpr int64_t kSplitDims = 64;
+constexpr int64_t kMaxHeadsPerKv = 64;  // a tile's rows on the stack; more do not split
+// The bytes of K a row must read before a split's two extra rounds of the threads pay for
+// themselves: on an Intel Xeon, Gemma 3 270M's shape (one kv head, head_dim 256, float16) broke
+// even at 256 keys and gained 1.2x at 512 (benchmarks/attention/split.md).
+constexpr int64_t kSplitMinBytes = 256 << 10;
+
+// Decode tile i's rows (batch row i / Hkv, kv head i % Hkv; one token), scores in plan.s, and
+// its slot's K and V rows of that kv head.
+struct SplitTile {
+  Row rows[kMaxHeadsPerKv];
+  int64_t nh, lo, hi;
+  const void *kb, *vb;
+};
+
+template <class Fmt>
+SplitTile split_tile(const Args& a, fd::AttentionSplit& plan, int64_t i) {
+  SplitTile t;
+  t.nh = a.H / a.Hkv;
+  const int64_t b = i / a.Hkv, kvh = i % a.Hkv, L = a.pos[b] + 1;
+  t.lo = a.window > 0 ? std::max<int64_t>(0, L - a.window) : 0;
+  t.hi = L;
+  for (int64_t h = 0; h < t.nh; ++h) {
+    const int64_t head = kvh * t.nh + h;
+    t.rows[h] = Row{a.q + b * a.qs[0] + head * a.qs[2], a.y + (b * a.H + head) * a.D,
+                    plan.s.data() + (i * t.nh + h) * plan.cap, t.lo, L - t.lo};
+  }
+  const int64_t at = a.rows[b] * a.ks[0] + kvh * a.ks[1];
+  t.kb = static_cast<const typename Fmt::T*>(a.k) + at;
+  t.vb = static_cast<const typename Fmt::T*>(a.v) + at;
+  return t;
+}
+
+// Phase 0, part (tile, block m): the scores of the block's keys, as tile's scores make them.
+template <class Fmt>
+void split_scores(const Args& a, fd::AttentionSplit& plan, int64_t part) {
+  using T = typename Fmt::T;
+  const SplitTile t = split_tile<Fmt>(a, plan, part / plan.blocks);
+  const int64_t c0 = t.lo + part % plan.blocks * plan.jb, c1 = std::min(t.hi, c0 + plan.jb);
+  if (c0 >= c1) return;
+  const T *kb = static_cast<const T*>(t.kb), *vb = static_cast<const T*>(t.vb);
+  const int64_t ks = a.ks[2], vdiff = vb - kb;
+  // This block's first keys (the block before, maybe another thread's, prefetched them for
+  // itself). Not V: phase 2's parts may run on another core (1.1x on Gemma 3 270M's shape).
+  for (int64_t j = c0; j < std::min(c1, c0 + kAheadKeys); ++j)
+    prefetch_key<false>(kb + j * ks, vdiff, Fmt::row_bytes(a.D));
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  head_groups(t.nh, [&](int64_t h, int64_t m) {
+    const int64_t pf = h == 0 ? vdiff : 0;
+    switch (m) {
+      case 3: return qk_rows<Fmt, 3, false>(t.rows + h, kb, ks, 0, t.lo, c0, c1, a.D, scale, pf);
+      case 2: return qk_rows<Fmt, 2, false>(t.rows + h, kb, ks, 0, t.lo, c0, c1, a.D, scale, pf);
+      default: return qk_rows<Fmt, 1, false>(t.rows + h, kb, ks, 0, t.lo, c0, c1, a.D, scale, pf);
+    }
+  });
+}
+
+// Phase 1, part r: query row r's softmax; its y zeroed for phase 2.
+template <class Fmt>
+void split_softmax(const Args& a, fd::AttentionSplit& plan, int64_t r) {
+  SplitTile t = split_tile<Fmt>(a, plan, r / (a.H / a.Hkv));
+  Row& row = t.rows[r % t.nh];
+  plan.inv[r] = a.wide ? wide::softmax(row) : softmax(row);
+  std::fill(row.y, row.y + a.D, 0.f);
+}
+
+// Phase 2, part (tile, chunk c): y = p v / sum in dims [64 c, 64 c + 64), block by block, as
+// tile's values make it.
+template <class Fmt>
+void split_values(const Args& a, fd::AttentionSplit& plan, int64_t part) {
+  using T = typename Fmt::T;
+  const int64_t i = part / plan.chunks, d0 = part % plan.chunks * kSplitDims, d1 = std::min(a.D, d0 + kSplitDims);
+  const SplitTile t = split_tile<Fmt>(a, plan, i);
+  const T* vb = static_cast<const T*>(t.vb);
+  const int64_t vs = a.ks[2];
+  for (int64_t c0 = t.lo; c0 < t.hi; c0 += plan.jb) {
+    const int64_t c1 = std::min(t.hi, c0 + plan.jb);
+    for (int64_t j = c1; j < std::min(t.hi, c1 + plan.jb); ++j)  // the next block's rows, meanwhile
+      prefetch_row<_MM_HINT_T1>(reinterpret_cast<const char*>(vb + j * vs), Fmt::row_bytes(a.D));
+    head_groups(t.nh, [&](int64_t h, int64_t m) {
+      if (a.wide) {
+        switch (m) {
+          case 3: return wide::pv_rows<Fmt, 3>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
+          case 2: return wide::pv_rows<Fmt, 2>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
+          default: return wide::pv_rows<Fmt, 1>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
+        }
+      }
+      switch (m) {
+        case 3: return pv_rows<Fmt, 3>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
+        case 2: return pv_rows<Fmt, 2>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
+        default: return pv_rows<Fmt, 1>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
+      }
+    });
+  }
+  for (int64_t h = 0; h < t.nh; ++h) {
+    float* y = t.rows[h].y;
+    const __m256 iv = _mm256_set1_ps(plan.inv[i * t.nh + h]);
+    for (int64_t d = d0; d < d1; d += 8) _mm256_storeu_ps(y + d, _mm256_mul_ps(_mm256_loadu_ps(y + d), iv));
+  }
+}
+
+template <class Fmt>
+void split_run(const Args& a, fd::AttentionSplit& plan, int phase, std::atomic<int64_t>& next) {
+  const int64_t n = plan.parts(phase);
+  for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+    if (phase == 0) split_scores<Fmt>(a, plan, i);
+    else if (phase == 1) split_softmax<Fmt>(a, plan, i);
+    else split_values<Fmt>(a, plan, i);
+  }
+}
+
 }  // namespace
+
+int64_t fd::AttentionSplit::parts(int phase) const {
+  return phase == 0 ? tiles * blocks : phase == 1 ? tiles * heads : tiles * chunks;
+}
+
+bool fd::attention_split(const AttentionArgs& a, int threads, AttentionSplit& plan) {
+  const int64_t tiles = a.B * a.Hkv, nh = a.H / a.Hkv;
+  const int64_t row_bytes = a.kv == kKvF32    ? F32::row_bytes(a.D)
+                            : a.kv == kKvF16  ? F16::row_bytes(a.D)
+                            : a.kv == kKvBF16 ? BF16::row_bytes(a.D)
+                                              : Q8_0::row_bytes(a.D);
+  if (a.T != 1 || tiles >= threads || a.L * row_bytes < kSplitMinBytes || nh > kMaxHeadsPerKv) return false;
+  plan.tiles = tiles;
+  plan.heads = nh;
+  plan.cap = score_cap(a.L);
+  plan.jb = key_block(row_bytes);
+  plan.blocks = (a.L + plan.jb - 1) / plan.jb;
+  plan.chunks = (a.D + kSplitDims - 1) / kSplitDims;
+  plan.s.resize(tiles * nh * plan.cap);
+  plan.inv.resize(tiles * nh);
+  return true;
+}
+
+void fd::attention_split_run(const AttentionArgs& a, AttentionSplit& plan, int phase, std::atomic<int64_t>& next) {
+  switch (a.kv) {
+    case fd::kKvF32: return split_run<F32>(a, plan, phase, next);
+    case fd::kKvF16: return split_run<F16>(a, plan, phase, next);
+    case fd::kKvBF16: return split_run<BF16>(a, plan, phase, next);
+    case fd::kKvQ8_0: return split_run<Q8_0>(a, plan, phase, next);
+  }
+}
 
 fd::AttentionTiles fd::attention_tiles(const AttentionArgs& a, int threads) {
   const int64_t groups = a.B * a.Hkv;

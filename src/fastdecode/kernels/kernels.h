@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <vector>
 
 namespace fd {
 
@@ -47,6 +48,24 @@ AttentionTiles attention_tiles(const AttentionArgs& a, int threads);
 
 // Runs tiles taken from `next` (shared by the threads that call it) until none are left.
 void attention_run(const AttentionArgs& a, const AttentionTiles& tiles, std::atomic<int64_t>& next);
+
+// A decode step (one token a row) with fewer tiles than threads (Gemma 3's one kv head at batch
+// 1, or a few kv heads on many cores), over enough keys to pay for two more rounds of the
+// threads: each tile's work runs in three phases instead, each phase's parts shared by all the
+// threads: the scores by blocks of keys, the softmax by query row, p v by chunks of dims. The
+// same bits as attention_run.
+constexpr int kAttentionPhases = 3;
+struct AttentionSplit {
+  int64_t tiles = 0, heads = 0;  // tiles, query heads per tile
+  int64_t blocks = 0, chunks = 0;  // per tile: key blocks (phase 0), dim chunks (phase 2)
+  int64_t cap = 0, jb = 0;  // floats for a row's scores; keys per block
+  std::vector<float> s, inv;  // rows' scores, then probabilities [tiles x heads, cap]; 1 / their sums
+  int64_t parts(int phase) const;
+};
+// Whether `a` splits on `threads`; if so, `plan` is sized for it.
+bool attention_split(const AttentionArgs& a, int threads, AttentionSplit& plan);
+// Runs `phase`'s parts taken from `next` until none are left; phase p + 1 starts after every part of p.
+void attention_split_run(const AttentionArgs& a, AttentionSplit& plan, int phase, std::atomic<int64_t>& next);
 
 // The quantized matmuls (quant_kernel.h), once per instruction set. Layouts: quant/formats.py.
 enum Layout : int { kQ4 = 0, kQ8 = 1, kQ4K = 2, kQ5K = 3, kQ6K = 4, kQ5 = 5, kQ5S = 6, kQ4S = 7, kQ4NL = 8, kQ4XS = 9 };

@@ -174,6 +174,16 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
                             {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
                             static_cast<float>(scale), kv, L, wide()};
   const int threads = at::get_num_threads();
+  thread_local fd::AttentionSplit kept;  // its buffers kept between calls
+  fd::AttentionSplit& split = kept;  // the caller's, not each worker's own thread_local
+  if (fd::attention_split(a, threads, split)) {
+    for (int phase = 0; phase < fd::kAttentionPhases; ++phase) {
+      std::atomic<int64_t> next{0};
+      at::parallel_for(0, std::min<int64_t>(threads, split.parts(phase)), 1,
+                       [&](int64_t, int64_t) { fd::attention_split_run(a, split, phase, next); });
+    }
+    return y;
+  }
   const fd::AttentionTiles tiles = fd::attention_tiles(a, threads);
   // One task per thread, each taking tiles from a shared counter until none are left.
   std::atomic<int64_t> next{0};
