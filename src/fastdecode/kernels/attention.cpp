@@ -584,6 +584,34 @@ void pv_rows(const Row* rs, const typename Fmt::T* vb, int64_t vs, int64_t k0, i
 }  // namespace wide
 #pragma GCC pop_options
 
+// One group of m rows (head_groups' 3, 2 or 1) of a tile: its scores (qk_rows, prefetching V
+// where V) and its p v over dims [d0, d1) on the narrow or the wide path (pv_rows).
+template <class Fmt, bool V = true>
+inline void qk_group(int64_t m, const Row* rs, const typename Fmt::T* kb, int64_t ks, int64_t k0, int64_t lo,
+                     int64_t c0, int64_t c1, int64_t D, __m256 scale, int64_t vdiff) {
+  switch (m) {
+    case 3: return qk_rows<Fmt, 3, V>(rs, kb, ks, k0, lo, c0, c1, D, scale, vdiff);
+    case 2: return qk_rows<Fmt, 2, V>(rs, kb, ks, k0, lo, c0, c1, D, scale, vdiff);
+    default: return qk_rows<Fmt, 1, V>(rs, kb, ks, k0, lo, c0, c1, D, scale, vdiff);
+  }
+}
+template <class Fmt>
+inline void pv_group(bool wide_path, int64_t m, const Row* rs, const typename Fmt::T* vb, int64_t vs, int64_t k0,
+                     int64_t r0, int64_t r1, int64_t d0, int64_t d1) {
+  if (wide_path) {
+    switch (m) {
+      case 3: return wide::pv_rows<Fmt, 3>(rs, vb, vs, k0, r0, r1, d0, d1);
+      case 2: return wide::pv_rows<Fmt, 2>(rs, vb, vs, k0, r0, r1, d0, d1);
+      default: return wide::pv_rows<Fmt, 1>(rs, vb, vs, k0, r0, r1, d0, d1);
+    }
+  }
+  switch (m) {
+    case 3: return pv_rows<Fmt, 3>(rs, vb, vs, k0, r0, r1, d0, d1);
+    case 2: return pv_rows<Fmt, 2>(rs, vb, vs, k0, r0, r1, d0, d1);
+    default: return pv_rows<Fmt, 1>(rs, vb, vs, k0, r0, r1, d0, d1);
+  }
+}
+
 struct Buffers {
   std::vector<Row> rows;
   std::vector<float> s, inv, kv;  // kv: one block of K or V as float32 (kCopy)
@@ -695,11 +723,7 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       if (std::max(c0, rs->first) >= std::min(c1, rs->first + rs->n)) continue;
       head_groups(nh, [&](int64_t h, int64_t m) {
         const int64_t pf = h == 0 ? vdiff : 0;  // the token's first group of heads prefetches for all
-        switch (m) {
-          case 3: return qk_rows<U, 3>(rs + h, kp, st, k0, lo, c0, c1, D, scale, pf);
-          case 2: return qk_rows<U, 2>(rs + h, kp, st, k0, lo, c0, c1, D, scale, pf);
-          default: return qk_rows<U, 1>(rs + h, kp, st, k0, lo, c0, c1, D, scale, pf);
-        }
+        qk_group<U>(m, rs + h, kp, st, k0, lo, c0, c1, D, scale, pf);
       });
     }
   };
@@ -716,20 +740,7 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
       const Row* rs = &buf.rows[r];
       const int64_t r0 = std::max(c0, rs->first), r1 = std::min(c1, rs->first + rs->n);
       if (r0 >= r1) continue;
-      head_groups(nh, [&](int64_t h, int64_t m) {
-        if (a.wide) {
-          switch (m) {
-            case 3: return wide::pv_rows<U, 3>(rs + h, vp, st, k0, r0, r1, 0, D);
-            case 2: return wide::pv_rows<U, 2>(rs + h, vp, st, k0, r0, r1, 0, D);
-            default: return wide::pv_rows<U, 1>(rs + h, vp, st, k0, r0, r1, 0, D);
-          }
-        }
-        switch (m) {
-          case 3: return pv_rows<U, 3>(rs + h, vp, st, k0, r0, r1, 0, D);
-          case 2: return pv_rows<U, 2>(rs + h, vp, st, k0, r0, r1, 0, D);
-          default: return pv_rows<U, 1>(rs + h, vp, st, k0, r0, r1, 0, D);
-        }
-      });
+      head_groups(nh, [&](int64_t h, int64_t m) { pv_group<U>(a.wide, m, rs + h, vp, st, k0, r0, r1, 0, D); });
     }
   };
   each_block(vb, copy_v, values);
@@ -759,15 +770,16 @@ constexpr int64_t kSplitMinBytes = 256 << 10;
 
 // Decode tile i's rows (batch row i / Hkv, kv head i % Hkv; one token), scores in plan.s, and
 // its slot's K and V rows of that kv head.
+template <class Fmt>
 struct SplitTile {
   Row rows[kMaxHeadsPerKv];
   int64_t nh, lo, hi;
-  const void *kb, *vb;
+  const typename Fmt::T *kb, *vb;
 };
 
 template <class Fmt>
-SplitTile split_tile(const Args& a, fd::AttentionSplit& plan, int64_t i) {
-  SplitTile t;
+SplitTile<Fmt> split_tile(const Args& a, fd::AttentionSplit& plan, int64_t i) {
+  SplitTile<Fmt> t;
   t.nh = a.H / a.Hkv;
   const int64_t b = i / a.Hkv, kvh = i % a.Hkv, L = a.pos[b] + 1;
   t.lo = a.window > 0 ? std::max<int64_t>(0, L - a.window) : 0;
@@ -787,30 +799,25 @@ SplitTile split_tile(const Args& a, fd::AttentionSplit& plan, int64_t i) {
 template <class Fmt>
 void split_scores(const Args& a, fd::AttentionSplit& plan, int64_t part) {
   using T = typename Fmt::T;
-  const SplitTile t = split_tile<Fmt>(a, plan, part / plan.blocks);
+  const SplitTile<Fmt> t = split_tile<Fmt>(a, plan, part / plan.blocks);
   const int64_t c0 = t.lo + part % plan.blocks * plan.jb, c1 = std::min(t.hi, c0 + plan.jb);
   if (c0 >= c1) return;
-  const T *kb = static_cast<const T*>(t.kb), *vb = static_cast<const T*>(t.vb);
-  const int64_t ks = a.ks[2], vdiff = vb - kb;
+  const T* kb = t.kb;
+  const int64_t ks = a.ks[2], vdiff = t.vb - t.kb;
   // This block's first keys (the block before, maybe another thread's, prefetched them for
   // itself). Not V: phase 2's parts may run on another core (1.1x on Gemma 3 270M's shape).
   for (int64_t j = c0; j < std::min(c1, c0 + kAheadKeys); ++j)
     prefetch_key<false>(kb + j * ks, vdiff, Fmt::row_bytes(a.D));
   const __m256 scale = _mm256_set1_ps(a.scale);
   head_groups(t.nh, [&](int64_t h, int64_t m) {
-    const int64_t pf = h == 0 ? vdiff : 0;
-    switch (m) {
-      case 3: return qk_rows<Fmt, 3, false>(t.rows + h, kb, ks, 0, t.lo, c0, c1, a.D, scale, pf);
-      case 2: return qk_rows<Fmt, 2, false>(t.rows + h, kb, ks, 0, t.lo, c0, c1, a.D, scale, pf);
-      default: return qk_rows<Fmt, 1, false>(t.rows + h, kb, ks, 0, t.lo, c0, c1, a.D, scale, pf);
-    }
+    qk_group<Fmt, false>(m, t.rows + h, kb, ks, 0, t.lo, c0, c1, a.D, scale, h == 0 ? vdiff : 0);
   });
 }
 
 // Phase 1, part r: query row r's softmax; its y zeroed for phase 2.
 template <class Fmt>
 void split_softmax(const Args& a, fd::AttentionSplit& plan, int64_t r) {
-  SplitTile t = split_tile<Fmt>(a, plan, r / (a.H / a.Hkv));
+  SplitTile<Fmt> t = split_tile<Fmt>(a, plan, r / (a.H / a.Hkv));
   Row& row = t.rows[r % t.nh];
   plan.inv[r] = a.wide ? wide::softmax(row) : softmax(row);
   std::fill(row.y, row.y + a.D, 0.f);
@@ -822,27 +829,14 @@ template <class Fmt>
 void split_values(const Args& a, fd::AttentionSplit& plan, int64_t part) {
   using T = typename Fmt::T;
   const int64_t i = part / plan.chunks, d0 = part % plan.chunks * kSplitDims, d1 = std::min(a.D, d0 + kSplitDims);
-  const SplitTile t = split_tile<Fmt>(a, plan, i);
-  const T* vb = static_cast<const T*>(t.vb);
+  const SplitTile<Fmt> t = split_tile<Fmt>(a, plan, i);
+  const T* vb = t.vb;
   const int64_t vs = a.ks[2];
   for (int64_t c0 = t.lo; c0 < t.hi; c0 += plan.jb) {
     const int64_t c1 = std::min(t.hi, c0 + plan.jb);
     for (int64_t j = c1; j < std::min(t.hi, c1 + plan.jb); ++j)  // the next block's rows, meanwhile
       prefetch_row<_MM_HINT_T1>(reinterpret_cast<const char*>(vb + j * vs), Fmt::row_bytes(a.D));
-    head_groups(t.nh, [&](int64_t h, int64_t m) {
-      if (a.wide) {
-        switch (m) {
-          case 3: return wide::pv_rows<Fmt, 3>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
-          case 2: return wide::pv_rows<Fmt, 2>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
-          default: return wide::pv_rows<Fmt, 1>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
-        }
-      }
-      switch (m) {
-        case 3: return pv_rows<Fmt, 3>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
-        case 2: return pv_rows<Fmt, 2>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
-        default: return pv_rows<Fmt, 1>(t.rows + h, vb, vs, 0, c0, c1, d0, d1);
-      }
-    });
+    head_groups(t.nh, [&](int64_t h, int64_t m) { pv_group<Fmt>(a.wide, m, t.rows + h, vb, vs, 0, c0, c1, d0, d1); });
   }
   for (int64_t h = 0; h < t.nh; ++h) {
     float* y = t.rows[h].y;
