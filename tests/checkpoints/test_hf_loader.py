@@ -220,7 +220,7 @@ def test_unsupported_rope_scaling(tmp_path):
     ({"num_attention_heads": float("inf")}, "num_attention_heads must be an integer, got inf"),
     ({"hidden_size": 64.5}, "hidden_size must be an integer, got 64.5"),
     ({"max_position_embeddings": True}, "max_position_embeddings must be an integer, got True"),
-    ({"max_position_embeddings": 10**9}, "max_seq_len must be at most 2,097,152"),
+    ({"max_position_embeddings": 10**9}, "max_seq_len must be at most 16,777,216"),
     ({"num_hidden_layers": 10**9}, "n_layers must be at most 4,096"),
     ({"rms_norm_eps": "x"}, "rms_norm_eps must be a finite number, got 'x'"),
     ({"rope_parameters": 7}, "rope_parameters must be an object, got 7"),

@@ -130,10 +130,13 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
 
 def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama", n_layers: int = 2,
                quant: Optional[dict[str, "gguf.GGMLQuantizationType"]] = None, tokens: Optional[list[str]] = None,
-               add_bos: Optional[bool] = False, tokenizer_model: str = "gpt2", extra: Optional[dict] = None,
+               add_bos: Optional[bool] = False, tokenizer_model: str = "gpt2",
+               merges: Optional[list[tuple[str, str]]] = None, extra: Optional[dict] = None,
                head_dim: int = 16, dim: int = 64, hidden_dim: int = 96, n_heads: int = 4,
                n_kv_heads: int = 2) -> Path:
     """Write a tiny GGUF: llama-style metadata, a byte-level tokenizer and `tensors`.
+
+    `tokens` and `merges` replace the byte-level vocabulary and its merges (MERGES).
 
     `quant` maps tensor names to a type to store them in (quantized with gguf.quants; a
     uint8 array is taken as that type's blocks already, [rows, bytes per row]).
@@ -159,7 +162,7 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
     w.add_token_list(tokens)
     w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
     if tokenizer_model == "gpt2":
-        w.add_token_merges([f"{a} {b}" for a, b in MERGES])
+        w.add_token_merges([f"{a} {b}" for a, b in (MERGES if merges is None else merges)])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
     w.add_pad_token_id(2)

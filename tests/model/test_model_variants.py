@@ -78,8 +78,8 @@ def test_rows_at_different_positions_share_a_step(path):
 def test_sliding_layers_use_their_own_rope_base_and_window():
     model = make(GEMMA3, "portable")
     assert [layer.attention.window for layer in model.layers] == [16, 0]
-    assert model.rope_local_cos.shape == model.rope_cos.shape and not torch.equal(model.rope_local_cos,
-                                                                                  model.rope_cos)
+    assert model.rope_local_inv_freq.shape == model.rope_inv_freq.shape
+    assert not torch.equal(model.rope_local_inv_freq, model.rope_inv_freq)
     # A window as long as the sequence changes nothing: layer 0 then sees every key.
     tokens = torch.randint(0, 256, (1, 16))
     wide = init_random_weights(Transformer(get_preset("tiny-gemma3").replace(sliding_window=512)), seed=0).eval()
@@ -87,6 +87,17 @@ def test_sliding_layers_use_their_own_rope_base_and_window():
 
 
 # --- ModelArgs -------------------------------------------------------------------------------
+
+def test_the_model_holds_nothing_per_declared_position():
+    """A file declares its context (Llama-3.2-1B: 131,072 positions), the engine's cache holds
+    fewer; no buffer of the model may grow with the declaration (RoPE tables of every position
+    were 34 MB of Llama-3.2-1B's 1.1x memory budget)."""
+    def buffer_bytes(max_seq_len):
+        m = Transformer(get_preset("tiny-gemma3").replace(max_seq_len=max_seq_len))
+        return sum(b.numel() * b.element_size() for b in m.buffers())
+
+    assert buffer_bytes(1 << 20) == buffer_bytes(64)
+
 
 @pytest.mark.parametrize("changes, words", [
     (dict(sliding_window=600), "sliding window of 600 positions is larger than the context of 512"),

@@ -39,9 +39,9 @@ class RopeScaling:
 
 LAYER_TYPES = ("global", "sliding")
 ACTIVATIONS = ("silu", "gelu_tanh")
-# Most positions a model may declare: above every real context length (Qwen2.5-1M's 1,010,000),
-# below what makes its RoPE tables ([positions, head_dim / 2] cos and sin, float32) unaffordable.
-MAX_POSITIONS = 1 << 21
+# Most positions a model may declare: above every real context length (Llama 4 Scout's 10,485,760),
+# and every position exact in the float32 RoPE angles (rope_angles).
+MAX_POSITIONS = 1 << 24
 MAX_LAYERS = 4096  # a sanity bound (the largest open models have ~130): each layer is modules and tensors
 
 
@@ -93,8 +93,8 @@ class ModelArgs:
         if self.n_layers > MAX_LAYERS:
             raise FastDecodeError(f"ModelArgs.n_layers must be at most {MAX_LAYERS:,}, got {self.n_layers:,}")
         if self.max_seq_len > MAX_POSITIONS:
-            raise FastDecodeError(f"ModelArgs.max_seq_len must be at most {MAX_POSITIONS:,} (the RoPE tables hold "
-                                  f"every position), got {self.max_seq_len:,}")
+            raise FastDecodeError(f"ModelArgs.max_seq_len must be at most {MAX_POSITIONS:,} (positions are exact "
+                                  f"in float32 RoPE angles up to there), got {self.max_seq_len:,}")
         if self.n_heads % self.n_kv_heads:
             raise FastDecodeError(
                 f"ModelArgs.n_heads ({self.n_heads}) must be a multiple of "
