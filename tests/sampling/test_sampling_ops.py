@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from fastdecode import FastDecodeError, SamplingParams
-from fastdecode.sampling import (SamplingBatch, apply_penalties, first_max, logits_to_probs, make_generator, min_p_mask,
-                                 sample, token_logprobs, top_k_mask, top_p_mask)
+from fastdecode.sampling import (SamplingBatch, apply_penalties, exponential_noise_, first_max, logits_to_probs,
+                                 make_generator, min_p_mask, sample, token_logprobs, top_k_mask, top_p_mask)
 
 
 def draw_noise(generator, shape, device):
     """Exponential(1) noise, as the engine's runner draws it: argmax(probs / noise) samples probs."""
-    return torch.empty(shape, device=device, dtype=torch.float32).exponential_(1.0, generator=generator)
+    return exponential_noise_(torch.empty(shape, device=device, dtype=torch.float32), generator)
 
 # -- references written from the definitions, one row at a time in plain Python --
 
@@ -87,6 +87,29 @@ def test_top_p_and_min_p_masks_per_row():
         row = probs[r].tolist()
         assert {i for i in range(50) if not drop_p[r, i]} == ref_top_p_keep(row, ps[r])
         assert {i for i in range(50) if not drop_m[r, i]} == ref_min_p_keep(row, mins[r])
+
+
+@pytest.mark.parametrize("scale, sorts", [(12.0, 0), (3.0, 0), (0.1, 1)])  # peaked: 256 or 4,096 do; flat: a sort
+def test_masks_from_the_best_candidates_are_the_whole_row_masks(scale, sorts, monkeypatch):
+    """Eager masks (k_limit known) look among each row's best tokens first; on distinct
+    values they keep exactly what sorting whole rows keeps, widening where they must."""
+    V = 6000
+    logits = torch.randn(4, V, generator=torch.Generator().manual_seed(7)) * scale
+    probs = torch.softmax(logits, dim=-1)
+    ks, ps = torch.tensor([5, V, 300, 4500]), torch.tensor([0.5, 0.9, 1.0, 0.999])
+    whole_k, whole_p = top_k_mask(logits, ks), top_p_mask(probs, ps)
+    calls = []
+    sort = torch.sort
+    monkeypatch.setattr(torch, "sort", lambda *a, **kw: calls.append(1) or sort(*a, **kw))
+    assert torch.equal(top_k_mask(logits, ks, k_limit=4500), whole_k)
+    assert torch.equal(top_p_mask(probs, ps, k_limit=V), whole_p)
+    assert len(calls) == sorts
+    for r in range(4):
+        kept = {i for i in range(V) if not whole_p[r, i]}
+        assert kept == ref_top_p_keep(probs[r].tolist(), ps[r].item())
+    # Under a top-k of 40, the nucleus lies among those 40.
+    probs_k = torch.softmax(logits.masked_fill(top_k_mask(logits, 40), -math.inf), dim=-1)
+    assert torch.equal(top_p_mask(probs_k, ps, k_limit=40), top_p_mask(probs_k, ps))
 
 
 def test_penalties_follow_their_definitions():

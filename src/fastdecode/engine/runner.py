@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..compile.steps import Steps
-from ..sampling import SamplingBatch, adjust, first_max, logits_to_probs, sample, token_logprobs
+from ..sampling import SamplingBatch, adjust, exponential_noise_, first_max, logits_to_probs, sample, token_logprobs
 from ..sampling.acceptance import accept_or_resample
 from ..sampling.slots import SlotSampling
 from ..structured.mask import Masks, Pending
@@ -276,7 +276,7 @@ class Runner:
         for i, r in enumerate(reqs):
             if r.generator is not None:
                 for j in range(1 if k is None else k):
-                    (out[i] if k is None else out[j, i]).exponential_(1.0, generator=r.generator)
+                    exponential_noise_(out[i] if k is None else out[j, i], r.generator)
         return out
 
     def banned(self, reqs: Sequence[Request], rows: Tensor, offset: int = 0) -> Optional[Tensor]:

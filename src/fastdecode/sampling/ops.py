@@ -2,8 +2,9 @@
 
 Each row has its own settings, carried as tensors in a `SamplingBatch`, so
 requests with different settings share one step and one compiled graph. The
-functions are pure tensor code with no host syncs; randomness comes in as
-precomputed Exponential(1) `noise`, drawn from each request's own generator.
+functions are pure tensor code with no host syncs (but eager top-p, which reads
+whether its candidates hold the nucleus); randomness comes in as precomputed
+Exponential(1) `noise`, drawn from each request's own generator.
 
 Order of operations (as in Hugging Face and vLLM): penalties, logit bias, bans
 (EOS before min_new_tokens, and tokens a row's grammar does not allow), temperature,
@@ -45,6 +46,10 @@ class SamplingBatch:
     use_top_p: bool = True
     use_min_p: bool = True
     use_penalties: bool = True
+    # The largest top_k among the rows that set one, known on the host; None (compiled
+    # graphs): unknown, the masks sort whole rows. With it, eager masks look at the
+    # rows' best candidates first (top_k_mask, top_p_mask).
+    k_limit: Optional[int] = None
 
     @classmethod
     def from_params(cls, params: Sequence[SamplingParams], vocab_size: int, device: torch.device | str,
@@ -63,7 +68,9 @@ class SamplingBatch:
             use_top_k=full or any(p.top_k is not None and not p.greedy for p in params),
             use_top_p=full or any(p.top_p < 1 and not p.greedy for p in params),
             use_min_p=full or any(p.min_p > 0 and not p.greedy for p in params),
-            use_penalties=full or any(p.uses_penalties for p in params))
+            use_penalties=full or any(p.uses_penalties for p in params),
+            k_limit=None if full else max((min(p.top_k, vocab_size) for p in params
+                                           if p.top_k is not None and not p.greedy), default=vocab_size))
 
 
 # -- masks, each written to match its definition; k, p: a number or [B] ---------
@@ -72,25 +79,58 @@ def _col(x, ref: Tensor) -> Tensor:
     return torch.as_tensor(x, dtype=ref.dtype if ref.is_floating_point() else None, device=ref.device).reshape(-1, 1)
 
 
-def top_k_mask(logits: Tensor, k) -> Tensor:
-    """True where a token is NOT among the k largest logits of its row (ties with the k-th are kept)."""
+def top_k_mask(logits: Tensor, k, k_limit: Optional[int] = None) -> Tensor:
+    """True where a token is NOT among the k largest logits of its row (ties with the k-th are kept).
+
+    k_limit: the largest k of the rows that have one (host int; rows without a limit
+    have k >= V); the k-th values then come from a top-k_limit rather than a sort of
+    the whole row (Gemma 3's 262,144 logits: 0.6 against 18 ms on two cores)."""
     V = logits.shape[-1]
     k = torch.as_tensor(k, device=logits.device).clamp(1, V).reshape(-1, 1)
-    kth = torch.sort(logits, dim=-1, descending=True).values.gather(-1, (k - 1).expand(logits.shape[0], 1))
-    return logits < kth
+    if k_limit is None or k_limit >= V:
+        kth = torch.sort(logits, dim=-1, descending=True).values.gather(-1, (k - 1).expand(logits.shape[0], 1))
+        return logits < kth
+    best = torch.topk(logits, max(k_limit, 1), dim=-1).values  # [B, k_limit], descending
+    kth = best.gather(-1, (k.clamp(max=best.shape[-1]) - 1).expand(logits.shape[0], 1))
+    return (logits < kth) & (k < V)  # rows without a limit keep everything
 
 
-def top_p_mask(probs: Tensor, p) -> Tensor:
+# Top-p looks for each row's nucleus among its best candidates first, widening to
+# the whole row only where they hold less than p of the mass.
+_NUCLEUS_CANDIDATES = (256, 4096)
+
+
+def top_p_mask(probs: Tensor, p, k_limit: Optional[int] = None) -> Tensor:
     """True where a token is outside its row's nucleus: the smallest set of most
     likely tokens whose total probability reaches p. The most likely token is
-    always kept, and rows with p >= 1 keep everything."""
+    always kept, and rows with p >= 1 keep everything.
+
+    k_limit (eager only: it reads the candidates' mass on the host): look among each
+    row's best min(k_limit, 256), then 4,096 tokens before sorting whole rows. The
+    running sums over the best m are those of the whole sorted row, so the mask is the
+    same (up to which of equal probabilities the sort puts first, which no sort fixes)."""
     p = _col(p, probs)
+    V = probs.shape[-1]
+    if k_limit is not None:
+        for m in sorted({min(k_limit, c) for c in _NUCLEUS_CANDIDATES}):
+            if m >= V:
+                break
+            best, order = torch.topk(probs, m, dim=-1)  # descending
+            mass_before = torch.cumsum(best, dim=-1) - best
+            if bool(((mass_before[:, -1] + best[:, -1] >= p[:, 0]) | (p[:, 0] >= 1)).all()):
+                drop_best = _nucleus_drop(best, mass_before, p)
+                # Everything past the best m lies outside a p < 1 row's nucleus.
+                return (p < 1).expand(probs.shape).scatter(-1, order, drop_best)
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    return torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, _nucleus_drop(sorted_probs, mass_before, p))
+
+
+def _nucleus_drop(sorted_probs: Tensor, mass_before: Tensor, p: Tensor) -> Tensor:
+    """Of probabilities sorted in descending order, those past the nucleus of p [B, 1]."""
     # A mask, not an in-place write, keeps compiled graphs free of a size-1 specialization.
-    first = torch.arange(probs.shape[-1], device=probs.device) == 0
-    drop_sorted = (mass_before >= p) & ~first & (p < 1)  # rounding must not drop a p=1 row's tail
-    return torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    first = torch.arange(sorted_probs.shape[-1], device=sorted_probs.device) == 0
+    return (mass_before >= p) & ~first & (p < 1)  # rounding must not drop a p=1 row's tail
 
 
 def min_p_mask(probs: Tensor, min_p) -> Tensor:
@@ -112,6 +152,15 @@ def apply_penalties(logits: Tensor, batch: SamplingBatch, counts: Tensor, seen: 
 
 # -- the draw ------------------------------------------------------------------------------
 
+def exponential_noise_(out: Tensor, generator: Optional[torch.Generator]) -> Tensor:
+    """Fill `out` with Exponential(1) draws, as -log U of uniforms U, in place.
+
+    4x cheaper than Tensor.exponential_ on CPU (a 262,144-token row: 1.2 against 4.8 ms
+    on two cores). U is in [0, 1) in steps of 2**-24; U = 0 becomes 2**-25, so a draw
+    is at most 17.3 (Exponential(1) exceeds that with probability 3e-8)."""
+    return out.uniform_(generator=generator).clamp_(min=2.0 ** -25).log_().neg_()
+
+
 def first_max(x: Tensor) -> Tensor:
     """[B, V] -> [B] int64: each row's index of its first largest value, as argmax(-1) (a NaN
     counting as largest). torch.max's CPU reduction does it 2.6-3.1x faster than argmax's (torch
@@ -124,10 +173,10 @@ def logits_to_probs(logits: Tensor, batch: SamplingBatch) -> Tensor:
     """[B, V] logits (penalties applied) -> [B, V] filtered, normalized probabilities."""
     logits = logits.float() / batch.temperature[:, None]
     if batch.use_top_k:
-        logits = logits.masked_fill(top_k_mask(logits, batch.top_k), -math.inf)
+        logits = logits.masked_fill(top_k_mask(logits, batch.top_k, batch.k_limit), -math.inf)
     probs = torch.softmax(logits, dim=-1)
     if batch.use_top_p:
-        probs = probs.masked_fill(top_p_mask(probs, batch.top_p), 0.0)
+        probs = probs.masked_fill(top_p_mask(probs, batch.top_p, batch.k_limit), 0.0)
     if batch.use_min_p:
         probs = probs.masked_fill(min_p_mask(probs, batch.min_p), 0.0)
     return probs / probs.sum(dim=-1, keepdim=True)
