@@ -16,8 +16,8 @@ def run_rule(p: torch.Tensor, q: torch.Tensor, seed: int = 0):
     V = p.numel()
     draft = torch.multinomial(q, N, replacement=True, generator=g)
     uniform = torch.rand(N, generator=g)
-    noise = torch.empty(N, V).exponential_(1.0, generator=g)
-    accepted, tokens = accept_or_resample(p.expand(N, V), q.expand(N, V), draft, uniform, noise)
+    resample = torch.rand(N, generator=g)
+    accepted, tokens = accept_or_resample(p.expand(N, V), q.expand(N, V), draft, uniform, resample)
     return torch.bincount(tokens, minlength=V).double() / N, accepted.double().mean().item()
 
 

@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from fastdecode import FastDecodeError, SamplingParams
-from fastdecode.sampling import (SamplingBatch, apply_penalties, exponential_noise_, first_max, logits_to_probs,
-                                 make_generator, min_p_mask, sample, token_logprobs, top_k_mask, top_p_mask)
+from fastdecode.sampling import (SamplingBatch, apply_penalties, draw_from, first_max, logits_to_probs, make_generator,
+                                 min_p_mask, sample, token_logprobs, top_k_mask, top_p_mask)
 
 
-def draw_noise(generator, shape, device):
-    """Exponential(1) noise, as the engine's runner draws it: argmax(probs / noise) samples probs."""
-    return exponential_noise_(torch.empty(shape, device=device, dtype=torch.float32), generator)
+def draw_uniforms(generator, rows, device):
+    """U[0, 1) draws, one a row, as the engine's runner takes them for a step."""
+    return torch.rand(rows, generator=generator, device=device)
 
 # -- references written from the definitions, one row at a time in plain Python --
 
@@ -131,7 +131,7 @@ def test_penalties_follow_their_definitions():
 def empirical(logits, params, n=20000, seed=0):
     g = torch.Generator().manual_seed(seed)
     batch = logits.expand(n, -1)
-    tokens = sample(batch, batch_of(*[params] * n, V=logits.shape[-1]), draw_noise(g, batch.shape, "cpu"))
+    tokens = sample(batch, batch_of(*[params] * n, V=logits.shape[-1]), draw_uniforms(g, batch.shape[0], "cpu"))
     return torch.bincount(tokens, minlength=logits.shape[-1]).double() / n
 
 
@@ -183,9 +183,9 @@ def test_first_max_is_argmax_with_ties_nan_and_infinities():
 
 
 def test_rows_sample_independently_of_their_batch():
-    """A row's token depends only on its own logits, settings and noise."""
+    """A row's token depends only on its own logits, settings and draw."""
     g = torch.Generator().manual_seed(4)
-    logits, noise = torch.randn(4, 50, generator=g), draw_noise(g, (4, 50), "cpu")
+    logits, noise = torch.randn(4, 50, generator=g), draw_uniforms(g, 4, "cpu")
     params = [SamplingParams(temperature=0), SamplingParams(temperature=0.7, top_k=5),
               SamplingParams(temperature=1.2, top_p=0.8, min_p=0.05), SamplingParams(temperature=1.0)]
     together = sample(logits, batch_of(*params, V=50), noise)
@@ -222,15 +222,27 @@ def test_banned_tokens_never_sampled():
     banned = torch.tensor([False, False, True, False, False]).expand(1000, 5)
     g = torch.Generator().manual_seed(0)
     out = sample(logits, batch_of(*[SamplingParams(temperature=1.0)] * 1000, V=5),
-                 draw_noise(g, logits.shape, "cpu"), banned=banned)
+                 draw_uniforms(g, logits.shape[0], "cpu"), banned=banned)
     assert not (out == 2).any()
     assert not (sample(logits, batch_of(*[SamplingParams(temperature=0)] * 1000, V=5), banned=banned) == 2).any()
 
 
+def test_draw_from_follows_the_weights_and_never_picks_a_zero():
+    w = torch.tensor([[0.0, 0.3, 0.0, 0.7, 0.0]]).expand(4, 5)
+    u = torch.tensor([0.0, 0.2999, 0.3001, 1 - 2 ** -24])  # the ends of [0, 1) included
+    assert draw_from(w, u).tolist() == [1, 1, 3, 3]
+    assert draw_from(w * 1e-30, u).tolist() == [1, 1, 3, 3]  # unnormalized weights
+    g = torch.Generator().manual_seed(0)
+    p = torch.softmax(torch.randn(64, generator=g) * 2, -1)
+    n = 200_000
+    freq = torch.bincount(draw_from(p.expand(n, -1), torch.rand(n, generator=g)), minlength=64).double() / n
+    assert 0.5 * (freq - p.double()).abs().sum() <= 4 / n ** 0.5
+
+
 def test_seeded_generator_reproduces():
-    a = draw_noise(make_generator(SamplingParams(seed=7), "cpu"), (3, 10), "cpu")
-    b = draw_noise(make_generator(SamplingParams(seed=7), "cpu"), (3, 10), "cpu")
-    c = draw_noise(make_generator(SamplingParams(seed=8), "cpu"), (3, 10), "cpu")
+    a = draw_uniforms(make_generator(SamplingParams(seed=7), "cpu"), 30, "cpu")
+    b = draw_uniforms(make_generator(SamplingParams(seed=7), "cpu"), 30, "cpu")
+    c = draw_uniforms(make_generator(SamplingParams(seed=8), "cpu"), 30, "cpu")
     assert torch.equal(a, b) and not torch.equal(a, c)
 
 

@@ -2,7 +2,7 @@
 
 One graph holds K model steps and everything between them: per-row sampling
 from a `SamplingBatch` built with every stage on (so requests with any
-settings share the graph), randomness passed in as Exponential noise drawn
+settings share the graph), randomness passed in as uniform draws taken
 from each request's generator in the order the single-step path draws it,
 the penalties' statistics, and the EOS ban before min_new_tokens. The engine
 checks EOS, stop strings and lengths on the host after the call, and drops a
@@ -27,7 +27,7 @@ DEFAULT_CHUNK = 8
 
 
 class ChunkDecoder:
-    """chunk(token, pos, rows, noise, batch, counts, seen, bias, eos, n_gen, min_new) ->
+    """chunk(token, pos, rows, uniform, batch, counts, seen, bias, eos, n_gen, min_new) ->
     tokens [K, B]: K decode steps for all rows in one call. Tensors in, tensors out:
     the engine's runner builds the inputs from its requests and applies the
     tokens. The engine uses it while some row has >= K tokens to go."""
@@ -39,11 +39,11 @@ class ChunkDecoder:
         # The K model steps are inlined, but each of their blocks is a nested
         # compile region (model.TransformerBlock): the graph compiles one block
         # and calls it K * n_layers times, so compile time barely grows with K.
-        def chunk_fn(token: Tensor, pos: Tensor, rows: Tensor, noise: Tensor, greedy: Tensor, temperature: Tensor,
+        def chunk_fn(token: Tensor, pos: Tensor, rows: Tensor, uniform: Tensor, greedy: Tensor, temperature: Tensor,
                      top_k: Tensor, top_p: Tensor, min_p: Tensor, repetition: Tensor, frequency: Tensor,
                      presence: Tensor, counts: Tensor, seen: Tensor, bias: Tensor, eos: Tensor, n_gen: Tensor,
                      min_new: Tensor):
-            # token, pos, rows, n_gen, min_new: [B]; noise: [K, B, V]; counts, seen: [slots, V]
+            # token, pos, rows, n_gen, min_new: [B]; uniform: [K, B]; counts, seen: [slots, V]
             # (updated in place); bias, eos: [B, V].
             batch = SamplingBatch(greedy, temperature, top_k, top_p, min_p, repetition, frequency, presence)
             last = model.kv_cache.seq_len - 1  # static: the engine's cache
@@ -52,7 +52,7 @@ class ChunkDecoder:
                 p = (pos + i).clamp(max=last)[:, None]
                 logits = model(token[:, None], p, rows=rows, last_only=True)[:, -1]  # [B, V]
                 banned = eos & (n_gen + i < min_new)[:, None]
-                token = sample(logits, batch, noise[i], counts[rows], seen[rows], bias, banned)
+                token = sample(logits, batch, uniform[i], counts[rows], seen[rows], bias, banned)
                 counts.index_put_((rows, token), torch.ones_like(token, dtype=counts.dtype), accumulate=True)
                 seen.index_put_((rows, token), torch.ones_like(token, dtype=torch.bool))
                 out.append(token)
@@ -60,14 +60,14 @@ class ChunkDecoder:
 
         self._chunk = torch.compile(own_code(chunk_fn), **steps.compile_kwargs)
 
-    def __call__(self, token: Tensor, pos: Tensor, rows: Tensor, noise: Tensor, batch: SamplingBatch,
+    def __call__(self, token: Tensor, pos: Tensor, rows: Tensor, uniform: Tensor, batch: SamplingBatch,
                  counts: Tensor, seen: Tensor, bias: Tensor, eos: Tensor, n_gen: Tensor, min_new: Tensor) -> Tensor:
-        """token: each row's newest token, fed at pos; rows: their cache slots; noise [K, B, V]:
-        Exponential draws (ones on greedy rows); batch: their settings (SamplingBatch with
+        """token: each row's newest token, fed at pos; rows: their cache slots; uniform [K, B]:
+        U[0, 1) draws (any values on greedy rows); batch: their settings (SamplingBatch with
         every stage on); counts, seen [slots, V]: penalty statistics, updated in place; bias,
         eos [B, V]; n_gen: tokens each row has, min_new: its min_new_tokens."""
         b = batch
-        args = (token, pos, rows, noise, b.greedy, b.temperature, b.top_k, b.top_p, b.min_p, b.repetition,
+        args = (token, pos, rows, uniform, b.greedy, b.temperature, b.top_k, b.top_p, b.min_p, b.repetition,
                 b.frequency, b.presence, counts, seen, bias, eos, n_gen, min_new)
         # Dims marked dynamic: B everywhere, and K's neighbours never change.
         dyn = {i: (0,) for i in (0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15, 16, 17)}
@@ -88,7 +88,7 @@ class ChunkDecoder:
                 return torch.tensor(values, dtype=torch.long, device=dev)
 
             rows = t([0])
-            self(t([0]), t([1]), rows, torch.ones(self.k, 1, V, device=dev), sampling.batch([0], full=True),
+            self(t([0]), t([1]), rows, torch.full((self.k, 1), 0.5, device=dev), sampling.batch([0], full=True),
                  sampling.counts, sampling.seen, sampling.bias[rows], sampling.eos[rows], t([1]), t([0]))
 
 

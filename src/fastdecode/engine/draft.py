@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ..compile.steps import Steps
 from ..errors import FastDecodeError
-from ..sampling import first_max, logits_to_probs
+from ..sampling import draw_from, first_max, logits_to_probs
 from .request import Request
 
 CATCH_UP = 64  # tokens a row may be behind before it catches up alone, chunk by chunk
@@ -82,7 +82,7 @@ class DraftProposer:
 
     def propose(self, target: Any, rows: Sequence[tuple[Request, int]]) -> list[tuple[list[int], Optional[Tensor]]]:
         """k drafts for each (request, k), sampled as `target` (the engine's
-        runner: its `adjusted` logits and `noise`) would sample them, with their
+        runner: its `adjusted` logits and `uniforms`) would sample them, with their
         distributions q [k, V] for the verify step's acceptance rule (None for
         greedy requests, whose drafts are argmaxes)."""
         reqs = [r for r, _ in rows]
@@ -111,7 +111,7 @@ class DraftProposer:
         if batch.all_greedy:
             return best.tolist(), None
         q = logits_to_probs(adjusted, batch)
-        drawn = first_max(q / target.noise(reqs))
+        drawn = draw_from(q, target.uniforms(reqs))
         return torch.where(batch.greedy, best, drawn).tolist(), q
 
     def _feed(self, reqs: Sequence[Request], pending: list[list[int]]) -> Tensor:

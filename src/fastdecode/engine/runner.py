@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..compile.steps import Steps
-from ..sampling import SamplingBatch, adjust, exponential_noise_, first_max, logits_to_probs, sample, token_logprobs
+from ..sampling import SamplingBatch, adjust, draw_from, first_max, logits_to_probs, sample, token_logprobs
 from ..sampling.acceptance import accept_or_resample
 from ..sampling.slots import SlotSampling
 from ..structured.mask import Masks, Pending
@@ -179,7 +179,7 @@ class Runner:
         with torch.inference_mode():
             t = self._tensor
             rows = t(slots)
-            tokens = chunk(t([r.last_token for r in reqs]), t([r.pos for r in reqs]), rows, self.noise(reqs, chunk.k),
+            tokens = chunk(t([r.last_token for r in reqs]), t([r.pos for r in reqs]), rows, self.uniforms(reqs, chunk.k),
                            s.batch(slots, full=True), s.counts, s.seen, s.bias[rows], s.eos[rows],
                            t([r.n_generated for r in reqs]), t([r.config.min_new_tokens for r in reqs]))
         ids = tokens.t().tolist()  # [B, K]
@@ -252,8 +252,8 @@ class Runner:
         with torch.inference_mode():
             adjusted, batch = self.adjusted(reqs, logits, j, allowed)
             p = logits_to_probs(adjusted, batch)  # [B, V]
-            noise = self.noise(reqs)
-            tokens = first_max(p / noise)
+            u = self.uniforms(reqs)
+            tokens = draw_from(p, u)
             drafting = [i for i, (_, d, _) in enumerate(rows) if j < len(d)]
             if drafting:
                 q = torch.stack([rows[i][2][j] for i in drafting])
@@ -261,22 +261,23 @@ class Runner:
                 uniform = torch.cat([torch.rand(1, generator=reqs[i].generator, device=self.device)
                                      for i in drafting])
                 at = self._tensor(drafting)
-                tokens[at] = accept_or_resample(p[at], q, draft, uniform, noise[at])[1]
+                tokens[at] = accept_or_resample(p[at], q, draft, uniform, u[at])[1]  # u[at]: draws not used above
         return self._picked(reqs, logits, tokens, batch)
 
     # -- sampling ----------------------------------------------------------------------
 
-    def noise(self, reqs: Sequence[Request], k: Optional[int] = None) -> Optional[Tensor]:
-        """Exponential noise [B, V] (or [k, B, V]), each row from its own request's
-        generator, one [V] draw per token in order; ones on greedy rows."""
+    def uniforms(self, reqs: Sequence[Request], k: Optional[int] = None) -> Optional[Tensor]:
+        """Uniform [0, 1) draws [B] (or [k, B]), each row from its own request's
+        generator, one per token in order; 0.5 on greedy rows."""
         if all(r.generator is None for r in reqs) and k is None:
             return None
-        shape = (len(reqs), self.V) if k is None else (k, len(reqs), self.V)
-        out = torch.ones(shape, device=self.device)
+        out = torch.full((len(reqs),) if k is None else (k, len(reqs)), 0.5, device=self.device)
         for i, r in enumerate(reqs):
             if r.generator is not None:
-                for j in range(1 if k is None else k):
-                    exponential_noise_(out[i] if k is None else out[j, i], r.generator)
+                if k is None:
+                    out[i].uniform_(generator=r.generator)
+                else:  # a row's k draws in order, written into column i
+                    out[:, i] = torch.empty(k, device=self.device).uniform_(generator=r.generator)
         return out
 
     def banned(self, reqs: Sequence[Request], rows: Tensor, offset: int = 0) -> Optional[Tensor]:
@@ -307,7 +308,7 @@ class Runner:
             return []
         with torch.inference_mode():
             adjusted, batch = self.adjusted(reqs, logits, offset, allowed)
-            tokens = sample(adjusted, batch, self.noise(reqs))
+            tokens = sample(adjusted, batch, self.uniforms(reqs))
         return self._picked(reqs, logits, tokens, batch)
 
     def _picked(self, reqs: Sequence[Request], logits: Tensor, tokens: Tensor, batch: SamplingBatch) -> list[Picked]:

@@ -1,7 +1,7 @@
 """What every rank must agree on beyond the weights, decided once at load.
 
 Ranks compute the replicated parts (embedding, norms, head) and sample on
-their own, so all must run the same kernels and draw the same noise, or a
+their own, so all must run the same kernels and take the same random draws, or a
 near-tie could pick different tokens and the ranks would drift apart.
 """
 
@@ -38,7 +38,7 @@ def same_kernels(model: nn.Module, choice: KernelChoice, group: dist.ProcessGrou
 class SharedSeeds:
     """Seeds for requests that bring none, the same sequence on every rank.
 
-    Ranks sample their own copy of the logits and must draw the same noise,
+    Ranks sample their own copy of the logits and must take the same random draws,
     so an unseeded request cannot draw a fresh seed on each rank. Rank 0
     draws one base seed at load and broadcasts it (one collective per model,
     none per request); the n-th unseeded request then gets the n-th number of

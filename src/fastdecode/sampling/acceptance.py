@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .ops import first_max
+from .ops import draw_from
 
 
-def accept_or_resample(p: Tensor, q: Tensor, draft: Tensor, uniform: Tensor, noise: Tensor) -> tuple[Tensor, Tensor]:
+def accept_or_resample(p: Tensor, q: Tensor, draft: Tensor, uniform: Tensor, resample: Tensor) -> tuple[Tensor, Tensor]:
     """p, q: [B, V] target and draft probabilities; draft: [B] tokens drawn from q;
-    uniform: [B] U[0, 1) draws; noise: [B, V] Exponential(1) draws for the resample.
+    uniform, resample: [B] independent U[0, 1) draws, for the test and for the resample.
     Returns (accepted [B] bool, token [B]): the draft where accepted, else the resample."""
     px = p.gather(-1, draft[:, None])[:, 0]
     qx = q.gather(-1, draft[:, None])[:, 0]
@@ -25,6 +25,5 @@ def accept_or_resample(p: Tensor, q: Tensor, draft: Tensor, uniform: Tensor, noi
     # Where p <= q everywhere, p == q and every draft is accepted; rounding can still
     # reject, and then p itself is the right distribution to draw from.
     residual = residual.where(residual.sum(-1, keepdim=True) > 0, p)
-    # argmax(w / E) with E ~ Exp(1) picks i with probability w_i / sum(w): no normalizing needed.
-    resampled = first_max(residual / noise)
+    resampled = draw_from(residual, resample)  # i with probability w_i / sum(w): no normalizing needed
     return accepted, draft.where(accepted, resampled)

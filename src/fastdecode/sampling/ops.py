@@ -4,7 +4,7 @@ Each row has its own settings, carried as tensors in a `SamplingBatch`, so
 requests with different settings share one step and one compiled graph. The
 functions are pure tensor code with no host syncs (but eager top-p, which reads
 whether its candidates hold the nucleus); randomness comes in as precomputed
-Exponential(1) `noise`, drawn from each request's own generator.
+uniform draws, one per row and token, from each request's own generator.
 
 Order of operations (as in Hugging Face and vLLM): penalties, logit bias, bans
 (EOS before min_new_tokens, and tokens a row's grammar does not allow), temperature,
@@ -152,13 +152,18 @@ def apply_penalties(logits: Tensor, batch: SamplingBatch, counts: Tensor, seen: 
 
 # -- the draw ------------------------------------------------------------------------------
 
-def exponential_noise_(out: Tensor, generator: Optional[torch.Generator]) -> Tensor:
-    """Fill `out` with Exponential(1) draws, as -log U of uniforms U, in place.
-
-    4x cheaper than Tensor.exponential_ on CPU (a 262,144-token row: 1.2 against 4.8 ms
-    on two cores). U is in [0, 1) in steps of 2**-24; U = 0 becomes 2**-25, so a draw
-    is at most 17.3 (Exponential(1) exceeds that with probability 3e-8)."""
-    return out.uniform_(generator=generator).clamp_(min=2.0 ** -25).log_().neg_()
+def draw_from(weights: Tensor, u: Tensor) -> Tensor:
+    """One index per row of weights [B, V] (>= 0, any positive total), index i with
+    probability w_i / sum(w), given u [B] uniform in [0, 1): the first i whose running
+    sum exceeds u x the total. One uniform a row, where an exponential race
+    (argmax w / E) needs V draws: 0.25 against 4.5-4.8 ms a row of Gemma 3's 262,144 tokens
+    on two cores, with Tensor.exponential_. A weight too small to move the float32
+    running sum (below ~1e-7 of the total) is never drawn."""
+    c = torch.cumsum(weights, dim=-1)  # non-decreasing (CPU accumulates in float64)
+    total = c[:, -1:]
+    # Strictly below the total, so that the search stops at a token of positive weight.
+    target = torch.minimum(u[:, None].to(c.dtype) * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(c, target, right=True)[:, 0].clamp_(max=weights.shape[-1] - 1)
 
 
 def first_max(x: Tensor) -> Tensor:
@@ -202,18 +207,18 @@ def adjust(logits: Tensor, batch: SamplingBatch, counts: Optional[Tensor] = None
     return logits
 
 
-def sample(logits: Tensor, batch: SamplingBatch, noise: Optional[Tensor] = None,
+def sample(logits: Tensor, batch: SamplingBatch, uniform: Optional[Tensor] = None,
            counts: Optional[Tensor] = None, seen: Optional[Tensor] = None,
            bias: Optional[Tensor] = None, banned: Optional[Tensor] = None,
            allowed: Optional[Tensor] = None) -> Tensor:
-    """Pick one token per row. logits: [B, V]; noise: [B, V] Exponential(1)
-    (any positive values on greedy rows; may be None when all rows are greedy);
-    the other arguments as `adjust`'s. Returns [B] int64."""
+    """Pick one token per row. logits: [B, V]; uniform: [B] draws in [0, 1) (any
+    values on greedy rows; may be None when all rows are greedy); the other
+    arguments as `adjust`'s. Returns [B] int64."""
     logits = adjust(logits, batch, counts, seen, bias, banned, allowed)
     best = first_max(logits)
     if batch.all_greedy:
         return best
-    drawn = first_max(logits_to_probs(logits, batch) / noise)
+    drawn = draw_from(logits_to_probs(logits, batch), uniform)
     return torch.where(batch.greedy, best, drawn)
 
 

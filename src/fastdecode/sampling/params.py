@@ -123,7 +123,7 @@ def _bias_pairs(bias: Any) -> tuple[tuple[int, float], ...]:
 
 
 def make_generator(params: SamplingParams, device: torch.device | str) -> torch.Generator:
-    """A generator for one request. The engine draws a request's noise from its
+    """A generator for one request. The engine takes a request's random draws from its
     own generator only, so a seed gives the same tokens whatever shares the batch."""
     g = torch.Generator(device=device)
     if params.seed is None:
