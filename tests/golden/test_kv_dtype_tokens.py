@@ -4,7 +4,7 @@ on the shipped text, through the cached attention path.
 
 float16 K/V do not keep float32's 64 greedy tokens: on each golden prompt they part at a
 near tie of float32's top two (measured below: the gap between them, in logits, is at most
-0.224), and float16 picks float32's second. The q4 weights' int8 activations turn the K/V
+0.064), and float16 picks float32's second. The q4 weights' int8 activations turn the K/V
 rounding into logit steps: over the golden sequences, float16 K/V move a position's largest
 logit difference by 0.65-0.75 at the median, with either q4 numerics (lane sums or panels,
 2026-12-04). The test asserts exactly that: the measured first differing token and a near tie
@@ -29,7 +29,7 @@ NEW_TOKENS = 64
 # Per golden prompt: the first greedy token where float16 KV differs from float32 KV, and
 # float32's top-1 minus top-2 logit there, or None where all 64 agree (measured with the
 # native kernels, which give the same numbers on every x86 CPU; see test_golden.py).
-DIVERGES_AT = {"sentence": (8, 0.116), "code": (12, 0.224), "chat": (14, 0.043), "utf8": (2, 0.093)}
+DIVERGES_AT = {"sentence": (8, 0.009), "code": (6, 0.064), "chat": (27, 0.016), "utf8": (2, 0.024)}
 NEAR_TIE = 0.3  # logits
 
 

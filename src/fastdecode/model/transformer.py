@@ -74,10 +74,13 @@ def rope_frequencies(args: ModelArgs, device: torch.device | str | None = None, 
 def rope_angles(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
     """cos and sin [B or 1, T, 1, D/2] of the angles pos x inv_freq, for pos [B or 1, T].
 
-    In float32, as transformers computes them (positions are exact up to 2**24).
+    The angles in float32, as transformers computes them (positions are exact up to
+    2**24); their cos and sin in float64, rounded to float32. A float32 cos differs by a
+    last bit between ATen and Inductor's code, enough to flip a near-tie between eager
+    and compiled steps; rounded float64 values agree.
     """
-    angles = pos.to(torch.float32)[..., None] * inv_freq
-    return angles.cos().unsqueeze(2), angles.sin().unsqueeze(2)
+    angles = (pos.to(torch.float32)[..., None] * inv_freq).double()
+    return angles.cos().float().unsqueeze(2), angles.sin().float().unsqueeze(2)
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
