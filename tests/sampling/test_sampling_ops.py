@@ -104,7 +104,8 @@ def test_masks_from_the_best_candidates_are_the_whole_row_masks(scale, sorts, mo
     assert torch.equal(top_k_mask(logits, ks, k_limit=4500), whole_k)
     assert torch.equal(top_p_mask(probs, ps, k_limit=V), whole_p)
     assert len(calls) == sorts
-    for r in range(4):
+    for r in (0, 1):  # p 0.5 and 0.9. (The reference has no p >= 1 rule, and a softmax row can sum
+        # to 1 + 3e-9 in float64: it then stops short of the whole row.)
         kept = {i for i in range(V) if not whole_p[r, i]}
         assert kept == ref_top_p_keep(probs[r].tolist(), ps[r].item())
     # Under a top-k of 40, the nucleus lies among those 40.
