@@ -3,7 +3,7 @@
     python benchmarks/serve_load.py --url http://127.0.0.1:8000 --clients 1 4 16 64 --rounds 2
 
 Each client sends `rounds` streamed /v1/completions requests in turn, with prompts
-of mixed lengths and mixed max_tokens (greedy). Reports, per N: aggregate
+of mixed lengths and mixed max_tokens (greedy, or --temperature). Reports, per N: aggregate
 generated tokens/s, requests/s, time to first token p50/p99, inter-token latency
 p50/p99 (between content chunks, spread over the tokens they carry), and errors.
 The same load runs against `fastdecode serve` or llama.cpp's `llama-server`
@@ -44,8 +44,9 @@ def prompt(rng: random.Random, words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(words))
 
 
-async def one(client: httpx.AsyncClient, model: str, text: str, max_tokens: int, ignore_eos: bool) -> Result:
-    body = {"model": model, "prompt": text, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+async def one(client: httpx.AsyncClient, model: str, text: str, max_tokens: int, ignore_eos: bool,
+              temperature: float = 0.0) -> Result:
+    body = {"model": model, "prompt": text, "max_tokens": max_tokens, "temperature": temperature, "stream": True,
             "stream_options": {"include_usage": True}}
     if ignore_eos:
         body["ignore_eos"] = True
@@ -99,7 +100,7 @@ async def level(url: str, model: str, n: int, rounds: int, args: argparse.Namesp
             for _ in range(rounds):
                 words = rng.randint(args.min_words, args.max_words)
                 max_tokens = rng.choice(args.max_tokens)
-                out.append(await one(client, model, prompt(rng, words), max_tokens, args.ignore_eos))
+                out.append(await one(client, model, prompt(rng, words), max_tokens, args.ignore_eos, args.temperature))
             return out
 
         t0 = time.perf_counter()
@@ -131,6 +132,8 @@ def main() -> None:
     p.add_argument("--max-words", type=int, default=200)
     p.add_argument("--max-tokens", type=int, nargs="+", default=[64])
     p.add_argument("--ignore-eos", action="store_true", help="generate exactly max_tokens (both servers accept it)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sent with every request (default 0: greedy); the OpenAI API's own default is 1")
     p.add_argument("--no-keepalive", action="store_true",
                    help="a new connection for every request (no reuse of kept-alive ones)")
     p.add_argument("--api-key", default=None)
