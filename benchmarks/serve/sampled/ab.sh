@@ -1,5 +1,8 @@
 #!/bin/bash
-# sampled server A/B: 874867b (/tmp/head_src) against HEAD's src (/tmp/new_src), temperature 1.0
+# Sampled-request server A/B (temperature 1.0): two source trees, alternating rounds.
+#   mkdir -p /tmp/head_src /tmp/new_src
+#   git archive 874867b src | tar -x -C /tmp/head_src; git archive b196779 src | tar -x -C /tmp/new_src
+#   benchmarks/serve/sampled/ab.sh        (results in /tmp/sab/{base,new}-{warm,1,2}.json)
 cd /work/main
 out=/tmp/sab; mkdir -p $out
 run() {  # tree tag
