@@ -261,7 +261,8 @@ class Runner:
                 uniform = torch.cat([torch.rand(1, generator=reqs[i].generator, device=self.device)
                                      for i in drafting])
                 at = self._tensor(drafting)
-                tokens[at] = accept_or_resample(p[at], q, draft, uniform, u[at])[1]  # u[at]: draws not used above
+                # u[at]: the drafting rows' draws, whose tokens above this replaces
+                tokens[at] = accept_or_resample(p[at], q, draft, uniform, u[at])[1]
         return self._picked(reqs, logits, tokens, batch)
 
     # -- sampling ----------------------------------------------------------------------
