@@ -14,6 +14,7 @@ import sys
 from typing import Callable, Mapping, Optional
 
 from ..errors import FastDecodeError
+from ..parallel.launch import end_process
 from .keys import describe_settings, load_settings, parse_config_args
 
 EXIT_USAGE, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE, EXIT_FAILED = 2, 130, 141, 1
@@ -39,7 +40,12 @@ def exit_code(main: Callable[[], int]) -> int:
     """`main()`'s exit code, with the error policy of every command: bad input
     (FastDecodeError) is one line and exit 2; Ctrl-C exits 130; a reader that went
     away (`| head -1`) exits 141 quietly; anything else is one line and exit 1, or
-    its traceback with FASTDECODE_DEBUG=1."""
+    its traceback with FASTDECODE_DEBUG=1. A tensor-parallel rank ends here, with
+    its code (see `end_process`)."""
+    return end_process(_exit_code(main))
+
+
+def _exit_code(main: Callable[[], int]) -> int:
     try:
         return main()
     except FastDecodeError as e:

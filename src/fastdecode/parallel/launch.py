@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import io
+import logging
 import os
 import sys
 from datetime import timedelta
@@ -23,6 +24,8 @@ from .comm import check_tp
 # How long a collective waits for a peer before failing (a dead peer's closed
 # connection usually fails it at once; this bounds the other cases).
 DEFAULT_TIMEOUT_S = 300.0
+
+_joined = False  # this process joined a group in join_torchrun
 
 
 def join_torchrun(tp: int, device: str, command: str = "generate") -> int:
@@ -41,7 +44,9 @@ def join_torchrun(tp: int, device: str, command: str = "generate") -> int:
     if cuda:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per rank on a node
     dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=_timeout_s()))
-    atexit.register(_leave)
+    global _joined
+    _joined = True
+    atexit.register(_leave)  # for a command that does not end through end_process
     rank = dist.get_rank()
     if rank != 0:
         quiet(rank)
@@ -68,6 +73,27 @@ def _leave() -> None:
         except RuntimeError:  # a peer is gone already (it failed): nothing to wait for
             pass
         dist.destroy_process_group()
+
+
+def end_process(code: int) -> int:
+    """`code`, for a process that never joined a group; otherwise leave the group
+    with the other ranks and end the process here with `code`.
+
+    Skipping the interpreter's shutdown is the point: gloo's worker threads can
+    still be dropping the tensors of the last collective, which takes the GIL,
+    and a thread that waits for the GIL while the interpreter finalizes aborts
+    the whole process (SIGABRT, "terminate called without an active exception"),
+    even after destroy_process_group (pytorch/pytorch#190489)."""
+    if not _joined:
+        return code
+    _leave()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a reader that went away
+            pass
+    os._exit(code)
 
 
 def quiet(rank: int) -> None:
