@@ -6,6 +6,7 @@ import torch
 from fastdecode import FastDecodeError, SamplingParams
 from fastdecode.sampling import (SamplingBatch, apply_penalties, draw_from, first_max, logits_to_probs, make_generator,
                                  min_p_mask, sample, token_logprobs, top_k_mask, top_p_mask)
+from fastdecode.sampling.ops import best_of
 
 
 def draw_uniforms(generator, rows, device):
@@ -111,6 +112,33 @@ def test_masks_from_the_best_candidates_are_the_whole_row_masks(scale, sorts, mo
     # Under a top-k of 40, the nucleus lies among those 40.
     probs_k = torch.softmax(logits.masked_fill(top_k_mask(logits, 40), -math.inf), dim=-1)
     assert torch.equal(top_p_mask(probs_k, ps, k_limit=40), top_p_mask(probs_k, ps))
+
+
+@pytest.mark.parametrize("V", [49152, 50001])  # rows of whole chunks, and a tail past the last one
+@pytest.mark.parametrize("k", [1, 40, 256, 2000])
+def test_best_of_is_topk(V, k):
+    """The chunked search returns torch.topk's values, and the indices of those values
+    (torch.topk's own where values are distinct), with the largest elements anywhere:
+    in one chunk, spread out, in the tail, among -inf and among many ties."""
+    g = torch.Generator().manual_seed(k)
+    rows = torch.randn(6, V, generator=g) * 3
+    rows[1, 100:100 + k] += 20  # the best all in a few neighbouring chunks
+    rows[2, V - 7:] += 20  # some in the tail
+    rows[3, torch.rand(V, generator=g) < 0.95] = -math.inf  # a grammar's mask
+    rows[4] = torch.randint(0, 50, (V,), generator=g).float()  # ties everywhere
+    rows[5, ::97] += 20  # spread over many chunks
+    values, ids = best_of(rows, k)
+    want = torch.topk(rows, k, dim=-1)
+    assert torch.equal(values, want.values)
+    assert torch.equal(rows.gather(1, ids), values) and all(len(set(r.tolist())) == k for r in ids)
+    distinct = [0, 1, 2, 5]
+    assert torch.equal(ids[distinct], want.indices[distinct])
+    # The masks built on it keep what sorting whole rows keeps.
+    probs = torch.softmax(rows[distinct], dim=-1)
+    ps = torch.tensor([0.5, 0.9, 0.99, 0.999])
+    assert torch.equal(top_p_mask(probs, ps, k_limit=V), top_p_mask(probs, ps))
+    ks = torch.tensor([k, max(k // 2, 1), k, 1])
+    assert torch.equal(top_k_mask(rows[distinct], ks, k_limit=k), top_k_mask(rows[distinct], ks))
 
 
 def test_penalties_follow_their_definitions():

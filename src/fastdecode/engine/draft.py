@@ -107,12 +107,11 @@ class DraftProposer:
         """One draft per row of logits [B, V]: the argmax of the adjusted logits on
         greedy rows, a draw from q elsewhere. Returns (tokens, q [B, V] or None)."""
         adjusted, batch = target.adjusted(reqs, logits, offset)
-        best = first_max(adjusted)
         if batch.all_greedy:
-            return best.tolist(), None
+            return first_max(adjusted).tolist(), None
         q = logits_to_probs(adjusted, batch)
         drawn = draw_from(q, target.uniforms(reqs))
-        return torch.where(batch.greedy, best, drawn).tolist(), q
+        return (torch.where(batch.greedy, first_max(adjusted), drawn) if batch.any_greedy else drawn).tolist(), q
 
     def _feed(self, reqs: Sequence[Request], pending: list[list[int]]) -> Tensor:
         """Feed each row's pending tokens at its next draft positions; logits [B, V]
