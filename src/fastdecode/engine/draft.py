@@ -22,7 +22,7 @@ from torch import Tensor
 
 from ..compile.steps import Steps
 from ..errors import FastDecodeError
-from ..sampling import draw_from, first_max, logits_to_probs
+from ..sampling import draw_from, first_max, greedy_or_drawn, logits_to_probs
 from .request import Request
 
 CATCH_UP = 64  # tokens a row may be behind before it catches up alone, chunk by chunk
@@ -110,8 +110,7 @@ class DraftProposer:
         if batch.all_greedy:
             return first_max(adjusted).tolist(), None
         q = logits_to_probs(adjusted, batch)
-        drawn = draw_from(q, target.uniforms(reqs))
-        return (torch.where(batch.greedy, first_max(adjusted), drawn) if batch.any_greedy else drawn).tolist(), q
+        return greedy_or_drawn(adjusted, batch, draw_from(q, target.uniforms(reqs))).tolist(), q
 
     def _feed(self, reqs: Sequence[Request], pending: list[list[int]]) -> Tensor:
         """Feed each row's pending tokens at its next draft positions; logits [B, V]

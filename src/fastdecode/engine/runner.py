@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..compile.steps import Steps
-from ..sampling import SamplingBatch, adjust, draw_from, first_max, logits_to_probs, sample, token_logprobs
+from ..sampling import SamplingBatch, adjust, draw_from, logits_to_probs, sample, token_logprobs
 from ..sampling.acceptance import accept_or_resample
 from ..sampling.slots import SlotSampling
 from ..structured.mask import Masks, Pending

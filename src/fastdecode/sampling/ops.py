@@ -244,7 +244,12 @@ def sample(logits: Tensor, batch: SamplingBatch, uniform: Optional[Tensor] = Non
     logits = adjust(logits, batch, counts, seen, bias, banned, allowed)
     if batch.all_greedy:
         return first_max(logits)
-    drawn = draw_from(logits_to_probs(logits, batch), uniform)
+    return greedy_or_drawn(logits, batch, draw_from(logits_to_probs(logits, batch), uniform))
+
+
+def greedy_or_drawn(logits: Tensor, batch: SamplingBatch, drawn: Tensor) -> Tensor:
+    """drawn [B], with the greedy rows' argmax of logits [B, V] in their place (no argmax
+    at all when no row of the batch is greedy)."""
     return torch.where(batch.greedy, first_max(logits), drawn) if batch.any_greedy else drawn
 
 
