@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,18 @@ def tiny_llm():
     return fastdecode.load("tiny")
 
 
+@pytest.fixture(scope="session")
+def tiny_package(tmp_path_factory):
+    """The tiny model exported once through `fastdecode export` (an AOTInductor compile: ~15 s)."""
+    from fastdecode.cli import main as cli
+
+    folder = tmp_path_factory.mktemp("aot")
+    path = folder / "tiny.pt2"
+    assert cli.main(["export", "model=tiny", f"out={path}"]) == 0
+    assert sorted(p.name for p in folder.iterdir()) == ["tiny.pt2"]  # no temporary file left
+    return str(path)
+
+
 def make_model(**changes) -> Transformer:
     """Tiny random model, optionally with changed ModelArgs fields."""
     args = get_preset("tiny").replace(**changes)
@@ -35,3 +49,29 @@ def make_model(**changes) -> Transformer:
 def _no_grad():
     with torch.no_grad():
         yield
+
+
+KERNEL_LOAD = "from fastdecode import kernels; assert kernels.load_kernels(), kernels.unavailable_reason; print('ok')"
+_cold_kernel_build = None
+
+
+def pytest_configure(config):
+    """A run that starts with no kernels in the tests' cache (CI's clean clone) builds them here,
+    in a child process whose PATH starts with the venv's bin (its ninja), before any test module
+    loads them: tests/kernels/test_build.py checks this cold build instead of compiling a second
+    time (~35 s on two cores)."""
+    global _cold_kernel_build
+    root = Path(os.environ["FASTDECODE_CACHE"]) / "kernels"
+    if root.exists():
+        return
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env.pop("FASTDECODE_ISA", None)
+    p = subprocess.run([sys.executable, "-c", KERNEL_LOAD], env=env, capture_output=True, text=True, timeout=900)
+    built = list(root.glob("torch-*/fastdecode_kernels.so"))
+    if p.returncode == 0 and len(built) == 1:  # else the tests report why the kernels are unavailable
+        _cold_kernel_build = (root.parent, built[0], p.stderr)
+
+
+def cold_kernel_build():
+    """(cache, library, the build's stderr) when this session built the kernels cold, else None."""
+    return _cold_kernel_build

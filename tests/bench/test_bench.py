@@ -6,10 +6,12 @@ is consistent with the others.
 
 import json
 import math
+import shutil
 
 import pytest
 
 from fastdecode.bench import runner
+from fastdecode.compile import aot
 from fastdecode.bench.cli import main
 from fastdecode.bench.contenders import Contender, Timing
 from fastdecode.bench.options import BenchSettings
@@ -195,11 +197,20 @@ def test_shipped_configs_load(name):
     assert s.batch_sizes == [1, 4] and s.new_tokens == [16, 256]
 
 
-def test_package_mode_exports_then_runs_the_package(tmp_path):
+def test_package_mode_exports_then_runs_the_package(tmp_path, tiny_package, monkeypatch):
+    """The package mode exports the model into the results folder, times that, and runs the package.
+    The export itself is tests/compile/test_aot.py's: a copy of the session's package stands in."""
+    exported = []
+
+    def export_package(model, path):
+        exported.append(model.args.n_layers)
+        shutil.copy(tiny_package, path)
+
+    monkeypatch.setattr(aot, "export_package", export_package)
     rc = main(["model=tiny", "modes=package", "peers=", "batch_sizes=1", "new_tokens=4", "prompt_lengths=5",
                "runs=1", "warmup=0", "probe_mib=4", "plots=false", f"out={tmp_path}"])
     data = json.loads((tmp_path / "results.json").read_text())
     (row,) = data["rows"]
     assert rc == 0 and row["status"] == "ok", row
     assert row["load_compile_s"] > 0  # the export, timed inside the load
-    assert (tmp_path / "package.pt2").is_file()
+    assert (tmp_path / "package.pt2").is_file() and exported == [2]

@@ -1,7 +1,8 @@
 """Exported packages (`fastdecode export`, `load(..., compiled=PATH)`) against eager.
 
-The module exports one package of the tiny model through the CLI (an
-AOTInductor compile: seconds) and checks everything else against it.
+The session exports one package of the tiny model through the CLI (conftest's
+`tiny_package`, an AOTInductor compile: seconds), and the module checks
+everything else against it.
 """
 
 import fcntl
@@ -33,12 +34,8 @@ SAMPLED = dict(temperature=0.9, top_k=40, top_p=0.9, min_p=0.02, repetition_pena
 
 
 @pytest.fixture(scope="module")
-def package(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("aot")
-    path = folder / "tiny.pt2"
-    assert cli.main(["export", "model=tiny", f"out={path}"]) == 0
-    assert sorted(p.name for p in folder.iterdir()) == ["tiny.pt2"]  # no temporary file left
-    return str(path)
+def package(tiny_package):
+    return tiny_package
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
 """kernels/__init__.py's build: built once, then loaded whatever PATH holds; never half-built; one line saying
 why when it fails.
 
-One real cold build per session (the module's `built` fixture, ~10-30 s); the other tests that need a library
-in a fresh cache copy that one in place of compiling (`fake_compile`). A library is loaded in a subprocess
+One real cold build per session (the module's `built` fixture, ~10-40 s: the session's own when it began with
+no kernels, see conftest.py); the other tests that need a library in a fresh cache copy that one in place of
+compiling (`fake_compile`). A library is loaded in a subprocess
 whenever it is not this process's own: a second copy of the ops would be registered twice.
 """
 
@@ -21,12 +22,12 @@ import pytest
 import fastdecode
 from fastdecode import kernels
 from fastdecode.errors import FastDecodeError
+from conftest import KERNEL_LOAD as LOAD, cold_kernel_build
 
 pytestmark = pytest.mark.skipif(not kernels.load_kernels(),
                                 reason=f"native kernels unavailable: {kernels.unavailable_reason}")
 
 VENV_BIN = str(Path(sys.executable).parent)
-LOAD = "from fastdecode import kernels; assert kernels.load_kernels(), kernels.unavailable_reason; print('ok')"
 
 
 def python(code: str, cache: Path, path: str, **env) -> subprocess.CompletedProcess:
@@ -46,6 +47,8 @@ def building_lines(stderr: str) -> list[str]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """A cache with the kernels built cold by a process whose PATH starts with the venv's bin (its ninja)."""
+    if cold_kernel_build() is not None:
+        return cold_kernel_build()
     cache = tmp_path_factory.mktemp("kernel-cache")
     p = python(LOAD, cache, f"{VENV_BIN}:{os.environ['PATH']}")
     [so] = (cache / "kernels").glob("torch-*/fastdecode_kernels.so")
