@@ -186,6 +186,23 @@ def test_llama3_rope_scaling_matches_transformers(tmp_path):
     assert diff <= 1e-4
 
 
+def test_rope_scaling_beside_rope_parameters_wins_as_in_transformers(tmp_path):
+    """A config saved by transformers 5 (rope_parameters, default RoPE) with a rope_scaling
+    added by hand: transformers applies the added scaling, and so do we."""
+    import transformers as tf
+
+    write_hf_dir(tmp_path, hf_model())
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["rope_parameters"]["rope_type"] == "default"
+    config["rope_scaling"] = {"rope_type": "linear", "factor": 4.0}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    theirs = tf.AutoConfig.from_pretrained(tmp_path).rope_parameters
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    s = ckpt.args.rope_scaling
+    assert (theirs["rope_type"], theirs["factor"]) == ("linear", 4.0)
+    assert (s.kind, s.factor, ckpt.args.rope_theta) == ("linear", 4.0, theirs["rope_theta"])
+
+
 def test_sliding_window_larger_than_the_context(tmp_path):
     write_hf_dir(tmp_path, hf_model("mistral"))
     config = json.loads((tmp_path / "config.json").read_text())

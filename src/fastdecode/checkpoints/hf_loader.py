@@ -118,9 +118,10 @@ def _object(config: dict[str, Any], key: str) -> dict[str, Any]:
 
 def _rope(config: dict[str, Any], path: Path, params: Optional[dict] = None,
           default_theta: float = 10000.0) -> tuple[float, Optional[RopeScaling]]:
-    # transformers 5 folds theta and scaling into "rope_parameters".
+    # transformers 5 folds theta and scaling into "rope_parameters"; a "rope_scaling" beside it
+    # (the older key, which guides tell users to add) wins there, so it wins here too.
     if params is None:
-        params = _object(config, "rope_parameters") or _object(config, "rope_scaling")
+        params = _object(config, "rope_scaling") or _object(config, "rope_parameters")
     if not isinstance(params, dict):
         raise FastDecodeError(f"{path}: rope_parameters must be an object, got {params!r:.40}")
     kind = params.get("rope_type", params.get("type", "default"))
