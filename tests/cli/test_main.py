@@ -152,6 +152,18 @@ def test_bad_settings_exit_2_with_one_line(args, needle):
     assert out == ""
 
 
+@pytest.mark.parametrize("argv,needle", [
+    (["generate", "--bogus", "hi"], "unrecognized arguments: --bogus; accepted: --config FILE, --json, --print-config, "
+                                    "key=value and prompts"),
+    (["generate", "hi", "--config"], "argument --config: expected one argument; accepted: --config FILE"),
+    (["chat", "--json"], "unrecognized arguments: --json; accepted: --config FILE, key=value and prompts"),
+])
+def test_bad_options_are_one_line_not_usage(capsys, argv, needle):
+    assert cli.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("fastdecode: error: ") and needle in err, err
+
+
 @pytest.mark.parametrize("args,needle", [
     (["temperature=-1", "hi"], "temperature=-1.0 is out of range"),
     (["max_new_tokens=0", "hi"], "max_new_tokens=0 is out of range"),

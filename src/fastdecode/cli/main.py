@@ -316,11 +316,20 @@ _USAGE = """usage: fastdecode [--version] {generate,chat,bench,bench-engine,benc
   serve      an OpenAI-compatible HTTP server (fastdecode serve --help)"""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as every command's one line (exit 2) instead of usage and a message."""
+
+    def error(self, message: str):
+        options = [" ".join([a.option_strings[-1], *([a.metavar] if a.metavar else [])])
+                   for a in self._actions if a.option_strings and a.dest != "help"]
+        raise FastDecodeError(f"{message}; accepted: {', '.join(options)}, key=value and prompts")
+
+
 def _command_parser(name: str) -> argparse.ArgumentParser:
     what = {"generate": "Generate text for one or more prompts.",
             "chat": "Chat with the model, one message per line on stdin; /reset clears the "
                     "history, /exit or end of input quits, Ctrl-C stops an answer."}[name]
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=f"fastdecode {name}", formatter_class=argparse.RawDescriptionHelpFormatter,
         description=what + "\n\nSettings come from --config FILE, then key=value arguments, "
                            "which win. A plain argument is a prompt.",
