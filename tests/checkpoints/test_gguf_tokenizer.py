@@ -87,6 +87,38 @@ def test_byte_level_type_matches_transformers(tmp_path, pre):
     assert ours.encode("<|im_start|>")[0] == 1  # special strings stay whole
 
 
+# Merges that cross the boundaries where the split regexes differ: digits (alone, in threes,
+# or in runs), a lower-to-upper case change, and a contraction kept on its word or not.
+SPLIT_MERGES = [("Ġ", "1"), ("1", "2"), ("Ġ1", "2"), ("12", "3"), ("a", "B"), ("aB", "c"), ("'", "s"),
+                ("x", "'s"), ("?", "/")]
+SPLIT_TEXTS = ["a 123 1234 aBc x's X'S", "HelloWorld ?/\nz", "12345678 ab1c", "aBaB'saB"]
+
+
+@pytest.mark.parametrize("pre", [None, "llama-bpe", "qwen2", "tekken", "gpt-4o", "pixtral"])
+def test_each_split_regex_matches_transformers(tmp_path, pre):
+    """A vocabulary whose merges cross the regexes' boundaries, so a wrong split gives other ids."""
+    from fastdecode.checkpoints.gguf_tokenizer import byte_alphabet
+
+    tokens = ["<|endoftext|>", *byte_alphabet().values(), *(a + b for a, b in SPLIT_MERGES)]
+    path = tmp_path / "split.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3] + [1] * (len(tokens) - 1))
+    w.add_token_merges([f"{a} {b}" for a, b in SPLIT_MERGES])
+    w.add_eos_token_id(0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    ours = tokenizer_from_gguf(GGUFFile(path))
+    ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    for text in SPLIT_TEXTS:
+        assert ours.encode(text, add_special_tokens=False) == ref(text, add_special_tokens=False)["input_ids"], text
+
+
 def test_merges_from_scores_prefers_higher_scores():
     tokens = ["a", "b", "c", "ab", "bc", "abc"]
     scores = [0, 0, 0, -1.0, -0.5, -2.0]
