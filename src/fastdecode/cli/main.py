@@ -15,7 +15,7 @@ import json
 import sys
 import textwrap
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence
 
 from ..api.build import build
 from ..api.llm import LLM
@@ -319,7 +319,7 @@ _USAGE = """usage: fastdecode [--version] {generate,chat,bench,bench-engine,benc
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors as every command's one line (exit 2) instead of usage and a message."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         options = [" ".join([a.option_strings[-1], *([a.metavar] if a.metavar else [])])
                    for a in self._actions if a.option_strings and a.dest != "help"]
         raise FastDecodeError(f"{message}; accepted: {', '.join(options)}, key=value and prompts")

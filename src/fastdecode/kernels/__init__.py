@@ -135,8 +135,8 @@ def prebuild() -> None:
     if _complete(d):
         return
     # The build's one import, made here and not on the thread: while the thread imported it,
-    # the main thread's import of an extension module (safetensors', tokenizers') could fail
-    # with ModuleNotFoundError (about 1 run in 40 of the two imports on two threads).
+    # the main thread's imports (tokenizers, safetensors, even our own modules) could fail with
+    # ModuleNotFoundError, about 1 run in 40 of the two imports on two threads.
     import torch.utils.cpp_extension  # noqa: F401
 
     def build() -> None:
