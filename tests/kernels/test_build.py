@@ -22,20 +22,13 @@ import pytest
 import fastdecode
 from fastdecode import kernels
 from fastdecode.errors import FastDecodeError
-from conftest import KERNEL_LOAD as LOAD, cold_kernel_build
+from conftest import KERNEL_LOAD as LOAD, VENV_BIN, cold_kernel_build, run_python
 
 pytestmark = pytest.mark.skipif(not kernels.load_kernels(),
                                 reason=f"native kernels unavailable: {kernels.unavailable_reason}")
 
-VENV_BIN = str(Path(sys.executable).parent)
-
-
-def python(code: str, cache: Path, path: str, **env) -> subprocess.CompletedProcess:
-    e = {**os.environ, "FASTDECODE_CACHE": str(cache), "PATH": path, **env}
-    e.pop("FASTDECODE_ISA", None)
-    # A cold build takes ~15 s on 2 idle cores; the bound is for a machine busy with other jobs.
-    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, capture_output=True, text=True,
-                       timeout=900)
+def python(code: str, cache: Path, path: str) -> subprocess.CompletedProcess:
+    p = run_python(code, cache, path)
     assert p.returncode == 0, p.stderr
     return p
 
@@ -47,8 +40,9 @@ def building_lines(stderr: str) -> list[str]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     """A cache with the kernels built cold by a process whose PATH starts with the venv's bin (its ninja)."""
-    if cold_kernel_build() is not None:
-        return cold_kernel_build()
+    cold = cold_kernel_build()
+    if cold is not None:
+        return cold
     cache = tmp_path_factory.mktemp("kernel-cache")
     p = python(LOAD, cache, f"{VENV_BIN}:{os.environ['PATH']}")
     [so] = (cache / "kernels").glob("torch-*/fastdecode_kernels.so")
