@@ -88,6 +88,65 @@ def test_qwen3_gguf_has_qk_norm(tmp_path):
     assert logits_diff(ckpt, model, TOKENS) <= 1e-4
 
 
+def qwen3_with_yarn(seed=6):
+    """A tiny Qwen 3 with YaRN (factor 4 over an original context of 16), as a transformers
+    model and as the GGUF llama.cpp's converter writes of it."""
+    model = hf_model("qwen3", seed=seed)
+    model.config.rope_parameters = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                    "original_max_position_embeddings": 16}
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
+    meta = {"qwen3.rope.scaling.type": "yarn", "qwen3.rope.scaling.factor": 4.0,
+            "qwen3.rope.scaling.original_context_length": 16}
+    return model, meta
+
+
+def test_qwen3_gguf_with_yarn_matches_the_transformers_model(tmp_path):
+    model, meta = qwen3_with_yarn()
+    assert model.model.rotary_emb.attention_scaling != 1.0
+    path = write_gguf(tmp_path / "q3.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3", head_dim=24, extra=meta)
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    s = ckpt.args.rope_scaling
+    assert (s.kind, s.factor, s.original_max_position_embeddings, s.beta_fast, s.beta_slow) == ("yarn", 4, 16, 32, 1)
+    tokens = torch.randint(3, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))  # past 16 and 64
+    assert logits_diff(ckpt, model, tokens) <= 1e-4
+
+
+def test_qwen3_gguf_with_yarn_through_the_engine(tmp_path):
+    """The engine's cached, chunked steps scale cos and sin as the cache-free forward does."""
+    model, meta = qwen3_with_yarn()
+    path = write_gguf(tmp_path / "q3.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3", head_dim=24, extra=meta)
+    llm = fastdecode.load(str(path), max_seq_len=128, max_batch_size=2, kv_dtype="float32", prefill_chunk=16)
+    prompt = TOKENS[0].tolist()
+    got = llm.generate([prompt], max_new_tokens=24, min_new_tokens=24, temperature=0)[0].token_ids
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(24):
+            ids.append(int(llm.model(torch.tensor([ids]), None)[0, -1].argmax()))
+    assert got == ids[len(prompt):]
+
+
+def test_qwen3_gguf_with_yarn_matches_llama_cpp(tmp_path):
+    """The same file through llama.cpp (where llama-cpp-python is installed): measured 2.3e-4
+    apart at most (llama.cpp keeps K and V in float16), and 0.34 from the file without YaRN."""
+    from fastdecode.quant import build_model
+
+    llama_cpp = pytest.importorskip("llama_cpp")
+    model, meta = qwen3_with_yarn()
+    path = write_gguf(tmp_path / "q3.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3", head_dim=24,
+                      extra={**meta, "qwen3.attention.value_length": 24})
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    tokens = torch.randint(3, VOCAB, (100,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()(tokens[None], None)[0]
+    ref = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, n_threads=2, verbose=False)
+    try:
+        ref.eval(tokens.tolist())
+        theirs = torch.from_numpy(ref.scores[:len(tokens)].copy()).float()
+    finally:
+        ref.close()
+    assert (ours - theirs).abs().max().item() <= 2e-3
+
+
 # --- bad input: one line each ------------------------------------------------------------------
 
 def one_line_error(path, match):
@@ -119,6 +178,18 @@ def test_pattern_of_the_wrong_length(tmp_path):
     path = write_gemma3(tmp_path / "g.gguf", hf_model("gemma3", window=8),
                         meta={**GEMMA3_META, "gemma3.attention.sliding_window_pattern": [True, False]})
     one_line_error(path, "sliding_window_pattern has 2 entries for 3 layers")
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("rope.scaling.yarn_ext_factor", 0.5, "qwen3.rope.scaling.yarn_ext_factor = 0.5 is not supported"),
+    ("rope.scaling.type", "longrope", "RoPE scaling 'longrope' is not supported; supported: linear, llama3, yarn"),
+    ("rope.scaling.yarn_beta_slow", 64.0, "needs 0 < beta_slow <= beta_fast"),
+])
+def test_rope_scaling_we_do_not_run_is_named(tmp_path, key, value, match):
+    model, meta = qwen3_with_yarn()
+    path = write_gguf(tmp_path / "q3.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3", head_dim=24,
+                      extra={**meta, f"qwen3.{key}": value})
+    one_line_error(path, match)
 
 
 def test_norm_tensors_of_another_family_are_refused(tmp_path):

@@ -228,9 +228,47 @@ def test_unsupported_rope_scaling(tmp_path):
     write_hf_dir(tmp_path, hf_model())
     config = json.loads((tmp_path / "config.json").read_text())
     config.pop("rope_parameters", None)
-    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    config["rope_scaling"] = {"rope_type": "dynamic", "factor": 4.0}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert "RoPE scaling 'yarn' is not supported" in error_of(tmp_path)
+    assert "RoPE scaling 'dynamic' is not supported; supported: default, llama3, linear, yarn" in error_of(tmp_path)
+
+
+@pytest.mark.parametrize("arch, scaling", [
+    # What Qwen's model cards tell users to add to config.json for long prompts.
+    ("qwen3", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}),
+    ("qwen2", {"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 24, "beta_fast": 8}),
+    # DeepSeek-style mscales, and no original context (the config's is used).
+    ("llama", {"rope_type": "yarn", "factor": 8.0, "mscale": 0.8, "mscale_all_dim": 0.5}),
+])
+def test_yarn_rope_scaling_matches_transformers(tmp_path, arch, scaling):
+    """Logits past the original context against transformers on the same directory."""
+    write_hf_dir(tmp_path, hf_model(arch))
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["rope_scaling"] = scaling
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    assert theirs.model.rotary_emb.attention_scaling != 1.0
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    assert ckpt.args.rope_scaling.kind == "yarn"
+    tokens = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = theirs(tokens).logits
+        diff = (build_ours(ckpt)(tokens, None) - ref).abs().max().item()
+    assert diff <= 1e-4 * ref.abs().max().item()
+
+
+def test_yarn_stretches_the_declared_context(tmp_path):
+    """Qwen 3's config keeps max_position_embeddings 40,960 beside YaRN's factor 4 over 32,768:
+    the model runs 131,072 positions."""
+    write_hf_dir(tmp_path, hf_model("qwen3"))
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["max_position_embeddings"] = 40960
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args.max_seq_len == 131072
+    config["rope_scaling"] = {"rope_type": "yarn", "factor": 1.0, "original_max_position_embeddings": 32768}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args.max_seq_len == 40960
 
 
 @pytest.mark.parametrize("change, expected", [

@@ -107,7 +107,8 @@ def test_the_model_holds_nothing_per_declared_position():
     (dict(layer_types=("sliding", "global")), "sliding layers but sliding_window is not set"),
     (dict(activation="relu"), "activation must be one of silu, gelu_tanh"),
     (dict(attn_scale=0.0), "attn_scale must be > 0"),
-    (dict(rope_scaling=dict(kind="yarn")), "rope_scaling.kind must be 'llama3' or 'linear'"),
+    (dict(rope_scaling=dict(kind="dynamic")), "rope_scaling.kind must be one of llama3, linear, yarn"),
+    (dict(rope_scaling=dict(kind="yarn", beta_fast=1.0, beta_slow=32.0)), "needs 0 < beta_slow <= beta_fast"),
 ])
 def test_bad_args_are_one_line(changes, words):
     with pytest.raises(FastDecodeError, match=words) as info:

@@ -112,3 +112,23 @@ def test_llama3_rope_scaling_matches_transformers():
                       rope_scaling=dict(rope_type="llama3", **scaling))
     ref, _ = rope_utils.ROPE_INIT_FUNCTIONS["llama3"](cfg, "cpu")
     torch.testing.assert_close(rope_frequencies(args), ref.float(), rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("scaling", [
+    dict(factor=4.0, original_max_position_embeddings=32768),  # Qwen's model-card setting
+    dict(factor=8.0, original_max_position_embeddings=4096, beta_fast=16.0, beta_slow=2.0, attention_factor=1.3),
+    dict(factor=2.0, original_max_position_embeddings=8192, truncate=False),
+], ids=["qwen", "explicit", "untruncated"])
+def test_yarn_rope_scaling_matches_transformers(scaling):
+    rope_utils = pytest.importorskip("transformers.modeling_rope_utils")
+    from transformers import Qwen3Config
+
+    args = get_preset("tiny").replace(head_dim=128, rope_theta=1e6, max_seq_len=131072,
+                                      rope_scaling=dict(kind="yarn", **scaling))
+    cfg = Qwen3Config(hidden_size=args.n_heads * 128, num_attention_heads=args.n_heads, head_dim=128,
+                      max_position_embeddings=131072,
+                      rope_parameters=dict(rope_type="yarn", rope_theta=1e6, **scaling))
+    ref, attention = rope_utils.ROPE_INIT_FUNCTIONS["yarn"](cfg, "cpu")
+    torch.testing.assert_close(rope_frequencies(args), ref.float(), rtol=0, atol=0)
+    assert args.rope_scaling.cos_sin_scale == pytest.approx(attention, rel=1e-12)
+    assert attention != 1.0

@@ -251,4 +251,14 @@ def optional_int(value: Optional[Any], path: Path, key: str) -> Optional[int]:
         return None
     if isinstance(value, list):
         raise FastDecodeError(f"{path}: per-layer {key} is not supported (got a list)")
-    return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FastDecodeError(f"{path}: {key} must be an integer, got {value!r:.40}")
+    return value
+
+
+def number(f: GGUFFile, key: str, default: float) -> float:
+    """The metadata value `key` as a finite float (`default` when absent); anything else is named."""
+    value = f.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise FastDecodeError(f"{f.path}: {key} must be a number, got {value!r:.40}")
+    return float(value)

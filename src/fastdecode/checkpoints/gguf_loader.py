@@ -14,7 +14,7 @@ from ..errors import FastDecodeError
 from ..quant.formats import GGUF_LAYOUTS, REQUANTIZED, pack_gguf, requantize_gguf
 from . import dequant
 from .keys import expected_shapes, map_name
-from .gguf_file import GGUFFile, optional_int
+from .gguf_file import GGUFFile, number, optional_int
 
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama".
 # Only "llama" has its Q/K rows permuted by the converter.
@@ -75,7 +75,8 @@ def _llama3_scaling(f: GGUFFile, head_dim: int, theta: float) -> Optional[RopeSc
         return None
     table = f.tensor("rope_freqs.weight", torch.float32).double()
     arch = f.get("general.architecture")
-    orig = int(f.get(f"{arch}.rope.scaling.original_context_length", 8192))
+    orig = optional_int(f.get(f"{arch}.rope.scaling.original_context_length", 8192), f.path,
+                        "rope.scaling.original_context_length")
     scaling = RopeScaling(factor=float(table.max()), low_freq_factor=1.0, high_freq_factor=4.0,
                           original_max_position_embeddings=orig)
     inv_freq = theta ** -(torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
@@ -107,28 +108,49 @@ def _gemma3_fields(f: GGUFFile, arch: str, need, dim: int, n_heads: int, head_di
                                   f"for {n_layers} layers")
         layer_types = tuple("sliding" if p else "global" for p in pattern)
     else:
-        pattern = int(pattern)
+        pattern = optional_int(pattern, f.path, f"{arch}.attention.sliding_window_pattern")
         if pattern < 1:
             raise FastDecodeError(f"{f.path}: {arch}.attention.sliding_window_pattern must be >= 1, got {pattern}")
         layer_types = tuple("global" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers))
-    scale = f.get(f"{arch}.attention.scale")
-    if scale is None:
-        scale = (dim / n_heads if n_layers == 62 else head_dim) ** -0.5
+    scale = number(f, f"{arch}.attention.scale", (dim / n_heads if n_layers == 62 else head_dim) ** -0.5)
     return dict(
         qk_norm=True, post_norms=True, activation="gelu_tanh", embed_scale=math.sqrt(dim),
         sliding_window=need("attention.sliding_window"), layer_types=layer_types,
-        rope_local_theta=float(f.get(f"{arch}.rope.freq_base_swa", 10000.0)), attn_scale=float(scale),
+        rope_local_theta=number(f, f"{arch}.rope.freq_base_swa", 10000.0), attn_scale=scale,
     )
 
 
 def _rope_scaling(f: GGUFFile, arch: str, head_dim: int, theta: float) -> Optional[RopeScaling]:
     kind = f.get(f"{arch}.rope.scaling.type", "none")
     if kind == "linear":
-        factor = float(f.get(f"{arch}.rope.scaling.factor", 1.0))
+        factor = number(f, f"{arch}.rope.scaling.factor", 1.0)
         return None if factor == 1.0 else RopeScaling(factor=factor, kind="linear")
+    if kind == "yarn":
+        return _yarn_scaling(f, arch)
     if kind not in ("none", "llama3"):
-        raise FastDecodeError(f"{f.path}: RoPE scaling {kind!r} is not supported; supported: linear, llama3")
+        raise FastDecodeError(f"{f.path}: RoPE scaling {kind!r} is not supported; supported: linear, llama3, yarn")
     return _llama3_scaling(f, head_dim, theta)
+
+
+def _yarn_scaling(f: GGUFFile, arch: str) -> RopeScaling:
+    """YaRN from the keys llama.cpp's converter writes. `yarn_attn_factor` is the checkpoint's
+    own `attention_factor` (the whole factor on cos and sin, as transformers applies it; the
+    llama.cpp we test against reads it only for other architectures), else 0.1 ln(factor) + 1;
+    `attn_factor` multiplies either. A partial ramp (`yarn_ext_factor` other than 1) and
+    DeepSeek's log multiplier are refused."""
+    key = f"{arch}.rope.scaling."
+    for name, neutral in (("yarn_ext_factor", 1.0), ("yarn_log_multiplier", 0.0)):
+        value = number(f, key + name, neutral)
+        if value != neutral:
+            raise FastDecodeError(f"{f.path}: {key}{name} = {value} is not supported (only {neutral:g})")
+    factor = number(f, key + "factor", 1.0)
+    attention = number(f, key + "yarn_attn_factor", 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+    original = f.get(key + "original_context_length", f.get(f"{arch}.context_length", 2048))
+    return RopeScaling(kind="yarn", factor=factor,
+                       original_max_position_embeddings=optional_int(original, f.path, key + "original_context_length"),
+                       beta_fast=number(f, key + "yarn_beta_fast", 32.0),
+                       beta_slow=number(f, key + "yarn_beta_slow", 1.0),
+                       attention_factor=attention * number(f, key + "attn_factor", 1.0))
 
 
 def gguf_model_args(f: GGUFFile) -> ModelArgs:
@@ -151,14 +173,16 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     rot = optional_int(f.get(f"{arch}.rope.dimension_count"), f.path, "rope.dimension_count")
     if rot is not None and rot != head_dim:
         raise FastDecodeError(f"{f.path}: partial rotary embeddings ({rot} of {head_dim} dims) are not supported")
-    theta = float(f.get(f"{arch}.rope.freq_base", 10000.0))
+    theta = number(f, f"{arch}.rope.freq_base", 10000.0)
     n_layers = need("block_count")
+    context = optional_int(f.get(f"{arch}.context_length", 2048), f.path, "context_length")
     family: dict = {}
     if arch == "qwen3":
         family = dict(qk_norm=True)
     elif arch == "gemma3":
         family = _gemma3_fields(f, arch, need, dim, n_heads, head_dim, n_layers)
     try:
+        scaling = _rope_scaling(f, arch, head_dim, theta)
         return ModelArgs(
             dim=dim,
             n_layers=n_layers,
@@ -167,10 +191,10 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
             head_dim=head_dim,
             vocab_size=int(f.tensors["token_embd.weight"].shape[1]),
             hidden_dim=need("feed_forward_length"),
-            norm_eps=float(f.get(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+            norm_eps=number(f, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
             rope_theta=theta,
-            rope_scaling=_rope_scaling(f, arch, head_dim, theta),
-            max_seq_len=int(f.get(f"{arch}.context_length", 2048)),
+            rope_scaling=scaling,
+            max_seq_len=scaling.context(context) if scaling else context,
             tie_embeddings="output.weight" not in f.tensors,
             qkv_bias="blk.0.attn_q.bias" in f.tensors,
             **family,

@@ -127,14 +127,17 @@ def _rope(config: dict[str, Any], path: Path, params: Optional[dict] = None,
     kind = params.get("rope_type", params.get("type", "default"))
     if not isinstance(kind, str):
         raise FastDecodeError(f"{path}: rope_type must be a string, got {kind!r:.40}")
-    if kind not in ("default", "linear", "llama3"):
-        raise FastDecodeError(f"{path}: RoPE scaling {kind!r} is not supported; supported: default, linear, llama3")
+    if kind not in ("default", *RopeScaling.KINDS):
+        raise FastDecodeError(f"{path}: RoPE scaling {kind!r} is not supported; "
+                              f"supported: default, {', '.join(RopeScaling.KINDS)}")
     try:
         theta = _number(params, "rope_theta", _number(config, "rope_theta", default_theta))
         if kind == "default":
             return theta, None
         if kind == "linear":
             return theta, RopeScaling(factor=float(params["factor"]), kind="linear")
+        if kind == "yarn":
+            return theta, _yarn(config, params)
         return theta, RopeScaling(
             factor=float(params["factor"]),
             low_freq_factor=float(params["low_freq_factor"]),
@@ -147,6 +150,30 @@ def _rope(config: dict[str, Any], path: Path, params: Optional[dict] = None,
         raise FastDecodeError(f"{path}: {e}") from None
     except (TypeError, ValueError, OverflowError) as e:
         raise FastDecodeError(f"{path}: bad rope settings ({e})") from None
+
+
+def _yarn(config: dict[str, Any], params: dict[str, Any]) -> RopeScaling:
+    """YaRN's settings with transformers' defaults: the original context is the config's
+    (a top-level `original_max_position_embeddings` first, as Phi-3 saves it), a missing
+    factor is the context's growth over it, and unset betas are 32 and 1."""
+    context = _int(config, "max_position_embeddings", 2048)
+    original = _int(config, "original_max_position_embeddings", 0) or _int(
+        params, "original_max_position_embeddings", 0) or context
+    factor = _number(params, "factor", context / original)
+    attention = params.get("attention_factor")
+    if attention is not None:
+        attention = _number(params, "attention_factor", 1.0)
+    else:
+        mscale, all_dims = _number(params, "mscale", 0.0), _number(params, "mscale_all_dim", 0.0)
+        if mscale and all_dims and factor > 1:  # DeepSeek's ratio of two YaRN mscales
+            attention = (0.1 * mscale * math.log(factor) + 1) / (0.1 * all_dims * math.log(factor) + 1)
+    truncate = params.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise FastDecodeError(f"rope truncate must be true or false, got {truncate!r:.40}")
+    return RopeScaling(kind="yarn", factor=factor, original_max_position_embeddings=original,
+                       beta_fast=_number(params, "beta_fast", 0.0) or 32.0,
+                       beta_slow=_number(params, "beta_slow", 0.0) or 1.0,
+                       attention_factor=attention, truncate=truncate)
 
 
 def _sliding(config: dict[str, Any], arch: str, n_layers: int,
@@ -219,6 +246,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         if n_heads < 1:
             raise FastDecodeError(f"num_attention_heads must be >= 1, got {n_heads}")
         head_dim = _int(config, "head_dim", 0) or dim // n_heads
+        context = _int(config, "max_position_embeddings", 2048)
         window, layer_types = _sliding(config, arch, n_layers, path)
         tie = config.get("tie_word_embeddings", arch == _GEMMA)
         if not isinstance(tie, bool):
@@ -234,7 +262,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             norm_eps=_number(config, "rms_norm_eps", 1e-6),
             rope_theta=theta,
             rope_scaling=scaling,
-            max_seq_len=_int(config, "max_position_embeddings", 2048),
+            max_seq_len=scaling.context(context) if scaling else context,
             tie_embeddings=tie,
             qkv_bias=arch == "Qwen2ForCausalLM",
             sliding_window=window,

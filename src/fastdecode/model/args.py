@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -11,19 +12,28 @@ from ..errors import FastDecodeError
 
 @dataclass(frozen=True)
 class RopeScaling:
-    """RoPE scaling: Llama-3-style frequency-dependent ("rope_type": "llama3"), or
-    "linear" (every frequency divided by `factor`, as Gemma 3's global layers)."""
+    """RoPE scaling: Llama-3-style frequency-dependent ("llama3"), "linear" (every
+    frequency divided by `factor`, as Gemma 3's global layers), or "yarn" (Qwen's
+    long-context setting: high frequencies kept, low ones divided by `factor`, a ramp
+    between the dims that turn `beta_fast` and `beta_slow` times over the original
+    context, and cos and sin scaled by `attention_factor`)."""
 
     factor: float = 8.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position_embeddings: int = 8192
-    kind: str = "llama3"  # "llama3" or "linear" (which ignores the other fields)
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    original_max_position_embeddings: int = 8192  # llama3, yarn
+    kind: str = "llama3"  # one of KINDS; "linear" ignores the other fields
+    beta_fast: float = 32.0  # yarn
+    beta_slow: float = 1.0  # yarn
+    attention_factor: Optional[float] = None  # yarn; None: 0.1 ln(factor) + 1 (1 when factor <= 1)
+    truncate: bool = True  # yarn: the ramp's ends rounded to whole dims
+
+    KINDS = ("llama3", "linear", "yarn")
 
     def __post_init__(self) -> None:
-        if self.kind not in ("llama3", "linear"):
-            raise FastDecodeError(f"rope_scaling.kind must be 'llama3' or 'linear', got {self.kind!r}")
-        if self.factor <= 0:
+        if self.kind not in self.KINDS:
+            raise FastDecodeError(f"rope_scaling.kind must be one of {', '.join(self.KINDS)}, got {self.kind!r}")
+        if not self.factor > 0:
             raise FastDecodeError(f"rope_scaling.factor must be > 0, got {self.factor}")
         if not 0 < self.low_freq_factor < self.high_freq_factor:
             raise FastDecodeError(
@@ -35,6 +45,27 @@ class RopeScaling:
                 "rope_scaling.original_max_position_embeddings must be >= 1, got "
                 f"{self.original_max_position_embeddings}"
             )
+        if not (0 < self.beta_slow <= self.beta_fast < math.inf):
+            raise FastDecodeError(
+                f"rope_scaling needs 0 < beta_slow <= beta_fast, got {self.beta_slow} and {self.beta_fast}")
+        if self.attention_factor is not None and not 0 < self.attention_factor < math.inf:
+            raise FastDecodeError(f"rope_scaling.attention_factor must be > 0, got {self.attention_factor}")
+
+    def context(self, declared: int) -> int:
+        """The positions a checkpoint declaring `declared` runs: YaRN stretches its original
+        context `factor` times (a Qwen config keeps its 40,960 beside factor 4 over 32,768)."""
+        if self.kind != "yarn":
+            return declared
+        return max(declared, min(int(self.original_max_position_embeddings * self.factor), MAX_POSITIONS))
+
+    @property
+    def cos_sin_scale(self) -> float:
+        """What cos and sin are multiplied by (so q.k by its square): yarn's attention factor, else 1."""
+        if self.kind != "yarn":
+            return 1.0
+        if self.attention_factor is not None:
+            return self.attention_factor
+        return 0.1 * math.log(self.factor) + 1.0 if self.factor > 1 else 1.0
 
 
 LAYER_TYPES = ("global", "sliding")

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .args import ModelArgs
+from .args import ModelArgs, RopeScaling
 from .kv_cache import DynamicKVCache, KVCache, KvDtype, kv_name, to_float
 
 
@@ -51,12 +51,15 @@ def rope_frequencies(args: ModelArgs, device: torch.device | str | None = None, 
     # In float32, as transformers computes them: at theta 1e6, float64 frequencies
     # move the angles enough to show in the logits (Gemma 3, 784 tokens: 8e-4 from
     # transformers' logits with float64, 1e-4 with float32).
-    inv_freq = 1.0 / (theta ** (torch.arange(0, D, 2, device=device).float() / D))
+    powers = theta ** (torch.arange(0, D, 2, device=device).float() / D)  # theta ** (2i / D)
+    inv_freq = 1.0 / powers
     s = None if local else args.rope_scaling
     if s is None:
         return inv_freq
     if s.kind == "linear":
         return inv_freq / s.factor
+    if s.kind == "yarn":
+        return _yarn_frequencies(powers, s, D, theta)
     inv_freq = inv_freq.double()
     # Long wavelengths are slowed by `factor`, short ones kept, and the band in
     # between is interpolated smoothly.
@@ -69,6 +72,24 @@ def rope_frequencies(args: ModelArgs, device: torch.device | str | None = None, 
     mid = (wavelen <= low_wavelen) & (wavelen >= high_wavelen)
     scaled = torch.where(mid, (1 - smooth) * inv_freq / s.factor + smooth * inv_freq, scaled)
     return scaled.float()
+
+
+def _yarn_frequencies(powers: Tensor, s: RopeScaling, D: int, theta: float) -> Tensor:
+    """YaRN: dims that turn more than `beta_fast` times over the original context keep
+    their frequency, those under `beta_slow` turns are divided by `factor`, and a linear
+    ramp over the dims between mixes the two. In float32, in transformers' order of
+    operations (llama.cpp's is the same)."""
+
+    def dim_of(turns: float) -> float:  # the dim whose wavelength fits `turns` times in the context
+        return D * math.log(s.original_max_position_embeddings / (turns * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dim_of(s.beta_fast), dim_of(s.beta_slow)
+    if s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, D - 1)
+    ramp = (torch.arange(D // 2, dtype=torch.float32, device=powers.device) - low) / max(high - low, 0.001)
+    keep = 1 - ramp.clamp(0, 1)  # 1: the original frequency, 0: divided by factor
+    return 1.0 / (s.factor * powers) * (1 - keep) + 1.0 / powers * keep
 
 
 def rope_angles(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
@@ -344,6 +365,9 @@ class Transformer(nn.Module):
             if rows is None:
                 rows = torch.arange(B, device=tokens.device)
         cos, sin = rope_angles(pos, self.rope_inv_freq)  # [B or 1, T, 1, D/2]
+        if self.args.rope_scaling is not None and self.args.rope_scaling.cos_sin_scale != 1.0:
+            scale = self.args.rope_scaling.cos_sin_scale  # YaRN's attention factor, on q and k alike
+            cos, sin = cos * scale, sin * scale
         local = (cos, sin)  # the sliding layers'
         if self.args.rope_local_theta is not None:
             local = rope_angles(pos, self.rope_local_inv_freq)
