@@ -133,10 +133,12 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
                add_bos: Optional[bool] = False, tokenizer_model: str = "gpt2",
                merges: Optional[list[tuple[str, str]]] = None, extra: Optional[dict] = None,
                head_dim: int = 16, dim: int = 64, hidden_dim: int = 96, n_heads: int = 4,
-               n_kv_heads: int = 2) -> Path:
+               n_kv_heads: int = 2, control: tuple[str, ...] = tuple(SPECIALS),
+               template: str = CHAT_TEMPLATE, context: int = 128) -> Path:
     """Write a tiny GGUF: llama-style metadata, a byte-level tokenizer and `tensors`.
 
-    `tokens` and `merges` replace the byte-level vocabulary and its merges (MERGES).
+    `tokens` and `merges` replace the byte-level vocabulary and its merges (MERGES);
+    `control` are the tokens typed as control (special) tokens.
 
     `quant` maps tensor names to a type to store them in (quantized with gguf.quants; a
     uint8 array is taken as that type's blocks already, [rows, bytes per row]).
@@ -146,7 +148,7 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
 
     w = gguf.GGUFWriter(str(path), arch)
     w.add_uint32(f"{arch}.block_count", n_layers)
-    w.add_uint32(f"{arch}.context_length", 128)
+    w.add_uint32(f"{arch}.context_length", context)
     w.add_uint32(f"{arch}.embedding_length", dim)
     w.add_uint32(f"{arch}.feed_forward_length", hidden_dim)
     w.add_uint32(f"{arch}.attention.head_count", n_heads)
@@ -160,7 +162,7 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
     w.add_uint32(f"{arch}.vocab_size", len(tokens))
     w.add_tokenizer_model(tokenizer_model)
     w.add_token_list(tokens)
-    w.add_token_types([3 if t in SPECIALS else 1 for t in tokens])
+    w.add_token_types([3 if t in control else 1 for t in tokens])
     if tokenizer_model == "gpt2":
         w.add_token_merges([f"{a} {b}" for a, b in (MERGES if merges is None else merges)])
     w.add_bos_token_id(1)
@@ -168,7 +170,7 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
     w.add_pad_token_id(2)
     if add_bos is not None:
         w.add_add_bos_token(add_bos)
-    w.add_chat_template(CHAT_TEMPLATE)
+    w.add_chat_template(template)
     for key, value in (extra or {}).items():
         if isinstance(value, str):
             w.add_string(key, value)

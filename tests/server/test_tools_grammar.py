@@ -9,7 +9,7 @@ import random
 import jsonschema
 import pytest
 
-from fastdecode.server.tools.formats import FORMATS, GENERIC, HERMES, LLAMA3_JSON
+from fastdecode.server.tools.formats import FORMATS, GENERIC, HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_ARGS
 from fastdecode.server.tools.grammar import tool_grammar
 from fastdecode.server.tools.parse import parse_reply
 from fastdecode.server.tools.spec import Function, ToolSpec
@@ -141,3 +141,66 @@ def test_random_walks_parse_to_valid_calls(tokenizer, fmt):
             assert reply.content == "Checking." and reply.calls
             for c in reply.calls:
                 jsonschema.validate(json.loads(c.arguments), SCHEMAS[c.name])
+
+
+# -- markers that are special tokens (Mistral's [TOOL_CALLS] and [ARGS], <tool_call> in some) -------
+
+SPECIALS = {"[TOOL_CALLS]": 260, "[ARGS]": 261, "<tool_call>": 262, "</tool_call>": 263}
+
+
+class _WithMarkers(_Bytes):
+    """The byte vocabulary with the formats' markers as special tokens 260-263."""
+
+    tokens = _Bytes.tokens + [m.encode() for m in SPECIALS]
+    special_token_ids = _Bytes.special_token_ids + list(SPECIALS.values())
+
+
+def marked_matcher(fmt, choice="required"):
+    tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_WithMarkers()))
+    specials = {m: SPECIALS[m] for m in fmt.markers}
+    grammar = llguidance.LLMatcher.grammar_from_lark(tool_grammar(fmt, ToolSpec(FUNCTIONS, choice, None, True),
+                                                                  specials))
+    m = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+    assert not m.is_error(), m.get_error()
+    return m
+
+
+def marked_ids(text):
+    """`text` as ids of the vocabulary with markers: each marker one special token."""
+    ids = []
+    while text:
+        at, marker = min(((text.find(m), m) for m in SPECIALS if m in text), default=(len(text), ""))
+        ids += list(text[:at].encode()) + ([SPECIALS[marker]] if marker else [])
+        text = text[at + len(marker):]
+    return ids
+
+
+@pytest.mark.parametrize("fmt", [MISTRAL, MISTRAL_ARGS, HERMES], ids=["mistral", "mistral_args", "hermes"])
+def test_special_markers_are_tokens_not_text(fmt):
+    two = fmt.render(GOOD)
+    for choice in ("required", "auto"):
+        m = marked_matcher(fmt, choice)
+        ids = marked_ids(("Let me check. " if choice == "auto" else "") + two)
+        assert m.validate_tokens(ids) == len(ids) and m.consume_tokens(ids) and m.is_accepting()
+    spelled = list(two.encode())  # the marker's text in ordinary tokens is not the marker
+    assert marked_matcher(fmt).validate_tokens(spelled) < len(spelled)
+    m = marked_matcher(fmt, "auto")
+    assert m.consume_tokens(list(b"Plain text, no calls.")) and m.is_accepting()
+    # Random walks: decoded with the markers' text, every walk parses back to valid calls.
+    rng = random.Random(3)
+    for _ in range(15):
+        m = marked_matcher(fmt)
+        out = []
+        while True:
+            mask = m.compute_bitmask()
+            allowed = [t for t in range(len(_WithMarkers.tokens)) if mask[t // 8] >> (t % 8) & 1]
+            if EOS in allowed and (len(allowed) == 1 or rng.random() < 0.5):
+                break
+            token = rng.choice([t for t in allowed if t != EOS])
+            assert m.consume_token(token)
+            out.append(token)
+        text = b"".join(_WithMarkers.tokens[t] for t in out).decode()
+        reply = parse_reply(fmt, SCHEMAS, text)
+        assert reply.content is None and reply.calls, text
+        for c in reply.calls:
+            jsonschema.validate(json.loads(c.arguments), SCHEMAS[c.name])

@@ -11,11 +11,13 @@
 import asyncio
 import importlib.util
 import json
+import sys
+from pathlib import Path
 
 import httpx
 import jsonschema
 import pytest
-from test_tools_prompt import HERMES_STYLE
+from test_tools_prompt import HERMES_STYLE, MISTRAL_ARGS_STYLE, MISTRAL_STYLE
 
 import fastdecode
 from fastdecode.server.app import create_app
@@ -23,7 +25,7 @@ from fastdecode.server.prepare import prepare_chat
 from fastdecode.server.protocol import ChatCompletionRequest
 from fastdecode.server.settings import ServeSettings
 from fastdecode.server.state import ServerState
-from fastdecode.server.tools.formats import GENERIC, HERMES, detect
+from fastdecode.server.tools.formats import GENERIC, HERMES, MISTRAL, MISTRAL_ARGS, detect
 from fastdecode.server.tools.parse import parse_reply
 from fastdecode.cli.keys import load_settings
 
@@ -173,3 +175,49 @@ def test_hermes_calls_on_the_tiny_model(hermes_llm):
     (call,) = got["message"]["tool_calls"]
     assert call["function"]["name"] == "pick" and got["finish_reason"] == "tool_calls"
     jsonschema.validate(json.loads(call["function"]["arguments"]), SMALL)
+
+
+# -- Mistral's formats on a tiny GGUF whose vocabulary holds the markers as special tokens -------
+
+MARKERS = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+           "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[ARGS]"]
+
+
+@pytest.fixture(scope="module", params=[MISTRAL_STYLE, MISTRAL_ARGS_STYLE], ids=["mistral", "mistral_args"])
+def mistral_llm(request, tmp_path_factory):
+    sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoints"))
+    from tiny_checkpoints import SPECIALS, byte_level_tokens, gguf_tensors, hf_model, write_gguf
+
+    tokens = byte_level_tokens() + MARKERS
+    path = write_gguf(tmp_path_factory.mktemp("mistral") / "m.gguf", gguf_tensors(hf_model(vocab_size=len(tokens))),
+                      tokens=tokens, control=(*SPECIALS, *MARKERS), template=request.param, context=512)
+    llm = fastdecode.load(str(path), max_batch_size=2, max_seq_len=512)
+    yield llm
+    llm.engine.close()
+
+
+def test_mistral_calls_marked_by_special_tokens(mistral_llm):
+    fmt = detect(mistral_llm.tokenizer.chat_template)
+    marker = mistral_llm.tokenizer.encode("[TOOL_CALLS]", add_special_tokens=False)
+    assert fmt in (MISTRAL, MISTRAL_ARGS) and len(marker) == 1
+    assert mistral_llm.tokenizer.decode(marker) == ""  # a special token: left out of text by default
+    tools = [{"type": "function", "function": {"name": "pick", "parameters": SMALL}}]
+    ask = [{"role": "user", "content": "Pick one."}]
+    app = app_for(mistral_llm)
+    # required; then auto, where the model opens its reply with [TOOL_CALLS] itself (pushed to by a bias)
+    for extra in ({"tool_choice": "required"}, {"logit_bias": {str(marker[0]): 100}}):
+        body = {"messages": ask, "tools": tools, "temperature": 0, "max_tokens": 60, "parallel_tool_calls": False,
+                **extra}
+        got = whole_and_streamed(app, body)
+        (call,) = got["message"]["tool_calls"]
+        assert got["finish_reason"] == "tool_calls" and got["message"]["content"] is None
+        assert call["function"]["name"] == "pick" and len(call["id"]) == 9 and call["id"].isalnum()
+        jsonschema.validate(json.loads(call["function"]["arguments"]), SMALL)
+    # The next turn sends the call and its result back: the template takes the id.
+    turn = ask + [got["message"], {"role": "tool", "tool_call_id": call["id"], "content": "2"}]
+    again = post(app, {"messages": turn, "tools": tools, "temperature": 0, "max_tokens": 4})
+    assert again.status_code == 200, again.text
+    # An OpenAI-style id from another client is mapped, not refused.
+    other = [ask[0], {**got["message"], "tool_calls": [{**call, "id": "call_abc"}]},
+             {"role": "tool", "tool_call_id": "call_abc", "content": "2"}]
+    assert post(app, {"messages": other, "tools": tools, "max_tokens": 4}).status_code == 200

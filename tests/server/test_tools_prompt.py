@@ -8,7 +8,8 @@ import pytest
 
 from fastdecode.text.chat_template import render_chat_template
 from fastdecode.server.protocol import ChatCompletionRequest
-from fastdecode.server.tools.formats import GENERIC, GENERIC_EXAMPLE, HERMES, LLAMA3_JSON, detect
+from fastdecode.server.tools.formats import GENERIC, GENERIC_EXAMPLE, HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_ARGS, detect
+from fastdecode.server.tools.parse import short_id
 from fastdecode.server.tools.prompt import template_input
 from fastdecode.server.tools.spec import tool_spec
 from fastdecode.text.tokenizer import BYTE_CHAT_TEMPLATE, Tokenizer
@@ -74,6 +75,38 @@ To call a function, answer with {"name": function name, "parameters": its argume
 
 {% endif %}"""
 
+# Mistral's shape (our own text): tools offered before the last user turn, the calls of a turn
+# as one JSON list after [TOOL_CALLS], results in [TOOL_RESULTS] naming their call, and the
+# ids checked as Mistral's templates check them.
+MISTRAL_STYLE = """{{- bos_token }}
+{%- for m in messages %}
+{%- if m.role == 'user' %}
+{%- if tools and loop.last %}[AVAILABLE_TOOLS]{{ tools | tojson }}[/AVAILABLE_TOOLS]{% endif %}
+{{- '[INST]' + m.content + '[/INST]' }}
+{%- elif m.role == 'assistant' and m.tool_calls %}[TOOL_CALLS][
+{%- for c in m.tool_calls %}
+{%- if c.id | length != 9 %}{{ raise_exception('call ids must be 9 letters and digits') }}{% endif %}
+{{- '{"name": "' + c.function.name + '", "arguments": ' + c.function.arguments | tojson + ', "id": "' + c.id + '"}' }}
+{%- if not loop.last %}, {% endif %}
+{%- endfor %}]{{ eos_token }}
+{%- elif m.role == 'assistant' %}{{ m.content + eos_token }}
+{%- elif m.role == 'tool' %}
+{%- if m.tool_call_id | length != 9 %}{{ raise_exception('call ids must be 9 letters and digits') }}{% endif %}
+{{- '[TOOL_RESULTS]{"content": ' + m.content | tojson + ', "call_id": "' + m.tool_call_id + '"}[/TOOL_RESULTS]' }}
+{%- elif m.role == 'system' %}{{ '[SYSTEM_PROMPT]' + m.content + '[/SYSTEM_PROMPT]' }}
+{%- endif %}
+{%- endfor %}"""
+
+# The later shape: each call as [TOOL_CALLS]name[ARGS]{arguments}.
+MISTRAL_ARGS_STYLE = MISTRAL_STYLE.replace(
+    """[TOOL_CALLS][
+{%- for c in m.tool_calls %}""", """
+{%- for c in m.tool_calls %}""").replace(
+    """{{- '{"name": "' + c.function.name + '", "arguments": ' + c.function.arguments | tojson + ', "id": "' + c.id + '"}' }}
+{%- if not loop.last %}, {% endif %}
+{%- endfor %}]{{ eos_token }}""", """{{- '[TOOL_CALLS]' + c.function.name + '[ARGS]' + c.function.arguments | tojson }}
+{%- endfor %}{{ eos_token }}""")
+
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather now, by city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
@@ -134,6 +167,29 @@ def test_hermes_parallel_calls_and_results():
     assert prompt == reference(HERMES_STYLE, conversation(calls=2), TOOLS)
     assert HERMES.render([("get_weather", json.dumps(ARGS))] * 2) in prompt
     assert "20 C, sunny" in prompt and "21 C, sunny" in prompt
+
+
+@pytest.mark.parametrize("template, fmt", [(MISTRAL_STYLE, MISTRAL), (MISTRAL_ARGS_STYLE, MISTRAL_ARGS)],
+                         ids=["mistral", "mistral_args"])
+def test_mistral_templates_get_9_character_ids(template, fmt):
+    """Mistral's templates refuse other call ids: a client's ids become 9 letters and digits,
+    the same for a call and its result, and the prompt is then what transformers renders."""
+    assert detect(template) is fmt
+    prompt = ours(template, conversation(calls=2))
+    short = [short_id(f"call_{i}") for i in range(2)]
+    assert all(len(i) == 9 and i.isalnum() for i in short) and short[0] != short[1]
+    theirs = conversation(calls=2)
+    for c in theirs[2]["tool_calls"]:
+        c["id"] = short_id(c["id"])
+    for m in theirs[3:]:
+        m["tool_call_id"] = short_id(m["tool_call_id"])
+    assert prompt == reference(template, theirs, TOOLS)
+    assert '"call_id": "%s"' % short[1] in prompt and "[AVAILABLE_TOOLS]" not in prompt  # no user turn last
+    ask = [{"role": "user", "content": "Weather in Paris?"}]
+    assert ours(template, ask).startswith("<s>[AVAILABLE_TOOLS]")
+    calls = fmt.render([("get_weather", json.dumps(ARGS))])
+    assert calls.startswith("[TOOL_CALLS]")  # the text our grammar makes the model write
+    assert short_id("abcDEF123") == "abcDEF123"  # already an id these templates take
 
 
 def test_a_template_that_refuses_two_calls_says_so():

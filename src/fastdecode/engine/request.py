@@ -32,6 +32,8 @@ class GenerationConfig:
     ngram_size: the longest n-gram looked up for drafts (1..8).
     cache_salt: requests share cached prompt prefixes only with requests of the same salt
         (None: the unsalted pool), so tenants' prompts never meet.
+    skip_special_tokens: leave special tokens out of the text (False: a reply whose format
+        marks tool calls with special tokens, as Mistral's `[TOOL_CALLS]`, keeps them).
     """
 
     max_new_tokens: int = 256
@@ -43,6 +45,7 @@ class GenerationConfig:
     num_draft_tokens: int = 4
     ngram_size: int = 3
     cache_salt: Optional[str] = None
+    skip_special_tokens: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_new_tokens", "min_new_tokens"):
@@ -64,6 +67,8 @@ class GenerationConfig:
         if self.eos_token_ids is not None:
             object.__setattr__(self, "eos_token_ids", frozenset(int(i) for i in self.eos_token_ids))
         check_speculative(self.speculative, self.num_draft_tokens, self.ngram_size)
+        if not isinstance(self.skip_special_tokens, bool):
+            raise FastDecodeError(f"skip_special_tokens must be true or false, got {self.skip_special_tokens!r:.40}")
         if self.cache_salt is not None and not isinstance(self.cache_salt, str):
             raise FastDecodeError(f"cache_salt must be a string, got {type(self.cache_salt).__name__}")
 
@@ -145,7 +150,7 @@ class Request:
         self.logprobs: Optional[list[TokenLogprob]] = [] if params.logprobs is not None else None
         self.prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = (
             [None] if params.prompt_logprobs is not None else None)
-        self.text = StopText(tokenizer, config.stop)
+        self.text = StopText(tokenizer, config.stop, config.skip_special_tokens)
         self.forwards = 0  # model forwards that produced its tokens
         # Drafting state for speculative decoding, from its own prompt and output.
         self.spec = (PromptLookup(prompt, config.ngram_size, config.num_draft_tokens)

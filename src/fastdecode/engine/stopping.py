@@ -12,8 +12,8 @@ class StopText:
     len(longest stop) - 1 characters before it, never the whole text again.
     """
 
-    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...]):
-        self.decoder = StreamDecoder(tokenizer)
+    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...], skip_special_tokens: bool = True):
+        self.decoder = StreamDecoder(tokenizer, skip_special_tokens)
         self.stop = stop
         self.longest = max((len(s) for s in stop), default=0)
         self.text = ""  # everything decoded so far (cut at a stop string once found)

@@ -19,6 +19,7 @@ from .errors import APIError, from_fastdecode
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .structured import prepare_constraint, request_constraint
 from .tools.formats import detect as detect_format
+from .tools.formats import special_markers
 from .tools.grammar import tool_constraint
 from .tools.prompt import template_input
 from .tools.spec import tool_spec
@@ -98,14 +99,18 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
     top = (req.top_logprobs or 0) if req.logprobs else None
     setup = ToolSetup(fmt, spec) if spec is not None else None
     constraint = tool_constraint(fmt, spec, llm.tokenizer) if spec is not None else None
-    job = _job(req, [prompt], llm, max_tokens_limit, max_tokens, None, top, "messages", constraint=constraint)
+    # Calls marked by special tokens ([TOOL_CALLS]) are read from the text: it keeps them.
+    keep = spec is not None and bool(special_markers(fmt, llm.tokenizer))
+    job = _job(req, [prompt], llm, max_tokens_limit, max_tokens, None, top, "messages", constraint=constraint,
+               skip_special_tokens=not keep)
     job.tools = setup
     return job
 
 
 def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[list[int]], llm: LLM,
          limit: Optional[int], asked: Optional[int], default: Optional[int], logprobs: Optional[int],
-         prompt_param: str, echo: bool = False, drop: bool = False, constraint: Optional[Constraint] = None) -> Job:
+         prompt_param: str, echo: bool = False, drop: bool = False, constraint: Optional[Constraint] = None,
+         skip_special_tokens: bool = True) -> Job:
     if req.stream_options is not None and not req.stream:
         raise APIError(400, "stream_options is only allowed with stream=true", param="stream_options")
     n = req.n or 1
@@ -119,7 +124,8 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
              if isinstance(req, ChatCompletionRequest) else "logprobs"}
     try:
         config = GenerationConfig(max_new_tokens=max_tokens, min_new_tokens=min(req.min_tokens or 0, max_tokens),
-                                  stop=req.stop, ignore_eos=bool(req.ignore_eos), cache_salt=req.cache_salt)
+                                  stop=req.stop, ignore_eos=bool(req.ignore_eos), cache_salt=req.cache_salt,
+                                  skip_special_tokens=skip_special_tokens)
         seeds = [None if req.seed is None else req.seed + j for j in range(n)]
         # The engine computes prompt logprobs once, with as many alternatives as either use needs.
         wants = [k for k in (logprobs if echo else None, req.prompt_logprobs) if k is not None]

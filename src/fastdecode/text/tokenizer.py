@@ -91,15 +91,19 @@ class StreamDecoder:
     the difference once it no longer ends in an incomplete character.
     """
 
-    def __init__(self, tokenizer: Tokenizer):
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True):
         self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
         self.ids: list[int] = []
         self._prefix = 0  # window start: context for the next piece
         self._read = 0  # ids before this index have been emitted
 
+    def _decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+
     def push(self, ids: Iterable[int]) -> str:
         self.ids.extend(int(i) for i in ids)
-        decode = self.tokenizer.decode
+        decode = self._decode
         prev = decode(self.ids[self._prefix:self._read])
         cur = decode(self.ids[self._prefix:])
         if len(cur) > len(prev) and not cur.endswith("\ufffd") and cur.startswith(prev):
@@ -109,7 +113,7 @@ class StreamDecoder:
 
     def flush(self) -> str:
         """Whatever is still held back (an incomplete character at the very end)."""
-        decode = self.tokenizer.decode
+        decode = self._decode
         prev = decode(self.ids[self._prefix:self._read])
         cur = decode(self.ids[self._prefix:])
         self._prefix = self._read = len(self.ids)

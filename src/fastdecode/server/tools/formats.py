@@ -8,18 +8,30 @@ families differ in the text around the calls and between them:
   blocks separated by a newline;
 - llama3_json (Llama 3.1/3.2/3.3 templates, recognised by their `<|python_tag|>` or
   `ipython` role): the reply is `{"name": "f", "parameters": {...}}`, calls joined by `; `;
+- mistral (Mistral 7B v0.3, NeMo, Ministral, Small 2409-2501: templates that write
+  `[TOOL_CALLS]`): `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]` (v0.3's
+  template puts a space before the list); call ids are 9 letters and digits, as those
+  templates demand;
+- mistral_args (Mistral Small 3.x, Magistral, Devstral: templates that write `[ARGS]`):
+  `[TOOL_CALLS]f[ARGS]{...}`, once per call;
 - generic (every other template, SmolLM2's included): the template knows nothing of
   tools, so our own system message lists them and asks for
   `{"tool_calls": [{"name": "f", "arguments": {...}}, ...]}`.
 
-The family is read from the template text, never from a file or model name.
+The family is read from the template text, never from a file or model name. Where a
+format's markers are special tokens of the vocabulary (Mistral's always), the grammar names
+them as tokens and the reply's text keeps them (see `special_markers`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from ...text.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,8 @@ class ToolFormat:
     trigger: str
     anywhere: bool
     native: bool  # the template renders `tools`, tool_calls and tool results itself
+    markers: tuple[str, ...] = ()  # texts in the format that a vocabulary may hold as special tokens
+    short_ids: bool = False  # call ids of 9 letters and digits (Mistral's templates refuse others)
 
     def __post_init__(self) -> None:
         if not (self.begin + self.call_open).startswith(self.trigger):
@@ -57,7 +71,7 @@ class ToolFormat:
 HERMES = ToolFormat(
     "hermes", begin="<tool_call>\n", call_open='{"name": "', args_key='", "arguments": ', call_close="}",
     separator="\n</tool_call>\n<tool_call>\n", end="\n</tool_call>", trigger="<tool_call>", anywhere=True,
-    native=True)
+    native=True, markers=("<tool_call>", "</tool_call>"))  # special tokens in some vocabularies
 LLAMA3_JSON = ToolFormat(
     "llama3_json", begin="", call_open='{"name": "', args_key='", "parameters": ', call_close="}",
     separator="; ", end="", trigger='{"name": "', anywhere=False, native=True)
@@ -65,7 +79,17 @@ GENERIC = ToolFormat(
     "generic", begin='{"tool_calls": [', call_open='{"name": "', args_key='", "arguments": ', call_close="}",
     separator=", ", end="]}", trigger='{"tool_calls": [', anywhere=True, native=False)
 
-FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, GENERIC)}
+MISTRAL = ToolFormat(
+    "mistral", begin="[TOOL_CALLS][", call_open='{"name": "', args_key='", "arguments": ', call_close="}",
+    separator=", ", end="]", trigger="[TOOL_CALLS]", anywhere=True, native=True, markers=("[TOOL_CALLS]",),
+    short_ids=True)
+MISTRAL_SPACED = dataclasses.replace(MISTRAL, name="mistral_spaced", begin="[TOOL_CALLS] [")
+MISTRAL_ARGS = ToolFormat(
+    "mistral_args", begin="[TOOL_CALLS]", call_open="", args_key="[ARGS]", call_close="",
+    separator="[TOOL_CALLS]", end="", trigger="[TOOL_CALLS]", anywhere=True, native=True,
+    markers=("[TOOL_CALLS]", "[ARGS]"), short_ids=True)
+
+FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_SPACED, MISTRAL_ARGS, GENERIC)}
 
 
 def detect(template: Optional[str]) -> ToolFormat:
@@ -75,7 +99,22 @@ def detect(template: Optional[str]) -> ToolFormat:
         return HERMES
     if "<|python_tag|>" in text or "ipython" in text:
         return LLAMA3_JSON
+    if "[TOOL_CALLS]" in text:
+        if "[ARGS]" in text:
+            return MISTRAL_ARGS
+        return MISTRAL_SPACED if "[TOOL_CALLS] [" in text else MISTRAL
     return GENERIC
+
+
+def special_markers(fmt: ToolFormat, tokenizer: "Tokenizer") -> dict[str, int]:
+    """The format's markers that are special tokens of `tokenizer` (text -> id): one id that
+    decodes to nothing when special tokens are skipped."""
+    found = {}
+    for marker in fmt.markers:
+        ids = tokenizer.encode(marker, add_special_tokens=False)
+        if len(ids) == 1 and tokenizer.decode(ids) == "" and tokenizer.decode(ids, skip_special_tokens=False) == marker:
+            found[marker] = ids[0]
+    return found
 
 
 def generic_system_prompt(tools: list[dict]) -> str:

@@ -20,55 +20,76 @@ no whitespace a model could run on with until max_tokens.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Mapping, Optional, Sequence
 
 from ...errors import FastDecodeError
 from ...structured import Constraint, json_schema_lark, vocab_for
 from ...structured.compiler import CACHE
 from ...text.tokenizer import Tokenizer
 from ..errors import APIError
-from .formats import ToolFormat
+from .formats import ToolFormat, special_markers
 from .spec import Function, ToolSpec
 
 
-def _lit(text: str) -> str:
-    """A Lark string literal (JSON's escapes are Lark's)."""
-    return json.dumps(text)
+def _lit(text: str, specials: Mapping[str, int]) -> str:
+    """`text` as Lark items: string literals (JSON's escapes are Lark's), and the special
+    tokens in it by id (`<[id]>`: their text is not the vocabulary's way to write them)."""
+    items = []
+    while text:
+        at, marker = min(((text.find(m), m) for m in specials if m in text), default=(-1, ""))
+        if at < 0:
+            items.append(json.dumps(text))
+            break
+        if at:
+            items.append(json.dumps(text[:at]))
+        items.append(f"<[{specials[marker]}]>")
+        text = text[at + len(marker):]
+    return " ".join(items)
 
 
-def _calls(fmt: ToolFormat, functions: Sequence[Function], parallel: bool, skip: int) -> list[str]:
+def _seq(*items: str) -> str:
+    return " ".join(i for i in items if i)
+
+
+def _calls(fmt: ToolFormat, functions: Sequence[Function], parallel: bool, skip: int,
+           specials: Mapping[str, int]) -> list[str]:
     """Rules for `calls`: the block of calls, less its first `skip` characters (a matched trigger)."""
     opening = (fmt.begin + fmt.call_open)[skip:]
     rules = []
     names = []
     for i, f in enumerate(functions):
         # The first call's opening (maybe cut by the trigger) is written by `calls`, the next ones' by `more`.
-        rules.append(f"fn_{i}: {_lit(f.name + fmt.args_key)} args_{i} {_lit(fmt.call_close)}")
+        rules.append(f"fn_{i}: " + _seq(_lit(f.name + fmt.args_key, specials), f"args_{i}",
+                                        _lit(fmt.call_close, specials)))
         rules.append(f"args_{i}: {json_schema_lark(f.parameters)}")
         names.append(f"fn_{i}")
     rules.append("call: " + " | ".join(names))
-    first = f"{_lit(opening)} call" if opening else "call"
-    more = f" ({_lit(fmt.separator + fmt.call_open)} call)*" if parallel else ""
-    end = f" {_lit(fmt.end)}" if fmt.end else ""
-    rules.insert(0, f"calls: {first}{more}{end}")
+    more = f"({_lit(fmt.separator + fmt.call_open, specials)} call)*" if parallel else ""
+    rules.insert(0, "calls: " + _seq(_lit(opening, specials), "call", more, _lit(fmt.end, specials)))
     return rules
 
 
-def tool_grammar(fmt: ToolFormat, spec: ToolSpec) -> str:
-    """The grammar for a request's tool_choice (auto, required or a named function)."""
+def tool_grammar(fmt: ToolFormat, spec: ToolSpec, specials: Optional[Mapping[str, int]] = None) -> str:
+    """The grammar for a request's tool_choice (auto, required or a named function);
+    `specials`: the format's markers that are special tokens (`formats.special_markers`)."""
     functions = spec.callable
+    specials = specials or {}
     head = ["%llguidance {}"]
     if spec.choice != "auto":
-        return "\n".join(head + ["start: calls"] + _calls(fmt, functions, spec.parallel, 0)) + "\n"
+        return "\n".join(head + ["start: calls"] + _calls(fmt, functions, spec.parallel, 0, specials)) + "\n"
+    if fmt.trigger in specials:
+        # A special token cannot occur in free text, so the text needs no lazy match to stop at it.
+        lines = head + [f"start: TEXT | TEXT {_lit(fmt.trigger, specials)} calls", "TEXT: /(.|\\n)*/"]
+        return "\n".join(lines + _calls(fmt, functions, spec.parallel, len(fmt.trigger), specials)) + "\n"
     if fmt.anywhere:
         lines = head + ["start: text | trigger calls",
                         "text: /(.|\\n)*/",
-                        f"trigger[lazy]: /(.|\\n)*/ {_lit(fmt.trigger)}"]
-        return "\n".join(lines + _calls(fmt, functions, spec.parallel, len(fmt.trigger))) + "\n"
+                        f"trigger[lazy]: /(.|\\n)*/ {_lit(fmt.trigger, specials)}"]
+        return "\n".join(lines + _calls(fmt, functions, spec.parallel, len(fmt.trigger), specials)) + "\n"
     if not fmt.trigger.startswith("{"):
         raise ValueError(f"{fmt.name}: a reply-opening trigger must start with '{{'")
     lines = head + ["start: TEXT | calls", "TEXT: /([^{](.|\\n)*)?/"]  # text, or a call from the first character
-    return "\n".join(lines + _calls(fmt, functions, spec.parallel, 0)) + "\n"
+    return "\n".join(lines + _calls(fmt, functions, spec.parallel, 0, specials)) + "\n"
 
 
 def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer) -> Constraint:
@@ -82,7 +103,7 @@ def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer) -> Co
                 raise APIError(400, f"tools[{i}].function.parameters: {e}",
                                param=f"tools[{i}].function.parameters") from None
     try:
-        constraint = Constraint.grammar(tool_grammar(fmt, spec))
+        constraint = Constraint.grammar(tool_grammar(fmt, spec, special_markers(fmt, tokenizer)))
         CACHE.matcher(constraint, vocab_for(tokenizer))
         return constraint
     except FastDecodeError as e:

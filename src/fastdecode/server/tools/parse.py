@@ -15,7 +15,9 @@ from where it left.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+import string
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Union
 
@@ -54,6 +56,22 @@ class Call:
 
 def new_call_id() -> str:
     return "call_" + secrets.token_hex(12)
+
+
+_ALNUM = string.ascii_letters + string.digits
+
+
+def new_short_id() -> str:
+    """9 letters and digits: the only call ids Mistral's templates accept."""
+    return "".join(secrets.choice(_ALNUM) for _ in range(9))
+
+
+def short_id(call_id: str) -> str:
+    """A client's call id as 9 letters and digits, the same for the same id (so that a call
+    and its result still pair up); such an id already is kept."""
+    if len(call_id) == 9 and call_id.isascii() and call_id.isalnum():
+        return call_id
+    return hashlib.sha256(call_id.encode("utf-8")).hexdigest()[:9]
 
 
 class _JsonEnd:
@@ -195,7 +213,7 @@ class CallParser:
 
     def _name(self, out: list[Event]) -> bool:
         buf = self._buf
-        end = buf.find('"')
+        end = buf.find(self.fmt.args_key[0])  # a name has no '"' or '[' (spec.NAME)
         if end < 0:
             if len(buf) > MAX_NAME:
                 self._state = "raw"

@@ -16,6 +16,7 @@ import json
 from typing import Any, Optional
 
 from .formats import GENERIC, ToolFormat, generic_system_prompt
+from .parse import short_id
 from .spec import ToolSpec
 
 
@@ -50,6 +51,12 @@ def _message(m: Any) -> dict:
 def template_input(messages: list[Any], fmt: ToolFormat, spec: Optional[ToolSpec]) -> tuple[list[dict], Optional[list]]:
     """(messages, tools) for the chat template; tools is None when none are offered."""
     plain = [_message(m) for m in messages]
+    if fmt.short_ids:  # the template refuses other ids; a call and its result keep their pairing
+        for m in plain:
+            for call in m.get("tool_calls", ()):
+                call["id"] = short_id(call["id"])
+            if m.get("tool_call_id") is not None:
+                m["tool_call_id"] = short_id(m["tool_call_id"])
     if fmt.native:
         for m in plain:
             for call in m.get("tool_calls", ()):

@@ -13,7 +13,7 @@ from typing import Optional
 
 from ..protocol import AssistantMessage, Delta, FunctionCall, FunctionDelta, ToolCall, ToolCallDelta
 from .formats import ToolFormat
-from .parse import Arguments, CallParser, CallStart, Content, Event
+from .parse import Arguments, CallParser, CallStart, Content, Event, new_call_id, new_short_id
 from .spec import ToolSpec
 
 
@@ -25,7 +25,8 @@ class ToolSetup:
     spec: ToolSpec
 
     def reader(self) -> "ToolReader":
-        return ToolReader(CallParser(self.format, (f.name for f in self.spec.callable)))
+        new_id = new_short_id if self.format.short_ids else new_call_id
+        return ToolReader(CallParser(self.format, (f.name for f in self.spec.callable), new_id))
 
 
 class ToolReader:
