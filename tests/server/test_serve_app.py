@@ -94,3 +94,39 @@ def test_settings(monkeypatch, capsys):
     assert cli.main(["serve", "--help"]) == 0
     out = capsys.readouterr().out
     assert "usage: fastdecode serve" in out and "max_tokens_limit" in out and "shutdown_grace_s" in out
+
+
+# A Qwen 3 style switch (our own text): the template leaves the thinking block empty when asked to.
+THINKING_TEMPLATE = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}<|assistant|>"
+                     "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}")
+
+
+@pytest.fixture
+def thinking_llm():
+    llm = fastdecode.load("tiny", max_batch_size=2)
+    llm.tokenizer.chat_template = THINKING_TEMPLATE
+    yield llm
+    llm.engine.close()
+
+
+def test_chat_template_kwargs_reach_the_template(thinking_llm):
+    state = ServerState(settings())
+    state.llm = thinking_llm
+    app = create_app(state)
+
+    def tokens(**extra):
+        body = {"messages": USER, "max_tokens": 1, **extra}
+        chat = call(app, "POST", "/v1/chat/completions", json=body)
+        counted = call(app, "POST", "/tokenize", json={"messages": USER, **extra})
+        assert chat.status_code == 200 and counted.status_code == 200, (chat.text, counted.text)
+        assert chat.json()["usage"]["prompt_tokens"] == counted.json()["count"]
+        return counted.json()["tokens"]
+
+    plain = tokens()
+    off = tokens(chat_template_kwargs={"enable_thinking": False})
+    assert thinking_llm.tokenizer.decode(off[len(plain):]) == "<think></think>"
+    assert tokens(chat_template_kwargs={"enable_thinking": True}) == plain
+    r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "chat_template_kwargs": {"tools": []}})
+    assert r.status_code == 400 and "chat_template_kwargs may not set 'tools'" in error_of(r)["message"]
+    r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "chat_template_kwargs": ["x"]})
+    assert r.status_code == 400 and "chat_template_kwargs" in error_of(r)["message"]

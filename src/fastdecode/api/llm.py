@@ -158,10 +158,13 @@ class LLM:
         """Render `messages` with the checkpoint's chat template and return the assistant's reply."""
         return self.generate([self.chat_prompt(messages)], **options)[0]
 
-    def chat_prompt(self, messages: list[dict], tools: Optional[list[dict]] = None) -> list[int]:
+    def chat_prompt(self, messages: list[dict], tools: Optional[list[dict]] = None,
+                    template_kwargs: Optional[dict[str, Any]] = None) -> list[int]:
         """Token ids of `messages` rendered with the chat template, ready for the reply;
-        `tools` (OpenAI's tool definitions) reach the template as its `tools` variable."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
+        `tools` (OpenAI's tool definitions) reach the template as its `tools` variable, and
+        `template_kwargs` as variables of their own (Qwen 3: {"enable_thinking": False})."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
+                                                  **(template_kwargs or {}))
         return self.tokenizer.encode(text, add_special_tokens=False)
 
 

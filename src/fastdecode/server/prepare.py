@@ -8,7 +8,7 @@ template are CPU work that should not stall the event loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 from ..engine import GenerationConfig
 from ..errors import FastDecodeError
@@ -90,7 +90,7 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
     fmt = detect_format(llm.tokenizer.chat_template)
     messages, tools = template_input(req.messages, fmt, spec)
     try:
-        prompt = llm.chat_prompt(messages, tools=tools)
+        prompt = llm.chat_prompt(messages, tools=tools, template_kwargs=template_kwargs(req.chat_template_kwargs))
     except FastDecodeError as e:
         raise APIError(400, str(e), param="messages") from None
     if not prompt:
@@ -105,6 +105,20 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
                skip_special_tokens=not keep)
     job.tools = setup
     return job
+
+
+# What the server itself hands every chat template.
+_RESERVED = ("messages", "tools", "add_generation_prompt")
+
+
+def template_kwargs(given: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """A request's chat_template_kwargs as the template's variables; a name the server sets
+    itself is a 400."""
+    for name in given or {}:
+        if name in _RESERVED:
+            raise APIError(400, f"chat_template_kwargs may not set {name!r} (the server sets "
+                           f"{', '.join(_RESERVED)}); give it in its own field", param="chat_template_kwargs")
+    return dict(given or {})
 
 
 def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[list[int]], llm: LLM,

@@ -186,6 +186,7 @@ class ChatCompletionRequest(_Sampling):
     tools: Optional[list[ToolDefinition]] = None
     tool_choice: Any = None  # none | auto | required | {"type": "function", ...}: checked in tools/spec.py
     parallel_tool_calls: Optional[bool] = None
+    chat_template_kwargs: Optional[dict[str, Any]] = None  # vLLM's: variables for the template
 
 
 def _short(value: Any) -> str:
@@ -378,6 +379,7 @@ class TokenizeRequest(_In):
     prompt: Optional[StrictStr] = None
     messages: Optional[list[ChatMessage]] = Field(default=None, min_length=1)
     tools: Optional[list[ToolDefinition]] = None  # with messages: offered as /v1/chat/completions offers them
+    chat_template_kwargs: Optional[dict[str, Any]] = None  # with messages: as /v1/chat/completions takes them
     add_special_tokens: Optional[bool] = True
 
 

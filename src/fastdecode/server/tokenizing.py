@@ -11,6 +11,7 @@ from starlette.responses import JSONResponse, Response
 from ..errors import FastDecodeError
 from ..text.tokenizer import ByteTokenizer, Tokenizer
 from .errors import APIError
+from .prepare import template_kwargs
 from .protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse, TokenizerInfo)
 from .serving import parse, read_body
 from .state import ServerState
@@ -55,7 +56,8 @@ def tokenizer_router(state: ServerState) -> APIRouter:
             spec = tool_spec(req.tools, None, None)
             messages, tools = template_input(req.messages, detect_format(tok.chat_template), spec)
             try:
-                text = tok.apply_chat_template(messages, add_generation_prompt=True, tools=tools)
+                text = tok.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
+                                               **template_kwargs(req.chat_template_kwargs))
             except FastDecodeError as e:
                 raise APIError(400, str(e), param="messages") from None
             # The template writes the special tokens it wants: add_special_tokens adds BOS only if asked.

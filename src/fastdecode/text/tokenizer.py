@@ -7,7 +7,7 @@ never needs to know where it came from.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from ..errors import FastDecodeError
 
@@ -37,13 +37,15 @@ class Tokenizer:
         raise NotImplementedError
 
     def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = True,
-                            tools: Optional[list[dict]] = None) -> str:
-        """Render `messages` as the model's prompt text; `tools` reach the template as `tools`."""
+                            tools: Optional[list[dict]] = None, **variables: Any) -> str:
+        """Render `messages` as the model's prompt text; `tools` reach the template as `tools`,
+        `variables` as themselves (e.g. Qwen 3's enable_thinking=False)."""
         if self.chat_template is None:
             raise FastDecodeError("this model has no chat template; use plain prompts instead")
         from .chat_template import render_chat_template
 
-        return render_chat_template(self, messages, add_generation_prompt=add_generation_prompt, tools=tools)
+        return render_chat_template(self, messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                                    **variables)
 
 
 # A minimal ChatML-like template for the byte-level presets, so chat paths can be
