@@ -172,3 +172,20 @@ def test_streaming_sentencepiece_keeps_word_spaces(tmp_path):
     pieces = [stream.push([i]) for i in ids] + [stream.flush()]
     assert "".join(pieces) == tok.decode(ids) == "hello ab hello é"
     assert all("\ufffd" not in p for p in pieces)
+
+
+def test_the_tool_use_template_is_read_and_cached(tmp_path):
+    """llama.cpp writes a checkpoint's named templates as tokenizer.chat_template.<name>: the
+    "tool_use" one renders chats that offer tools, also from the conversion cache."""
+    import torch
+
+    from fastdecode.checkpoints import load_checkpoint
+    from tiny_checkpoints import gguf_tensors, hf_model, write_gguf
+
+    path = write_gguf(tmp_path / "t.gguf", gguf_tensors(hf_model()),
+                      extra={"tokenizer.chat_template.tool_use": "tools:{{ tools | length }}"})
+    chat = [{"role": "user", "content": "x"}]
+    for _ in range(2):  # converted, then read back from the cache
+        tok = load_checkpoint(path, dtype=torch.float32).tokenizer
+        assert tok.apply_chat_template(chat, tools=[{"type": "function"}]) == "tools:1"
+        assert tok.apply_chat_template(chat).startswith("<|im_start|>user\nx")

@@ -119,6 +119,31 @@ def test_chat_template_file_takes_precedence(tmp_path):
     assert tok.apply_chat_template([{"role": "user", "content": "x"}]) == "x"
 
 
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+
+
+@pytest.mark.parametrize("where", ["config list", "additional file"])
+def test_tool_use_template_for_chats_with_tools(tmp_path, where):
+    """A checkpoint with a "tool_use" template (Hermes 2 Pro and 3 have one) renders chats that
+    offer tools with it and others with the default, as transformers chooses."""
+    default, tool_use = "plain:{{ messages[0]['content'] }}", "tools:{{ tools | length }}:{{ messages[0]['content'] }}"
+    if where == "config list":
+        write_hf_dir(tmp_path, hf_model(), tokenizer_config={"chat_template": [
+            {"name": "default", "template": default}, {"name": "tool_use", "template": tool_use}]})
+    else:  # as transformers 5 saves them
+        write_hf_dir(tmp_path, hf_model())
+        (tmp_path / "chat_template.jinja").write_text(default)
+        (tmp_path / "additional_chat_templates").mkdir()
+        (tmp_path / "additional_chat_templates" / "tool_use.jinja").write_text(tool_use)
+    tok = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").tokenizer
+    ref = transformers.AutoTokenizer.from_pretrained(tmp_path)
+    chat = [{"role": "user", "content": "x"}]
+    for tools in (None, TOOLS):
+        ours = tok.apply_chat_template(chat, tools=tools)
+        assert ours == ref.apply_chat_template(chat, tools=tools, tokenize=False)
+        assert ours == ("plain:x" if tools is None else "tools:1:x")
+
+
 # --- bad input ----------------------------------------------------------------------------------
 
 def error_of(path):

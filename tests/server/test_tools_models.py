@@ -28,6 +28,7 @@ from fastdecode.server.state import ServerState
 from fastdecode.server.tools.formats import GENERIC, HERMES, MISTRAL, MISTRAL_ARGS, detect
 from fastdecode.server.tools.parse import parse_reply
 from fastdecode.cli.keys import load_settings
+from fastdecode.text.tokenizer import BYTE_CHAT_TEMPLATE
 
 WEATHER = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 24},
@@ -175,6 +176,24 @@ def test_hermes_calls_on_the_tiny_model(hermes_llm):
     (call,) = got["message"]["tool_calls"]
     assert call["function"]["name"] == "pick" and got["finish_reason"] == "tool_calls"
     jsonschema.validate(json.loads(call["function"]["arguments"]), SMALL)
+
+
+def test_a_tool_use_template_serves_chats_with_tools(hermes_llm):
+    """A checkpoint's "tool_use" template (tokenizer.tool_template) renders and sets the call
+    format of chats that offer tools; chats without tools keep the default template."""
+    tools = [{"type": "function", "function": {"name": "pick", "parameters": SMALL}}]
+    ask = [{"role": "user", "content": "Pick one."}]
+    tok = hermes_llm.tokenizer
+    default = tok.chat_template
+    tok.chat_template, tok.tool_template = BYTE_CHAT_TEMPLATE, HERMES_STYLE
+    try:
+        with_tools = prepare_chat(ChatCompletionRequest.model_validate(
+            {"messages": ask, "tools": tools, "tool_choice": "required"}), hermes_llm, None)
+        plain = prepare_chat(ChatCompletionRequest.model_validate({"messages": ask}), hermes_llm, None)
+        assert with_tools.tools.format is HERMES and "<tool_call>" in tok.decode(with_tools.prompts[0])
+        assert tok.decode(plain.prompts[0]) == "<|user|>Pick one.\n<|assistant|>"
+    finally:
+        tok.chat_template, tok.tool_template = default, None
 
 
 # -- Mistral's formats on a tiny GGUF whose vocabulary holds the markers as special tokens -------

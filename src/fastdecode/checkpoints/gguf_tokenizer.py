@@ -187,6 +187,7 @@ def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
         special=special,
         extra_eos_ids=[i for i in extra_eos if i is not None],
         chat_template=template,
+        tool_template=f.get("tokenizer.chat_template.tool_use"),  # llama.cpp's key for a named template
         # SentencePiece vocabularies get BOS unless the file says otherwise (llama.cpp's rule).
         add_bos=bool(f.get("tokenizer.ggml.add_bos_token", kind == "llama")),
         add_eos=bool(f.get("tokenizer.ggml.add_eos_token", False)),

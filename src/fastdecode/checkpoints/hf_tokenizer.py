@@ -29,6 +29,7 @@ class HFTokenizer(Tokenizer):
             `add_eos` is given, and otherwise decides what `encode` adds.
         special: token strings by name (bos_token, eos_token, unk_token, pad_token).
         extra_eos_ids: more ids that end a generation (end-of-turn and the like).
+        tool_template: the checkpoint's "tool_use" chat template, for requests that offer tools.
     """
 
     def __init__(
@@ -38,12 +39,14 @@ class HFTokenizer(Tokenizer):
         special: dict[str, Optional[str]],
         extra_eos_ids: Iterable[int] = (),
         chat_template: Optional[str] = None,
+        tool_template: Optional[str] = None,
         add_bos: Optional[bool] = None,
         add_eos: Optional[bool] = None,
     ):
         self.backend = backend
         self.special_tokens_map = {k: special.get(k) for k in SPECIAL_NAMES}
         self.chat_template = chat_template
+        self.tool_template = tool_template
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self.bos_id = self._id(self.special_tokens_map["bos_token"])
         eos_id = self._id(self.special_tokens_map["eos_token"])
@@ -89,13 +92,15 @@ class HFTokenizer(Tokenizer):
             "special": self.special_tokens_map,
             "eos_ids": sorted(self.eos_ids),
             "chat_template": self.chat_template,
+            "tool_template": self.tool_template,
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "HFTokenizer":
         # The saved backend already carries the post-processor decided at build time.
         return cls(Backend.from_str(d["backend"]), special=d["special"],
-                   extra_eos_ids=d["eos_ids"], chat_template=d["chat_template"])
+                   extra_eos_ids=d["eos_ids"], chat_template=d["chat_template"],
+                   tool_template=d.get("tool_template"))
 
 
 def _token_str(value: Any) -> Optional[str]:
@@ -116,19 +121,24 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _chat_template(directory: Path, config: dict[str, Any]) -> Optional[str]:
-    # Newer transformers save the template beside the config instead of inside it.
+def _chat_templates(directory: Path, config: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
+    """(the default chat template, the "tool_use" one) as transformers finds them."""
+    named: dict[str, Any] = {}
+    # Newer transformers save the templates beside the config instead of inside it.
     jinja = directory / "chat_template.jinja"
     if jinja.is_file():
-        return jinja.read_text(encoding="utf-8")
-    if (directory / "chat_template.json").is_file():
-        template = _read_json(directory / "chat_template.json").get("chat_template")
+        named["default"] = jinja.read_text(encoding="utf-8")
+    elif (directory / "chat_template.json").is_file():
+        named["default"] = _read_json(directory / "chat_template.json").get("chat_template")
     else:
-        template = config.get("chat_template")
-    if isinstance(template, list):  # named templates: use "default"
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
-    return template if isinstance(template, str) else None
+        named["default"] = config.get("chat_template")
+    if isinstance(named["default"], list):  # named templates
+        named = {t.get("name"): t.get("template") for t in named["default"] if isinstance(t, dict)}
+    extra = directory / "additional_chat_templates" / "tool_use.jinja"
+    if extra.is_file():
+        named["tool_use"] = extra.read_text(encoding="utf-8")
+    default, tool_use = named.get("default"), named.get("tool_use")
+    return (default if isinstance(default, str) else None, tool_use if isinstance(tool_use, str) else None)
 
 
 def _generation_eos_ids(directory: Path) -> list[int]:
@@ -153,11 +163,13 @@ def tokenizer_from_hf_dir(directory: Path) -> HFTokenizer:
     config_path = directory / "tokenizer_config.json"
     config = _read_json(config_path) if config_path.is_file() else {}
     special = {name: _token_str(config.get(name)) for name in SPECIAL_NAMES}
+    default, tool_use = _chat_templates(directory, config)
     # BOS/EOS come from tokenizer.json's post-processor alone: transformers (5.x)
     # drops tokenizer_config's add_bos_token/add_eos_token when tokenizer.json exists.
     return HFTokenizer(
         backend,
         special=special,
         extra_eos_ids=_generation_eos_ids(directory),
-        chat_template=_chat_template(directory, config),
+        chat_template=default,
+        tool_template=tool_use,
     )

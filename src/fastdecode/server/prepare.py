@@ -87,7 +87,7 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
         raise APIError(400, "tool calls cannot be combined with a constrained output (response_format, "
                        "structured_outputs, guided_*, json_schema, grammar); give tool_choice 'none' or leave "
                        "one of them out", param="tool_choice")
-    fmt = detect_format(llm.tokenizer.chat_template)
+    fmt = detect_format(llm.tokenizer.template_for(spec is not None))
     messages, tools = template_input(req.messages, fmt, spec)
     try:
         prompt = llm.chat_prompt(messages, tools=tools, template_kwargs=template_kwargs(req.chat_template_kwargs))

@@ -54,7 +54,7 @@ def tokenizer_router(state: ServerState) -> APIRouter:
                 raise APIError(400, "this model has no chat template; tokenize a prompt instead", param="messages")
             # As /v1/chat/completions renders them: earlier tool calls and results, and the tools offered.
             spec = tool_spec(req.tools, None, None)
-            messages, tools = template_input(req.messages, detect_format(tok.chat_template), spec)
+            messages, tools = template_input(req.messages, detect_format(tok.template_for(spec is not None)), spec)
             try:
                 text = tok.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
                                                **template_kwargs(req.chat_template_kwargs))

@@ -21,6 +21,8 @@ class Tokenizer:
         eos_ids: ids that end a generation.
         pad_id: the padding id reported to clients (GET /tokenizer_info); nothing here pads.
         chat_template: Jinja source of the checkpoint's chat template, or None.
+        tool_template: the checkpoint's template for chats that offer tools ("tool_use"), or
+            None: chat_template serves both.
     """
 
     vocab_size: int
@@ -28,6 +30,7 @@ class Tokenizer:
     eos_ids: frozenset[int] = frozenset()
     pad_id: int = 0
     chat_template: Optional[str] = None
+    tool_template: Optional[str] = None
     add_bos: bool = False
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
@@ -36,16 +39,22 @@ class Tokenizer:
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         raise NotImplementedError
 
+    def template_for(self, tools: bool) -> Optional[str]:
+        """The template a chat is rendered with: the tool-use one when tools are offered and the
+        checkpoint has one (transformers' rule), else chat_template."""
+        return self.tool_template if tools and self.tool_template is not None else self.chat_template
+
     def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = True,
                             tools: Optional[list[dict]] = None, **variables: Any) -> str:
         """Render `messages` as the model's prompt text; `tools` reach the template as `tools`,
         `variables` as themselves (e.g. Qwen 3's enable_thinking=False)."""
-        if self.chat_template is None:
+        template = self.template_for(tools is not None)
+        if template is None:
             raise FastDecodeError("this model has no chat template; use plain prompts instead")
         from .chat_template import render_chat_template
 
         return render_chat_template(self, messages, add_generation_prompt=add_generation_prompt, tools=tools,
-                                    **variables)
+                                    template=template, **variables)
 
 
 # A minimal ChatML-like template for the byte-level presets, so chat paths can be
