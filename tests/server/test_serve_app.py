@@ -126,6 +126,7 @@ def test_chat_template_kwargs_reach_the_template(thinking_llm):
     off = tokens(chat_template_kwargs={"enable_thinking": False})
     assert thinking_llm.tokenizer.decode(off[len(plain):]) == "<think></think>"
     assert tokens(chat_template_kwargs={"enable_thinking": True}) == plain
+    assert tokens(chat_template_kwargs={"template": "x", "tokenizer": 1}) == plain  # any other name is a variable
     r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "chat_template_kwargs": {"tools": []}})
     assert r.status_code == 400 and "chat_template_kwargs may not set 'tools'" in error_of(r)["message"]
     r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "chat_template_kwargs": ["x"]})

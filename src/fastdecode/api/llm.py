@@ -164,7 +164,7 @@ class LLM:
         `tools` (OpenAI's tool definitions) reach the template as its `tools` variable, and
         `template_kwargs` as variables of their own (Qwen 3: {"enable_thinking": False})."""
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
-                                                  **(template_kwargs or {}))
+                                                  variables=template_kwargs)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
 

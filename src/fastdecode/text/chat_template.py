@@ -72,17 +72,21 @@ def special_token_strings(tokenizer: "Tokenizer") -> dict[str, str]:
 
 
 def render_chat_template(tokenizer: "Tokenizer", messages: list[dict], *, add_generation_prompt: bool = True,
-                         template: Optional[str] = None, **extra: Any) -> str:
+                         template: Optional[str] = None, variables: Optional[dict[str, Any]] = None,
+                         **extra: Any) -> str:
     """The prompt text for `messages`, ending with the assistant header when `add_generation_prompt`.
 
-    `template` overrides the tokenizer's; `extra` reaches the template as variables
-    (e.g. `tools=[...]`), as in transformers.
+    `template` overrides the tokenizer's; `variables` (a caller's, e.g. enable_thinking) and
+    then `extra` (e.g. `tools=[...]`) reach the template as variables, as in transformers.
     """
     source = template if template is not None else tokenizer.chat_template
     if source is None:
         raise FastDecodeError("this model has no chat template; use plain prompts instead")
     _check_messages(messages)
-    variables = {"tools": None, "documents": None, **special_token_strings(tokenizer), **extra}
+    taken = sorted({"messages", "add_generation_prompt"} & set(variables or {}))
+    if taken:
+        raise FastDecodeError(f"template variables may not set {', '.join(taken)}: they are arguments of their own")
+    variables = {"tools": None, "documents": None, **special_token_strings(tokenizer), **(variables or {}), **extra}
     template = compile_template(source)  # its syntax errors are one line of their own
     try:
         return template.render(messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
