@@ -88,6 +88,13 @@ def test_qwen3_gguf_has_qk_norm(tmp_path):
     assert logits_diff(ckpt, model, TOKENS) <= 1e-4
 
 
+# What llama.cpp's converter writes for tiny_checkpoints' Ministral 3 (YaRN over 16 positions, the
+# queries' scale by position).
+MINISTRAL3_META = {"mistral3.rope.scaling.type": "yarn", "mistral3.rope.scaling.factor": 4.0,
+                   "mistral3.rope.scaling.original_context_length": 16,
+                   "mistral3.rope.scaling.yarn_log_multiplier": 1.0, "mistral3.attention.temperature_scale": 0.5}
+
+
 def qwen3_with_yarn(seed=6):
     """A tiny Qwen 3 with YaRN (factor 4 over an original context of 16), as a transformers
     model and as the GGUF llama.cpp's converter writes of it."""
@@ -111,10 +118,17 @@ def test_qwen3_gguf_with_yarn_matches_the_transformers_model(tmp_path):
     assert logits_diff(ckpt, model, tokens) <= 1e-4
 
 
-def test_qwen3_gguf_with_yarn_through_the_engine(tmp_path):
-    """The engine's cached, chunked steps scale cos and sin as the cache-free forward does."""
-    model, meta = qwen3_with_yarn()
-    path = write_gguf(tmp_path / "q3.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3", head_dim=24, extra=meta)
+@pytest.mark.parametrize("family", ["qwen3-yarn", "ministral3"])
+def test_scaled_rope_and_queries_through_the_engine(tmp_path, family):
+    """The engine's cached, chunked steps scale cos and sin (YaRN) and the queries (Ministral 3)
+    at each row's positions as the cache-free forward does."""
+    if family == "ministral3":
+        path = write_gguf(tmp_path / "m3.gguf", gguf_tensors(hf_model("ministral3", seed=3)), arch="mistral3",
+                          extra=MINISTRAL3_META)
+    else:
+        model, meta = qwen3_with_yarn()
+        path = write_gguf(tmp_path / "q3.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3", head_dim=24,
+                          extra=meta)
     llm = fastdecode.load(str(path), max_seq_len=128, max_batch_size=2, kv_dtype="float32", prefill_chunk=16)
     prompt = TOKENS[0].tolist()
     got = llm.generate([prompt], max_new_tokens=24, min_new_tokens=24, temperature=0)[0].token_ids
@@ -147,6 +161,30 @@ def test_qwen3_gguf_with_yarn_matches_llama_cpp(tmp_path):
     assert (ours - theirs).abs().max().item() <= 2e-3
 
 
+def test_ministral3_gguf_matches_the_transformers_model_and_llama_cpp(tmp_path):
+    from fastdecode.quant import build_model
+
+    model = hf_model("ministral3", seed=3)
+    path = write_gguf(tmp_path / "m3.gguf", gguf_tensors(model), arch="mistral3", extra=MINISTRAL3_META)
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    a = ckpt.args
+    assert (a.query_scale_beta, a.query_scale_period, a.rope_scaling.cos_sin_scale) == (0.5, 16, 1.0)
+    tokens = torch.randint(3, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
+    assert logits_diff(ckpt, model, tokens) <= 1e-4
+    # The same file through llama.cpp, where installed: measured 1.3e-4 apart (its K and V in
+    # float16), and 4.7e-3 with the queries' scale left out.
+    llama_cpp = pytest.importorskip("llama_cpp")
+    with torch.no_grad():
+        ours = build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()(tokens, None)[0]
+    ref = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, n_threads=2, verbose=False)
+    try:
+        ref.eval(tokens[0].tolist())
+        theirs = torch.from_numpy(ref.scores[:tokens.shape[1]].copy()).float()
+    finally:
+        ref.close()
+    assert (ours - theirs).abs().max().item() <= 1e-3
+
+
 # --- bad input: one line each ------------------------------------------------------------------
 
 def one_line_error(path, match):
@@ -160,7 +198,7 @@ def one_line_error(path, match):
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi3")
     message = one_line_error(path, "unsupported architecture 'phi3'")
-    assert message.endswith("supported: llama, qwen2, qwen3, gemma3")
+    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma3")
 
 
 def test_missing_required_metadata_key_is_named(tmp_path):

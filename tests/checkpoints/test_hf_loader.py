@@ -22,7 +22,7 @@ def build_ours(ckpt):
 
 
 @pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True),
-                                       ("qwen3", True), ("qwen3", False), ("gemma3", True)])
+                                       ("qwen3", True), ("qwen3", False), ("gemma3", True), ("ministral3", False)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)
@@ -34,6 +34,21 @@ def test_logits_match_transformers(tmp_path, arch, tie):
     with torch.no_grad():
         diff = (build_ours(ckpt)(TOKENS, None) - model(TOKENS).logits).abs().max().item()
     assert diff <= 1e-4
+
+
+def test_ministral3_past_its_original_context(tmp_path):
+    """Ministral 3: YaRN and the queries' scale by position (1 + 0.5 ln(1 + floor(p / 16)) here),
+    against transformers over 100 positions."""
+    model = hf_model("ministral3", seed=2)
+    write_hf_dir(tmp_path, model)
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    a = ckpt.args
+    assert (a.query_scale_beta, a.query_scale_period, a.rope_scaling.kind) == (0.5, 16, "yarn")
+    tokens = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = model(tokens).logits
+        diff = (build_ours(ckpt)(tokens, None) - ref).abs().max().item()
+    assert diff <= 1e-4 * ref.abs().max().item()
 
 
 def test_mistral_sliding_window_is_read_not_capped(tmp_path):

@@ -47,6 +47,12 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
         return transformers.MistralConfig(**common, rope_theta=10000.0, sliding_window=window)
     if arch == "qwen2":
         return transformers.Qwen2Config(**common, rope_theta=10000.0)
+    if arch == "ministral3":
+        # YaRN over an original context of 16 and the query scale by position (floors at 16, 32, ...;
+        # beta 0.5, not the real 0.1, so that the scale shows in a tiny model's logits).
+        return transformers.Ministral3Config(**common, head_dim=16, rope_parameters={
+            "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16,
+            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5})
     if arch == "qwen3":
         return transformers.Qwen3Config(**common, head_dim=24, rope_theta=10000.0)
     if arch == "gemma3":
@@ -68,6 +74,7 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
     torch.manual_seed(seed)
     cls = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
            "qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
+           "ministral3": transformers.Ministral3ForCausalLM,
            "gemma3": transformers.Gemma3ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:

@@ -16,9 +16,10 @@ from . import dequant
 from .keys import expected_shapes, map_name
 from .gguf_file import GGUFFile, number, optional_int
 
-# Architectures whose tensors we can map. llama.cpp writes Mistral as "llama".
-# Only "llama" has its Q/K rows permuted by the converter.
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "gemma3")
+# Architectures whose tensors we can map. llama.cpp writes Mistral as "llama", Ministral 3
+# as "mistral3" (Llama's tensors, YaRN and a query scale by position).
+SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma3")
+PERMUTED = ("llama", "mistral3")  # the converter permutes these architectures' Q/K rows
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "tok_embeddings.weight",
@@ -135,16 +136,22 @@ def _rope_scaling(f: GGUFFile, arch: str, head_dim: int, theta: float) -> Option
 def _yarn_scaling(f: GGUFFile, arch: str) -> RopeScaling:
     """YaRN from the keys llama.cpp's converter writes. `yarn_attn_factor` is the checkpoint's
     own `attention_factor` (the whole factor on cos and sin, as transformers applies it; the
-    llama.cpp we test against reads it only for other architectures), else 0.1 ln(factor) + 1;
-    `attn_factor` multiplies either. A partial ramp (`yarn_ext_factor` other than 1) and
-    DeepSeek's log multiplier are refused."""
+    llama.cpp we test against reads it only for other architectures), else 0.1 ln(factor) + 1
+    over 0.1 L ln(factor) + 1 for a log multiplier L; `attn_factor` multiplies either. A
+    partial ramp (`yarn_ext_factor` other than 1) is refused."""
     key = f"{arch}.rope.scaling."
-    for name, neutral in (("yarn_ext_factor", 1.0), ("yarn_log_multiplier", 0.0)):
-        value = number(f, key + name, neutral)
-        if value != neutral:
-            raise FastDecodeError(f"{f.path}: {key}{name} = {value} is not supported (only {neutral:g})")
+    ext = number(f, key + "yarn_ext_factor", 1.0)
+    if ext != 1.0:
+        raise FastDecodeError(f"{f.path}: {key}yarn_ext_factor = {ext} is not supported (only 1)")
     factor = number(f, key + "factor", 1.0)
-    attention = number(f, key + "yarn_attn_factor", 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+
+    def mscale(m: float) -> float:
+        return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+    # A log multiplier L (mscale_all_dim; Ministral 3's is 1) divides by mscale(L), as llama.cpp
+    # does for every architecture but DeepSeek's.
+    log_mul = number(f, key + "yarn_log_multiplier", 0.0)
+    attention = number(f, key + "yarn_attn_factor", mscale(1.0) / (mscale(log_mul) if log_mul else 1.0))
     original = f.get(key + "original_context_length", f.get(f"{arch}.context_length", 2048))
     return RopeScaling(kind="yarn", factor=factor,
                        original_max_position_embeddings=optional_int(original, f.path, key + "original_context_length"),
@@ -179,6 +186,11 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     family: dict = {}
     if arch == "qwen3":
         family = dict(qk_norm=True)
+    elif arch == "mistral3" and number(f, f"{arch}.attention.temperature_scale", 0.0):
+        # llama.cpp's period is the YaRN original context (its n_ctx_orig_yarn)
+        period = f.get(f"{arch}.rope.scaling.original_context_length", context)
+        family = dict(query_scale_beta=number(f, f"{arch}.attention.temperature_scale", 0.0),
+                      query_scale_period=optional_int(period, f.path, "rope.scaling.original_context_length"))
     elif arch == "gemma3":
         family = _gemma3_fields(f, arch, need, dim, n_heads, head_dim, n_layers)
     try:
@@ -263,7 +275,7 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
         groups.setdefault(int(m.group(1)) if m else None, []).append(name)
     if None in groups:  # the embedding, the final norm and the head last
         groups[None] = groups.pop(None)
-    permuted = f.get("general.architecture") == "llama"
+    permuted = f.get("general.architecture") in PERMUTED
     for group in groups.values():
         out: dict[str, torch.Tensor] = {}
         for name in group:

@@ -15,10 +15,11 @@ from ..model.args import ModelArgs, RopeScaling
 from ..errors import FastDecodeError
 from .keys import map_name
 
-SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                   "Gemma3ForCausalLM")
-_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
+                   "Qwen3ForCausalLM", "Gemma3ForCausalLM")
+_MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
+                "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+_MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _LAYER_TYPES = {"full_attention": "global", "sliding_attention": "sliding"}
@@ -181,7 +182,7 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
     """(sliding_window, layer_types) as transformers reads them for `arch`."""
     window = _int(config, "sliding_window", None)
     names = config.get("layer_types")
-    if arch == "MistralForCausalLM":
+    if arch in ("MistralForCausalLM", _MINISTRAL3):
         return (window, None) if window else (None, None)  # every layer, when set
     if names is None and arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and config.get("use_sliding_window"):
         first = _int(config, "max_window_layers", n_layers)
@@ -204,9 +205,16 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
 
 
 def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path) -> dict[str, Any]:
-    """The ModelArgs fields where Qwen3 and Gemma 3 differ from Llama."""
+    """The ModelArgs fields where Qwen3, Ministral 3 and Gemma 3 differ from Llama."""
     if arch == "Qwen3ForCausalLM":
         return dict(qk_norm=True)
+    if arch == _MINISTRAL3:
+        rope = _object(config, "rope_scaling") or _object(config, "rope_parameters")
+        beta = _number(rope, "llama_4_scaling_beta", 0.0)
+        if not beta:
+            return {}
+        period = _int(rope, "original_max_position_embeddings", 0) or _int(config, "max_position_embeddings", 2048)
+        return dict(query_scale_beta=beta, query_scale_period=period)
     if arch != _GEMMA:
         return {}
     for key in ("final_logit_softcapping", "attn_logit_softcapping"):

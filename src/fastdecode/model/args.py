@@ -109,6 +109,10 @@ class ModelArgs:
     activation: str = "silu"  # gated MLP: SwiGLU ("silu") or GeGLU with tanh-approximate GELU ("gelu_tanh", Gemma)
     embed_scale: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(dim))
     post_norms: bool = False  # RMSNorm on the attention and MLP outputs before the residual add (Gemma 3)
+    # Ministral 3 (Llama 4's rule): queries at position p are multiplied, after RoPE, by
+    # 1 + query_scale_beta * ln(1 + floor(p / query_scale_period)); 0: not scaled.
+    query_scale_beta: float = 0.0
+    query_scale_period: int = 8192
 
     def __post_init__(self) -> None:
         # Derived fields are filled in here so every consumer sees concrete ints.
@@ -149,6 +153,11 @@ class ModelArgs:
             raise FastDecodeError(f"ModelArgs.attn_scale must be > 0, got {self.attn_scale}")
         if self.rope_local_theta is not None and not self.rope_local_theta > 0:
             raise FastDecodeError(f"ModelArgs.rope_local_theta must be > 0, got {self.rope_local_theta}")
+        if not 0 <= self.query_scale_beta < math.inf:
+            raise FastDecodeError(f"ModelArgs.query_scale_beta must be >= 0, got {self.query_scale_beta}")
+        if not isinstance(self.query_scale_period, int) or self.query_scale_period < 1:
+            raise FastDecodeError(f"ModelArgs.query_scale_period must be an integer >= 1, "
+                                  f"got {self.query_scale_period!r}")
         if not self.embed_scale > 0:
             raise FastDecodeError(f"ModelArgs.embed_scale must be > 0, got {self.embed_scale}")
         w = self.sliding_window

@@ -135,7 +135,8 @@ class Attention(nn.Module):
         self.register_load_state_dict_pre_hook(_fuse_qkv)
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, input_pos: Optional[Tensor],
-                rows: Optional[Tensor]) -> Tensor:
+                rows: Optional[Tensor], q_scale: Optional[Tensor] = None) -> Tensor:
+        """q_scale: [B or 1, T, 1, 1] factors on the queries after RoPE, or None."""
         B, T, _ = x.shape
         H, Hkv, D = self.n_heads, self.n_kv_heads, self.head_dim
         # View before splitting: a view of the contiguous matmul output needs no
@@ -146,6 +147,8 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, cos, sin)  # [B, T, H, D]
         k = apply_rope(k, cos, sin)  # [B, T, Hkv, D]
+        if q_scale is not None:
+            q = q * q_scale.to(q.dtype)
 
         if input_pos is None and self.native:
             # Cache-free causal attention on the native kernel, reading k/v [B, Hkv, T, D]
@@ -257,8 +260,8 @@ class TransformerBlock(nn.Module):
     # shapes): ~3x less compile time than inlining 30 copies.
     @torch.compiler.nested_compile_region
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, input_pos: Optional[Tensor],
-                rows: Optional[Tensor]) -> Tensor:
-        h = self.attention(self.attention_norm(x), cos, sin, input_pos, rows)
+                rows: Optional[Tensor], q_scale: Optional[Tensor] = None) -> Tensor:
+        h = self.attention(self.attention_norm(x), cos, sin, input_pos, rows, q_scale)
         if self.post_attention_norm is not None:
             h = self.post_attention_norm(h)
         x = x + h
@@ -371,13 +374,17 @@ class Transformer(nn.Module):
         local = (cos, sin)  # the sliding layers'
         if self.args.rope_local_theta is not None:
             local = rope_angles(pos, self.rope_local_inv_freq)
+        q_scale = None
+        if self.args.query_scale_beta:  # in transformers' order of operations
+            blocks = torch.floor(pos.to(torch.float32) / self.args.query_scale_period)
+            q_scale = (1 + self.args.query_scale_beta * torch.log(1 + blocks))[..., None, None]  # [B or 1, T, 1, 1]
 
         x = self.tok_embeddings(tokens)
         if self.args.embed_scale != 1.0:
             x = x * self.args.embed_scale  # Gemma: sqrt(dim)
         for layer in self.layers:
             c, s = local if layer.attention.window else (cos, sin)
-            x = layer(x, c, s, input_pos, rows)
+            x = layer(x, c, s, input_pos, rows, q_scale)
         if last_only:
             x = x[:, -1:]
         elif logits_at is not None:
