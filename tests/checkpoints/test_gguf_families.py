@@ -222,6 +222,8 @@ def test_pattern_of_the_wrong_length(tmp_path):
     ("rope.scaling.yarn_ext_factor", 0.5, "qwen3.rope.scaling.yarn_ext_factor = 0.5 is not supported"),
     ("rope.scaling.type", "longrope", "RoPE scaling 'longrope' is not supported; supported: linear, llama3, yarn"),
     ("rope.scaling.yarn_beta_slow", 64.0, "needs 0 < beta_slow <= beta_fast"),
+    ("rope.scaling.factor", "four", "qwen3.rope.scaling.factor must be a number, got 'four'"),
+    ("rope.scaling.original_context_length", "x", "original_context_length must be an integer, got 'x'"),
 ])
 def test_rope_scaling_we_do_not_run_is_named(tmp_path, key, value, match):
     model, meta = qwen3_with_yarn()

@@ -251,6 +251,8 @@ def optional_int(value: Optional[Any], path: Path, key: str) -> Optional[int]:
         return None
     if isinstance(value, list):
         raise FastDecodeError(f"{path}: per-layer {key} is not supported (got a list)")
+    if isinstance(value, float) and value.is_integer():  # an odd writer's float32 of a whole number
+        return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise FastDecodeError(f"{path}: {key} must be an integer, got {value!r:.40}")
     return value
