@@ -7,10 +7,14 @@ listed ones and the arguments validate against that function's schema:
 - tool_choice=required or a named function: the reply is the block of calls from
   its first token;
 - tool_choice=auto: free text until the format's trigger (`<tool_call>`, ...), then
-  the block of calls (a lazy lexeme: the grammar constrains nothing before it);
-  formats whose calls open the reply (llama3_json) take text that does not start
-  with `{` instead;
+  the block of calls (a lazy lexeme: the grammar constrains nothing before it; a
+  trigger that is a special token, as Mistral's `[TOOL_CALLS]`, needs none, since
+  free text cannot contain it); formats whose calls open the reply (llama3_json)
+  take text that does not start with `{` instead;
 - parallel_tool_calls=false: exactly one call, otherwise one or more.
+
+Markers that the vocabulary holds as special tokens are written as those tokens
+(`<[id]>`), never as their text spelled in ordinary tokens.
 
 JSON inside a call is structured outputs' own (`json_schema_lark`): compact,
 with `", "` and `": "` separators, as the templates write calls, so there is

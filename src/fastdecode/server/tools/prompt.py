@@ -1,9 +1,10 @@
 """A chat's messages and tools as the chat template takes them.
 
-Templates with tool support (hermes, llama3_json) get `tools=` and render the
-tool definitions, assistant `tool_calls` and `tool` results themselves; their
-calls' `arguments` are handed over as objects (templates write them with
-`tojson`, as transformers' callers pass them), not as the API's JSON string.
+Templates with tool support (hermes, llama3_json, the Mistral formats) get `tools=`
+and render the tool definitions, assistant `tool_calls` and `tool` results
+themselves; their calls' `arguments` are handed over as objects (templates write
+them with `tojson`, as transformers' callers pass them), not as the API's JSON
+string. Mistral's templates take only 9-character call ids: other ids are mapped.
 
 Templates without it (generic) see only plain text: the tools go into a system
 message of ours, an assistant's calls become its text in the generic format,
