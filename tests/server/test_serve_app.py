@@ -23,6 +23,13 @@ def settings(*keys):
     return load_settings(ServeSettings, ["model=tiny", *keys])
 
 
+def app_serving(llm):
+    """The app with `llm` already loaded."""
+    state = ServerState(settings())
+    state.llm = llm
+    return create_app(state)
+
+
 def call(app, method, path, **kw):
     async def go():
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as c:
@@ -57,9 +64,7 @@ def failing_llm():
 
 
 def test_an_engine_failure_after_the_stream_started_is_an_error_event(failing_llm):
-    state = ServerState(settings())
-    state.llm = failing_llm
-    app = create_app(state)
+    app = app_serving(failing_llm)
     r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "max_tokens": 8, "stream": True})
     assert r.status_code == 200
     events = r.text.strip().split("\n\n")
@@ -110,9 +115,7 @@ def thinking_llm():
 
 
 def test_chat_template_kwargs_reach_the_template(thinking_llm):
-    state = ServerState(settings())
-    state.llm = thinking_llm
-    app = create_app(state)
+    app = app_serving(thinking_llm)
 
     def tokens(**extra):
         body = {"messages": USER, "max_tokens": 1, **extra}

@@ -9,7 +9,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from ..model.args import ModelArgs, RopeScaling
+from ..model.args import ModelArgs, RopeScaling, yarn_mscale
 from ..errors import FastDecodeError
 from ..quant.formats import GGUF_LAYOUTS, REQUANTIZED, pack_gguf, requantize_gguf
 from . import dequant
@@ -144,14 +144,10 @@ def _yarn_scaling(f: GGUFFile, arch: str) -> RopeScaling:
     if ext != 1.0:
         raise FastDecodeError(f"{f.path}: {key}yarn_ext_factor = {ext} is not supported (only 1)")
     factor = number(f, key + "factor", 1.0)
-
-    def mscale(m: float) -> float:
-        return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
-
     # A log multiplier L (mscale_all_dim; Ministral 3's is 1) divides by mscale(L), as llama.cpp
-    # does for every architecture but DeepSeek's.
+    # does for every architecture but DeepSeek's (L = 0 divides by 1).
     log_mul = number(f, key + "yarn_log_multiplier", 0.0)
-    attention = number(f, key + "yarn_attn_factor", mscale(1.0) / (mscale(log_mul) if log_mul else 1.0))
+    attention = number(f, key + "yarn_attn_factor", yarn_mscale(factor) / yarn_mscale(factor, log_mul))
     original = f.get(key + "original_context_length", f.get(f"{arch}.context_length", 2048))
     return RopeScaling(kind="yarn", factor=factor,
                        original_max_position_embeddings=optional_int(original, f.path, key + "original_context_length"),
@@ -186,10 +182,10 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     family: dict = {}
     if arch == "qwen3":
         family = dict(qk_norm=True)
-    elif arch == "mistral3" and number(f, f"{arch}.attention.temperature_scale", 0.0):
+    elif arch == "mistral3" and (beta := number(f, f"{arch}.attention.temperature_scale", 0.0)):
         # llama.cpp's period is the YaRN original context (its n_ctx_orig_yarn)
         period = f.get(f"{arch}.rope.scaling.original_context_length", context)
-        family = dict(query_scale_beta=number(f, f"{arch}.attention.temperature_scale", 0.0),
+        family = dict(query_scale_beta=beta,
                       query_scale_period=optional_int(period, f.path, "rope.scaling.original_context_length"))
     elif arch == "gemma3":
         family = _gemma3_fields(f, arch, need, dim, n_heads, head_dim, n_layers)

@@ -11,7 +11,7 @@ from typing import Any, Optional
 import torch
 from safetensors import SafetensorError, safe_open
 
-from ..model.args import ModelArgs, RopeScaling
+from ..model.args import ModelArgs, RopeScaling, yarn_mscale
 from ..errors import FastDecodeError
 from .keys import map_name
 
@@ -166,8 +166,8 @@ def _yarn(config: dict[str, Any], params: dict[str, Any]) -> RopeScaling:
         attention = _number(params, "attention_factor", 1.0)
     else:
         mscale, all_dims = _number(params, "mscale", 0.0), _number(params, "mscale_all_dim", 0.0)
-        if mscale and all_dims and factor > 1:  # DeepSeek's ratio of two YaRN mscales
-            attention = (0.1 * mscale * math.log(factor) + 1) / (0.1 * all_dims * math.log(factor) + 1)
+        if mscale and all_dims:  # DeepSeek's ratio of two YaRN mscales
+            attention = yarn_mscale(factor, mscale) / yarn_mscale(factor, all_dims)
     truncate = params.get("truncate", True)
     if not isinstance(truncate, bool):
         raise FastDecodeError(f"rope truncate must be true or false, got {truncate!r:.40}")
@@ -204,7 +204,8 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
     return (window, types) if "sliding" in types else (None, None)
 
 
-def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path) -> dict[str, Any]:
+def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path,
+                   scaling: Optional[RopeScaling]) -> dict[str, Any]:
     """The ModelArgs fields where Qwen3, Ministral 3 and Gemma 3 differ from Llama."""
     if arch == "Qwen3ForCausalLM":
         return dict(qk_norm=True)
@@ -213,7 +214,9 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         beta = _number(rope, "llama_4_scaling_beta", 0.0)
         if not beta:
             return {}
-        period = _int(rope, "original_max_position_embeddings", 0) or _int(config, "max_position_embeddings", 2048)
+        # The original context YaRN read (transformers takes both from the same rope parameters).
+        yarn = scaling is not None and scaling.kind == "yarn"
+        period = scaling.original_max_position_embeddings if yarn else _int(config, "max_position_embeddings", 2048)
         return dict(query_scale_beta=beta, query_scale_period=period)
     if arch != _GEMMA:
         return {}
@@ -276,7 +279,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             sliding_window=window,
             layer_types=layer_types,
             activation=_ACTIVATIONS[act],
-            **_family_fields(config, arch, dim, head_dim, path),
+            **_family_fields(config, arch, dim, head_dim, path, scaling),
         )
     except KeyError as e:
         raise FastDecodeError(f"{path}: missing key {e.args[0]!r}") from None

@@ -10,6 +10,12 @@ from typing import Any, Optional
 from ..errors import FastDecodeError
 
 
+def yarn_mscale(factor: float, m: float = 1.0) -> float:
+    """YaRN's magnitude correction for stretching the context `factor` times: 0.1 m ln(factor) + 1
+    (1 when factor <= 1). Its value at m = 1 scales cos and sin unless a checkpoint says otherwise."""
+    return 0.1 * m * math.log(factor) + 1.0 if factor > 1 else 1.0
+
+
 @dataclass(frozen=True)
 class RopeScaling:
     """RoPE scaling: Llama-3-style frequency-dependent ("llama3"), "linear" (every
@@ -63,9 +69,7 @@ class RopeScaling:
         """What cos and sin are multiplied by (so q.k by its square): yarn's attention factor, else 1."""
         if self.kind != "yarn":
             return 1.0
-        if self.attention_factor is not None:
-            return self.attention_factor
-        return 0.1 * math.log(self.factor) + 1.0 if self.factor > 1 else 1.0
+        return self.attention_factor if self.attention_factor is not None else yarn_mscale(self.factor)
 
 
 LAYER_TYPES = ("global", "sliding")
@@ -238,4 +242,4 @@ def get_preset(name: str) -> ModelArgs:
         ) from None
 
 
-__all__ = ["ModelArgs", "RopeScaling", "PRESETS", "get_preset"]
+__all__ = ["ModelArgs", "RopeScaling", "PRESETS", "get_preset", "yarn_mscale"]

@@ -97,12 +97,14 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
         raise APIError(400, "the messages render to an empty prompt", param="messages")
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     top = (req.top_logprobs or 0) if req.logprobs else None
-    setup = ToolSetup(fmt, spec) if spec is not None else None
-    constraint = tool_constraint(fmt, spec, llm.tokenizer) if spec is not None else None
+    setup, constraint, specials = None, None, {}
+    if spec is not None:
+        setup = ToolSetup(fmt, spec)
+        specials = special_markers(fmt, llm.tokenizer)
+        constraint = tool_constraint(fmt, spec, llm.tokenizer, specials)
     # Calls marked by special tokens ([TOOL_CALLS]) are read from the text: it keeps them.
-    keep = spec is not None and bool(special_markers(fmt, llm.tokenizer))
     job = _job(req, [prompt], llm, max_tokens_limit, max_tokens, None, top, "messages", constraint=constraint,
-               skip_special_tokens=not keep)
+               skip_special_tokens=not specials)
     job.tools = setup
     return job
 

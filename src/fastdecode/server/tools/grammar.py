@@ -31,7 +31,7 @@ from ...structured import Constraint, json_schema_lark, vocab_for
 from ...structured.compiler import CACHE
 from ...text.tokenizer import Tokenizer
 from ..errors import APIError
-from .formats import ToolFormat, special_markers
+from .formats import ToolFormat
 from .spec import Function, ToolSpec
 
 
@@ -96,9 +96,11 @@ def tool_grammar(fmt: ToolFormat, spec: ToolSpec, specials: Optional[Mapping[str
     return "\n".join(lines + _calls(fmt, functions, spec.parallel, 0, specials)) + "\n"
 
 
-def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer) -> Constraint:
+def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer,
+                    specials: Mapping[str, int]) -> Constraint:
     """The constraint, compiled for `tokenizer` now (prepare runs in a worker thread, so the
-    engine finds it cached); a schema llguidance cannot take is a 400 naming its tool."""
+    engine finds it cached); a schema llguidance cannot take is a 400 naming its tool.
+    `specials`: `formats.special_markers(fmt, tokenizer)`."""
     for i, f in enumerate(spec.functions):
         if f in spec.callable:
             try:
@@ -107,7 +109,7 @@ def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer) -> Co
                 raise APIError(400, f"tools[{i}].function.parameters: {e}",
                                param=f"tools[{i}].function.parameters") from None
     try:
-        constraint = Constraint.grammar(tool_grammar(fmt, spec, special_markers(fmt, tokenizer)))
+        constraint = Constraint.grammar(tool_grammar(fmt, spec, specials))
         CACHE.matcher(constraint, vocab_for(tokenizer))
         return constraint
     except FastDecodeError as e:
