@@ -10,7 +10,8 @@ import torch
 
 from fastdecode.checkpoints import cache, clear_cache, load_checkpoint
 from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
-from tiny_checkpoints import MERGES, byte_level_tokens, gguf_tensors, hf_model, write_gguf
+from tiny_checkpoints import (BOUNDARY_MERGES, MERGES, boundary_tokens, byte_level_tokens, gguf_tensors, hf_model,
+                              write_gguf)
 
 
 @pytest.fixture
@@ -42,6 +43,41 @@ def test_second_load_comes_from_the_cache(tiny_gguf):
     assert t2.encode(text) == t1.encode(text)
     assert (t2.bos_id, t2.eos_ids, t2.pad_id, t2.add_bos, t2.chat_template) == (
         t1.bos_id, t1.eos_ids, t1.pad_id, t1.add_bos, t1.chat_template)
+
+
+def test_a_tokenizer_built_by_an_older_rule_is_rebuilt_and_the_weights_kept(tmp_path, monkeypatch):
+    """An entry from before TOKENIZER_VERSION (here one that split a StarCoder-style vocabulary
+    as GPT-2, so its digit merges joined numbers) gets the file's tokenizer, and keeps it."""
+    tokens = boundary_tokens()
+    path = write_gguf(tmp_path / "sc.gguf", gguf_tensors(hf_model(vocab_size=len(tokens))), tokens=tokens,
+                      merges=BOUNDARY_MERGES, extra={"tokenizer.ggml.pre": "refact"}, control=("<|endoftext|>",))
+    first = load(path)
+    entry = first.cache_path
+    assert first.tokenizer.encode("123", add_special_tokens=False) == [tokens.index(c) for c in "123"]
+    # What an older fastdecode wrote: the GPT-2 split, no tokenizer_version in meta.json.
+    old = json.loads((entry / "tokenizer_state.json").read_text())
+    backend = json.loads(old["backend"])
+    assert backend["pre_tokenizer"]["type"] == "Sequence"
+    backend["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                "use_regex": True}
+    old["backend"] = json.dumps(backend)
+    (entry / "tokenizer_state.json").write_text(json.dumps(old))
+    meta = json.loads((entry / "meta.json").read_text())
+    meta["sizes"]["tokenizer_state.json"] = (entry / "tokenizer_state.json").stat().st_size
+    del meta["tokenizer_version"]
+    (entry / "meta.json").write_text(json.dumps(meta))
+    weights = {p.name: p.stat().st_mtime_ns for p in weight_files(entry)}
+    stale = cache.read_entry(entry, path)
+    assert stale.tokenizer_version == 1 and stale.tokenizer.encode("123", add_special_tokens=False) == [
+        tokens.index("123")]
+
+    second = load(path)
+    assert second.from_cache and second.cache_path == entry
+    assert second.tokenizer.encode("123", add_special_tokens=False) == [tokens.index(c) for c in "123"]
+    assert {p.name: p.stat().st_mtime_ns for p in weight_files(entry)} == weights  # not converted again
+    assert json.loads((entry / "meta.json").read_text())["tokenizer_version"] == cache.TOKENIZER_VERSION
+    assert cache.read_entry(entry, path).tokenizer.encode("123", add_special_tokens=False) == [
+        tokens.index(c) for c in "123"]
 
 
 def mapped_ranges(path):

@@ -34,6 +34,37 @@ def byte_level_tokens() -> list[str]:
 VOCAB = len(byte_level_tokens())  # 266
 
 
+def _spell(text: str) -> str:
+    """`text` in the byte alphabet, as a byte-level vocabulary writes its tokens."""
+    from fastdecode.checkpoints.gguf_tokenizer import byte_alphabet
+
+    alphabet = byte_alphabet()
+    return "".join(alphabet[b] for b in text.encode("utf-8"))
+
+
+# Merges that cross the boundaries where split regexes differ: digits alone, in threes or in
+# runs, after a space or a sign or a letter; a lower-to-upper case change; a contraction on its
+# word or not; runs of spaces and newlines; punctuation before a letter; a CJK character before a
+# Latin one. Two tokens no merge reaches ("zzq", " zzq") tell the vocabularies that take a whole
+# piece before merging (ignore_merges).
+BOUNDARY_MERGES = [
+    (_spell(" "), "1"), ("1", "2"), (_spell(" 1"), "2"), ("12", "3"), ("a", "B"), ("aB", "c"), ("'", "s"),
+    ("x", "'s"), ("?", "/"), (_spell("\n"), _spell("\n")), (_spell(" "), _spell(" ")),
+    (_spell("  "), _spell("  ")), (".", "a"), (_spell(" "), "."), (_spell("中")[0], _spell("中")[1]),
+    (_spell("中")[:2], _spell("中")[2]), (_spell("中"), "a"), ("$", "1"), ("a", "1"), (_spell(" "), _spell("\n")),
+]
+
+
+def boundary_tokens() -> list[str]:
+    from fastdecode.checkpoints.gguf_tokenizer import byte_alphabet
+
+    return ["<|endoftext|>", *byte_alphabet().values(), *(a + b for a, b in BOUNDARY_MERGES), "zzq", _spell(" zzq")]
+
+
+BOUNDARY_TEXTS = ["a 123 1234 aBc x's X'S", "HelloWorld ?/\nz", "12345678 ab1c", "aBaB'saB", " .a.a  $1 a1",
+                  "中a 中文\n\n\n  x   \n y", "é, ü; 🤖!", "line\r\nnext\ttab     end   ", "zzq zzq,zzq"]
+
+
 def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, window: int = 64):
     """A tiny config; `window` is the sliding window of Mistral and of Gemma 3's sliding layers."""
     import transformers

@@ -19,7 +19,8 @@ entry packed for another layout version (`quant.LAYOUT_VERSION`) is rebuilt. An 
 written in a temporary directory and renamed into place, so a crash never
 leaves a half-written entry under its real name; meta.json records the sizes of
 the other files and is checked on every read, and an entry that fails any check
-is deleted and rebuilt.
+is deleted and rebuilt. An entry whose tokenizer was built by an older rule
+(`TOKENIZER_VERSION`) keeps its weights and has its tokenizer rebuilt from the source.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ from .keys import check_state_dict
 
 # 2: the matrices the model fuses are stored fused ("fused" in meta.json); 3: one weights file per part
 FORMAT_VERSION = 3
+# How the tokenizer state was built from a GGUF's metadata. 2: every `tokenizer.ggml.pre` split
+# llama.cpp knows (gguf_splits.py), and the tool_use chat template. An older state is rebuilt
+# from the source on load (`replace_tokenizer`), the weights kept.
+TOKENIZER_VERSION = 2
 _TOKENIZER = "tokenizer_state.json"
 log = logging.getLogger("fastdecode.checkpoints")
 
@@ -76,6 +81,7 @@ class Entry:
     state_dict: dict[str, torch.Tensor]
     tokenizer: HFTokenizer
     weights_summary: str = ""
+    tokenizer_version: int = TOKENIZER_VERSION  # an older one: rebuild the tokenizer from the source
 
 
 class CorruptEntry(Exception):
@@ -110,7 +116,7 @@ def read_entry(directory: Path, source: Path) -> Optional[Entry]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError, SafetensorError) as e:
         # ValueError covers JSON errors and FastDecodeError from the checks.
         raise CorruptEntry(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-    return Entry(args, state_dict, tokenizer, meta.get("weights_summary", ""))
+    return Entry(args, state_dict, tokenizer, meta.get("weights_summary", ""), meta.get("tokenizer_version", 1))
 
 
 def _read_tokenizer(path: Path) -> HFTokenizer:
@@ -154,6 +160,7 @@ def write_entry(directory: Path, source: Path, args: ModelArgs, tokenizer: HFTok
         meta = {
             "format": FORMAT_VERSION,
             "layout_version": LAYOUT_VERSION,
+            "tokenizer_version": TOKENIZER_VERSION,
             "weights_summary": summary(),
             "source": str(source.resolve()),
             "args": dataclasses.asdict(args),
@@ -176,6 +183,33 @@ def write_entry(directory: Path, source: Path, args: ModelArgs, tokenizer: HFTok
         return False
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # a no-op once renamed
+
+
+def replace_tokenizer(directory: Path, tokenizer: HFTokenizer) -> None:
+    """Store a rebuilt tokenizer in an entry: its state first, then meta.json with the new size
+    and version, each by an atomic rename. An interruption between the two leaves a size that
+    meta.json does not record, so the next read rebuilds the entry rather than use it."""
+    try:
+        meta = json.loads((directory / "meta.json").read_text(encoding="utf-8"))
+        state = json.dumps(tokenizer.to_dict()).encode("utf-8")
+        meta["sizes"][_TOKENIZER] = len(state)
+        meta["tokenizer_version"] = TOKENIZER_VERSION
+        _replace(directory / _TOKENIZER, state)
+        _replace(directory / "meta.json", json.dumps(meta, indent=1).encode("utf-8"))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("could not store the rebuilt tokenizer in %s (%s); it will be rebuilt on the next load",
+                    directory, e)
+
+
+def _replace(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 # The matrices the model runs as one (transformer._fuse): stored concatenated, so that a

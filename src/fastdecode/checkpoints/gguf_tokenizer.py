@@ -3,8 +3,8 @@
 A GGUF has no tokenizer.json: it stores the vocabulary, merges, token types and
 special ids. We rebuild the equivalent `tokenizers` pipeline the way transformers
 does for `from_pretrained(..., gguf_file=...)`, since that is our reference:
-  - "gpt2": byte-level BPE, split by the regex `tokenizer.ggml.pre` names
-    (GPT-2's own when the name is not one we know);
+  - "gpt2": byte-level BPE, split by the regexes `tokenizer.ggml.pre` names
+    (gguf_splits.py; GPT-2's own when the name is not one we know);
   - "llama": SentencePiece-style BPE with byte fallback and a "▁" word prefix.
 """
 
@@ -18,6 +18,7 @@ from tokenizers import Tokenizer as Backend
 
 from ..errors import FastDecodeError
 from .gguf_file import GGUFFile
+from .gguf_splits import IGNORE_MERGES, splits
 from .hf_tokenizer import HFTokenizer
 
 # llama.cpp token types (llama_token_type).
@@ -28,38 +29,6 @@ SUPPORTED_MODELS = ("gpt2", "llama")
 # token stops at the one its template uses as well as at EOS (llama.cpp's rule):
 # an instruction-tuned Gemma ends its turns with <end_of_turn>, not <eos>.
 END_OF_TURN = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|end|>")
-
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# Mistral's tekken vocabulary (Mistral NeMo, Ministral, Mistral Small 3): words split at
-# a lower-to-upper case change, every digit alone.
-_TEKKEN_SPLIT = (
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
-    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
-    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# o200k (GPT-4o's) vocabularies: tekken's case split with contractions kept on the word,
-# digits in threes.
-_GPT4O_SPLIT = (
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-# `tokenizer.ggml.pre` names whose split regex differs from GPT-2's (the names transformers
-# maps for the same files).
-_PRE_SPLITS = {
-    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "smaug-bpe", "dbrx", "falcon3", "falcon-h1", "pixtral",
-                     "midm-2.0", "lfm2", "jina-v5-nano"), _LLAMA3_SPLIT),
-    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "megrez", "kormo", "f2llmv2"), _QWEN2_SPLIT),
-    "tekken": _TEKKEN_SPLIT,
-    **dict.fromkeys(("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), _GPT4O_SPLIT),
-}
 
 
 def byte_alphabet() -> dict[int, str]:
@@ -83,13 +52,14 @@ def _byte_level(tokens: list[str], merges: list[tuple[str, str]], pre: Optional[
         for i, t in enumerate(tokens)
     }
     backend = Backend(models.BPE(vocab=vocab, merges=merges, dropout=None, fuse_unk=False,
-                                 continuing_subword_prefix="", end_of_word_suffix=""))
-    split = _PRE_SPLITS.get(pre or "")
-    if split is None:
+                                 continuing_subword_prefix="", end_of_word_suffix="",
+                                 ignore_merges=pre in IGNORE_MERGES))
+    regexes = splits(pre)
+    if regexes is None:
         backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     else:
         backend.pre_tokenizer = pre_tokenizers.Sequence([
-            pre_tokenizers.Split(Regex(split), behavior="isolated"),
+            *(pre_tokenizers.Split(Regex(r), behavior="isolated") for r in regexes),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ])
     backend.decoder = decoders.ByteLevel()

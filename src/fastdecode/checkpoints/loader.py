@@ -110,6 +110,9 @@ def _load_gguf(path: Path, dtype: torch.dtype, use_cache: bool, weights: str) ->
     directory = cache.entry_dir(path, dtype, weights)
     entry = _read_or_discard(directory, path)
     if entry is not None:
+        if entry.tokenizer_version != cache.TOKENIZER_VERSION:  # built by an older rule: rebuilt, weights kept
+            _, _, entry.tokenizer = _open_gguf(path)
+            cache.replace_tokenizer(directory, entry.tokenizer)
         return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                           cache_path=directory, from_cache=True, weights_summary=entry.weights_summary)
     if weights in ("auto", "float"):
