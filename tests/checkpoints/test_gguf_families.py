@@ -1,5 +1,6 @@
-"""GGUF files of the Gemma 3 and Qwen 3 architectures, written by the tests from
-random transformers models, against those models; and their bad input."""
+"""GGUF files of the Gemma 3, Qwen 3, Ministral 3, SmolLM3 and Granite architectures, written by the
+tests from random transformers models, against those models (and llama.cpp, where installed); and
+their bad input."""
 
 import numpy as np
 import pytest
@@ -118,13 +119,69 @@ def test_qwen3_gguf_with_yarn_matches_the_transformers_model(tmp_path):
     assert logits_diff(ckpt, model, tokens) <= 1e-4
 
 
-@pytest.mark.parametrize("family", ["qwen3-yarn", "ministral3"])
+# What llama.cpp's converter writes for tiny_checkpoints' Granite (its multipliers).
+GRANITE_META = {"granite.embedding_scale": 3.0, "granite.residual_scale": 0.5, "granite.attention.scale": 0.3,
+                "granite.logit_scale": 4.0}
+
+
+def write_family(path, family, seed=3):
+    """tiny_checkpoints' model of `family` as llama.cpp's converter writes it, and the model."""
+    model = hf_model(family, seed=seed)
+    arch, extra = {"ministral3": ("mistral3", MINISTRAL3_META), "smollm3": ("smollm3", {}),
+                   "granite": ("granite", GRANITE_META)}[family]
+    return write_gguf(path, gguf_tensors(model), arch=arch, n_layers=model.config.num_hidden_layers,
+                      extra=extra), model
+
+
+@pytest.mark.parametrize("family", ["smollm3", "granite"])
+def test_smollm3_and_granite_ggufs_match_the_transformers_model(tmp_path, family):
+    path, model = write_family(tmp_path / "m.gguf", family)
+    a = load_checkpoint(path, dtype=torch.float32, use_cache=False).args
+    if family == "smollm3":
+        assert a.nope_layers == (3,)
+    else:
+        assert (a.embed_scale, a.residual_scale, a.logits_scaling) == (3.0, 0.5, 4.0)
+        assert abs(a.attn_scale - 0.3) < 1e-7 and a.nope_layers == ()
+    tokens = torch.randint(3, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
+    assert logits_diff(load_checkpoint(path, dtype=torch.float32, use_cache=False), model, tokens) <= 1e-4
+
+
+def test_granite_without_rope_when_the_file_says_so(tmp_path):
+    """llama.cpp reads `rope.scaling.finetuned` false on a Granite file as no RoPE on any layer."""
+    path = write_gguf(tmp_path / "g.gguf", gguf_tensors(hf_model("granite")), arch="granite",
+                      extra={**GRANITE_META, "granite.rope.scaling.finetuned": False})
+    assert load_checkpoint(path, dtype=torch.float32, use_cache=False).args.nope_layers == (0, 1)
+
+
+@pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite"])
+def test_families_match_llama_cpp(tmp_path, family):
+    """The same file through llama.cpp, where installed. Measured apart at most (llama.cpp keeps K and V
+    in float16): Ministral 3 1.3e-4 (4.7e-3 with the queries' scale left out), SmolLM3 1.7e-4 (1.8e-3
+    with RoPE on every layer), Granite 6.5e-6 (3.3e-2 without the residual multiplier)."""
+    from fastdecode.quant import build_model
+
+    llama_cpp = pytest.importorskip("llama_cpp")
+    path, _ = write_family(tmp_path / "m.gguf", family)
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    tokens = torch.randint(3, VOCAB, (100,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ours = build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()(tokens[None], None)[0]
+    ref = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, n_threads=2, verbose=False)
+    try:
+        ref.eval(tokens.tolist())
+        theirs = torch.from_numpy(ref.scores[:len(tokens)].copy()).float()
+    finally:
+        ref.close()
+    assert (ours - theirs).abs().max().item() <= 5e-4
+
+
+@pytest.mark.parametrize("family", ["qwen3-yarn", "ministral3", "smollm3", "granite"])
 def test_scaled_rope_and_queries_through_the_engine(tmp_path, family):
-    """The engine's cached, chunked steps scale cos and sin (YaRN) and the queries (Ministral 3)
-    at each row's positions as the cache-free forward does."""
-    if family == "ministral3":
-        path = write_gguf(tmp_path / "m3.gguf", gguf_tensors(hf_model("ministral3", seed=3)), arch="mistral3",
-                          extra=MINISTRAL3_META)
+    """The engine's cached, chunked steps scale cos and sin (YaRN) and the queries (Ministral 3),
+    skip RoPE on SmolLM3's NoPE layers and apply Granite's multipliers at each row's positions as
+    the cache-free forward does."""
+    if family in ("ministral3", "smollm3", "granite"):
+        path, _ = write_family(tmp_path / "m.gguf", family)
     else:
         model, meta = qwen3_with_yarn()
         path = write_gguf(tmp_path / "q3.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3", head_dim=24,
@@ -161,28 +218,13 @@ def test_qwen3_gguf_with_yarn_matches_llama_cpp(tmp_path):
     assert (ours - theirs).abs().max().item() <= 2e-3
 
 
-def test_ministral3_gguf_matches_the_transformers_model_and_llama_cpp(tmp_path):
-    from fastdecode.quant import build_model
-
-    model = hf_model("ministral3", seed=3)
-    path = write_gguf(tmp_path / "m3.gguf", gguf_tensors(model), arch="mistral3", extra=MINISTRAL3_META)
+def test_ministral3_gguf_matches_the_transformers_model(tmp_path):
+    path, model = write_family(tmp_path / "m3.gguf", "ministral3")
     ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     a = ckpt.args
     assert (a.query_scale_beta, a.query_scale_period, a.rope_scaling.cos_sin_scale) == (0.5, 16, 1.0)
     tokens = torch.randint(3, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
     assert logits_diff(ckpt, model, tokens) <= 1e-4
-    # The same file through llama.cpp, where installed: measured 1.3e-4 apart (its K and V in
-    # float16), and 4.7e-3 with the queries' scale left out.
-    llama_cpp = pytest.importorskip("llama_cpp")
-    with torch.no_grad():
-        ours = build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()(tokens, None)[0]
-    ref = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, n_threads=2, verbose=False)
-    try:
-        ref.eval(tokens[0].tolist())
-        theirs = torch.from_numpy(ref.scores[:tokens.shape[1]].copy()).float()
-    finally:
-        ref.close()
-    assert (ours - theirs).abs().max().item() <= 1e-3
 
 
 # --- bad input: one line each ------------------------------------------------------------------
@@ -198,7 +240,7 @@ def one_line_error(path, match):
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi3")
     message = one_line_error(path, "unsupported architecture 'phi3'")
-    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma3")
+    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma3, smollm3, granite")
 
 
 def test_missing_required_metadata_key_is_named(tmp_path):

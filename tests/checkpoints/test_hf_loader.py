@@ -1,4 +1,5 @@
-"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3 and Gemma 3, single and sharded, against transformers."""
+"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3, Gemma 3, SmolLM3 and Granite, single and sharded,
+against transformers."""
 
 import json
 
@@ -22,7 +23,8 @@ def build_ours(ckpt):
 
 
 @pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True),
-                                       ("qwen3", True), ("qwen3", False), ("gemma3", True), ("ministral3", False)])
+                                       ("qwen3", True), ("qwen3", False), ("gemma3", True), ("ministral3", False),
+                                       ("smollm3", True), ("granite", True), ("granite", False)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)
@@ -51,6 +53,29 @@ def test_ministral3_past_its_original_context(tmp_path):
     assert diff <= 1e-4 * ref.abs().max().item()
 
 
+@pytest.mark.parametrize("no_rope_layers", [None, [0, 1, 1, 0]])
+def test_smollm3_layers_without_rope(tmp_path, no_rope_layers):
+    """SmolLM3: no RoPE on every fourth layer by default, or where `no_rope_layers` holds 0;
+    against transformers past 100 positions (the NoPE layers see no position but the mask)."""
+    model = hf_model("smollm3", seed=3)
+    if no_rope_layers is not None:
+        model.config.no_rope_layers = no_rope_layers
+        model = type(model)(model.config).eval()
+    write_hf_dir(tmp_path, model)
+    a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
+    assert a.nope_layers == ((3,) if no_rope_layers is None else (0, 3))
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    tokens = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (build_ours(ckpt)(tokens, None) - model(tokens).logits).abs().max().item() <= 1e-4
+
+
+def test_granite_multipliers_come_from_the_config(tmp_path):
+    write_hf_dir(tmp_path, hf_model("granite"))
+    a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
+    assert (a.embed_scale, a.residual_scale, a.attn_scale, a.logits_scaling) == (3.0, 0.5, 0.3, 4.0)
+
+
 def test_mistral_sliding_window_is_read_not_capped(tmp_path):
     write_hf_dir(tmp_path, hf_model("mistral"))
     args = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
@@ -68,7 +93,7 @@ def test_gemma3_fields_come_from_the_config(tmp_path):
 
 # Sequences longer than the window (8), decoded past it: the engine's cached path
 # with its attention kernel against transformers' own generation.
-@pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2"])
+@pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2", "smollm3", "granite"])
 def test_greedy_tokens_match_transformers_past_the_window(tmp_path, arch):
     import fastdecode
 
@@ -321,8 +346,14 @@ def test_yarn_stretches_the_declared_context(tmp_path):
     ({"rope_parameters": 7}, "rope_parameters must be an object, got 7"),
     ({"hidden_act": ["silu"]}, "hidden activation ['silu'] is not supported"),
     ({"tie_word_embeddings": "yes"}, "tie_word_embeddings must be true or false, got 'yes'"),
+    ({"architectures": ["GraniteForCausalLM"], "logits_scaling": 0}, "logits_scaling must be > 0, got 0.0"),
+    ({"architectures": ["GraniteForCausalLM"], "residual_multiplier": "half"},
+     "residual_multiplier must be a finite number, got 'half'"),
+    ({"architectures": ["SmolLM3ForCausalLM"], "no_rope_layers": [1, 2]},
+     "no_rope_layers must list 0 or 1 for each of the 2 layers, got [1, 2]"),
+    ({"architectures": ["SmolLM3ForCausalLM"], "no_rope_layer_interval": 0}, "no_rope_layer_interval must be >= 1"),
 ], ids=["inf heads", "float dim", "bool positions", "1e9 positions", "1e9 layers", "str eps", "int rope",
-        "list act", "str tie"])
+        "list act", "str tie", "zero logits scaling", "str residual", "bad nope flags", "zero nope interval"])
 def test_config_values_of_the_wrong_type_or_size(tmp_path, change, expected):
     """Each gets the one-line error naming the key (they raised OverflowError, AttributeError,
     TypeError, or went on to allocate a billion layers or RoPE positions)."""

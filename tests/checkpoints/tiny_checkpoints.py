@@ -1,6 +1,6 @@
 """Tiny checkpoints written by the tests themselves: GGUF files and HF directories.
 
-The model is a random Hugging Face Llama/Mistral/Qwen2/Qwen3/Gemma 3 from transformers; the
+The model is a random Hugging Face Llama/Mistral/Qwen2/Qwen3/Gemma 3/SmolLM3/Granite from transformers; the
 GGUF writer applies llama.cpp's Q/K row permutation (as llama.cpp's converter
 does) so the loader's un-permute is tested against an independent reference.
 """
@@ -86,6 +86,11 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
             "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5})
     if arch == "qwen3":
         return transformers.Qwen3Config(**common, head_dim=24, rope_theta=10000.0)
+    if arch == "smollm3":  # four layers, so that the last has no RoPE (every fourth, as llama.cpp assumes)
+        return transformers.SmolLM3Config(**{**common, "num_hidden_layers": 4}, rope_theta=10000.0, pad_token_id=0)
+    if arch == "granite":  # multipliers far from 1, so that a missing one shows in the logits
+        return transformers.GraniteConfig(**common, rope_theta=10000.0, pad_token_id=0, embedding_multiplier=3.0,
+                                          residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=4.0)
     if arch == "gemma3":
         # Three layers, the middle one global; a softmax scale and a local RoPE base
         # that differ from the defaults, so that a mix-up shows in the logits.
@@ -105,7 +110,8 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
     torch.manual_seed(seed)
     cls = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
            "qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
-           "ministral3": transformers.Ministral3ForCausalLM,
+           "ministral3": transformers.Ministral3ForCausalLM, "smollm3": transformers.SmolLM3ForCausalLM,
+           "granite": transformers.GraniteForCausalLM,
            "gemma3": transformers.Gemma3ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
@@ -210,7 +216,9 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
         w.add_add_bos_token(add_bos)
     w.add_chat_template(template)
     for key, value in (extra or {}).items():
-        if isinstance(value, str):
+        if isinstance(value, bool):
+            w.add_bool(key, value)
+        elif isinstance(value, str):
             w.add_string(key, value)
         elif isinstance(value, float):
             w.add_float32(key, value)

@@ -23,6 +23,10 @@ def test_derived_fields():
     (dict(head_dim=7), "even"),
     (dict(norm_eps=0.0), "norm_eps"),
     (dict(rope_theta=-1.0), "rope_theta"),
+    (dict(residual_scale=0.0), "residual_scale must be > 0"),
+    (dict(logits_scaling=float("inf")), "logits_scaling must be > 0"),
+    (dict(nope_layers=(2,)), "nope_layers must be distinct layer indexes below 2"),
+    (dict(nope_layers=(1, 0)), "in order"),
 ])
 def test_invalid_args(changes, word):
     with pytest.raises(FastDecodeError, match=word):
@@ -45,3 +49,8 @@ def test_rope_scaling_from_dict_and_validation():
 def test_from_dict_ignores_unknown_keys():
     a = ModelArgs.from_dict(dict(dim=64, n_layers=1, n_heads=4, vocab_size=300, hidden_dim=8, foo=1))
     assert a.dim == 64
+
+
+def test_nope_layers_from_json_compare_as_tuples():
+    a = get_preset("tiny").replace(nope_layers=[1])
+    assert a.nope_layers == (1,) and a == get_preset("tiny").replace(nope_layers=(1,))

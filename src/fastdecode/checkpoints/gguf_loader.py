@@ -17,9 +17,10 @@ from .keys import expected_shapes, map_name
 from .gguf_file import GGUFFile, number, optional_int
 
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama", Ministral 3
-# as "mistral3" (Llama's tensors, YaRN and a query scale by position).
-SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma3")
-PERMUTED = ("llama", "mistral3")  # the converter permutes these architectures' Q/K rows
+# as "mistral3" (Llama's tensors, YaRN and a query scale by position); SmolLM3 and Granite are
+# Llama's tensors too (every fourth layer without RoPE; multipliers).
+SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma3", "smollm3", "granite")
+PERMUTED = ("llama", "mistral3", "smollm3", "granite")  # the converter permutes these architectures' Q/K rows
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "tok_embeddings.weight",
@@ -121,6 +122,25 @@ def _gemma3_fields(f: GGUFFile, arch: str, need, dim: int, n_heads: int, head_di
     )
 
 
+def _granite_fields(f: GGUFFile, arch: str, n_layers: int) -> dict:
+    """Granite's multipliers (a scale of 0 or none: 1, as llama.cpp reads them; the logit scale is
+    required there), and no RoPE at all when the file says `rope.scaling.finetuned` false."""
+    if f.get(f"{arch}.logit_scale") is None:
+        raise FastDecodeError(f"{f.path}: missing metadata key {arch}.logit_scale")
+    logit = number(f, f"{arch}.logit_scale", 1.0)
+    fields = dict(embed_scale=number(f, f"{arch}.embedding_scale", 0.0) or 1.0,
+                  residual_scale=number(f, f"{arch}.residual_scale", 0.0) or 1.0,
+                  logits_scaling=logit)
+    if attn := number(f, f"{arch}.attention.scale", 0.0):
+        fields["attn_scale"] = attn
+    finetuned = f.get(f"{arch}.rope.scaling.finetuned", True)
+    if not isinstance(finetuned, bool):
+        raise FastDecodeError(f"{f.path}: {arch}.rope.scaling.finetuned must be true or false, got {finetuned!r:.40}")
+    if not finetuned:
+        fields["nope_layers"] = tuple(range(n_layers))
+    return fields
+
+
 def _rope_scaling(f: GGUFFile, arch: str, head_dim: int, theta: float) -> Optional[RopeScaling]:
     kind = f.get(f"{arch}.rope.scaling.type", "none")
     if kind == "linear":
@@ -189,6 +209,10 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
                       query_scale_period=optional_int(period, f.path, "rope.scaling.original_context_length"))
     elif arch == "gemma3":
         family = _gemma3_fields(f, arch, need, dim, n_heads, head_dim, n_layers)
+    elif arch == "smollm3":  # llama.cpp's rule for the architecture: no RoPE on every fourth layer
+        family = dict(nope_layers=tuple(i for i in range(n_layers) if (i + 1) % 4 == 0))
+    elif arch == "granite":
+        family = _granite_fields(f, arch, n_layers)
     try:
         scaling = _rope_scaling(f, arch, head_dim, theta)
         return ModelArgs(

@@ -16,11 +16,14 @@ from ..errors import FastDecodeError
 from .keys import map_name
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
-                   "Qwen3ForCausalLM", "Gemma3ForCausalLM")
+                   "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
-                "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM"}
+                "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
+                "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
+_SMOLLM3 = "SmolLM3ForCausalLM"
+_GRANITE = "GraniteForCausalLM"
 _ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _LAYER_TYPES = {"full_attention": "global", "sliding_attention": "sliding"}
 
@@ -184,6 +187,8 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
     names = config.get("layer_types")
     if arch in ("MistralForCausalLM", _MINISTRAL3):
         return (window, None) if window else (None, None)  # every layer, when set
+    if arch == _SMOLLM3 and not config.get("use_sliding_window"):
+        return None, None  # its layer_types name sliding layers that only use_sliding_window turns on
     if names is None and arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and config.get("use_sliding_window"):
         first = _int(config, "max_window_layers", n_layers)
         names = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
@@ -206,9 +211,16 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
 
 def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path,
                    scaling: Optional[RopeScaling]) -> dict[str, Any]:
-    """The ModelArgs fields where Qwen3, Ministral 3 and Gemma 3 differ from Llama."""
+    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite and Gemma 3 differ from Llama."""
     if arch == "Qwen3ForCausalLM":
         return dict(qk_norm=True)
+    if arch == _SMOLLM3:
+        return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
+    if arch == _GRANITE:
+        return dict(embed_scale=_number(config, "embedding_multiplier", 1.0),
+                    residual_scale=_number(config, "residual_multiplier", 1.0),
+                    attn_scale=_number(config, "attention_multiplier", 1.0),  # transformers' default too
+                    logits_scaling=_number(config, "logits_scaling", 1.0))
     if arch == _MINISTRAL3:
         rope = _object(config, "rope_scaling") or _object(config, "rope_parameters")
         beta = _number(rope, "llama_4_scaling_beta", 0.0)
@@ -234,6 +246,20 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         raise FastDecodeError(f"query_pre_attn_scalar must be > 0, got {scalar}")
     return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
                 attn_scale=scalar ** -0.5)
+
+
+def _nope_layers(config: dict[str, Any], n_layers: int) -> tuple[int, ...]:
+    """SmolLM3's layers without RoPE: `no_rope_layers` holds 1 for a layer that uses RoPE and 0
+    for one that does not; without it, every `no_rope_layer_interval`-th layer has none."""
+    flags = config.get("no_rope_layers")
+    if flags is None:
+        every = _int(config, "no_rope_layer_interval", 4)
+        if every < 1:
+            raise FastDecodeError(f"no_rope_layer_interval must be >= 1, got {every}")
+        return tuple(i for i in range(n_layers) if (i + 1) % every == 0)
+    if not isinstance(flags, list) or len(flags) != n_layers or any(f not in (0, 1) for f in flags):
+        raise FastDecodeError(f"no_rope_layers must list 0 or 1 for each of the {n_layers} layers, got {flags!r:.60}")
+    return tuple(i for i, uses_rope in enumerate(flags) if not uses_rope)
 
 
 def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:

@@ -86,7 +86,8 @@ class ModelArgs:
 
     Llama, SmolLM and Mistral use the defaults (Mistral may set a sliding
     window); Qwen2 adds q/k/v biases, Qwen3 QK-norm; Gemma 3 sets all of the
-    Gemma fields below. Each field is one named difference, not a family name.
+    Gemma fields below; SmolLM3 its layers without RoPE, Granite its multipliers.
+    Each field is one named difference, not a family name.
     """
 
     dim: int
@@ -117,6 +118,12 @@ class ModelArgs:
     # 1 + query_scale_beta * ln(1 + floor(p / query_scale_period)); 0: not scaled.
     query_scale_beta: float = 0.0
     query_scale_period: int = 8192
+    # Layers whose attention has no position encoding (NoPE: SmolLM3's every fourth layer).
+    nope_layers: tuple[int, ...] = ()
+    # Granite's multipliers: the attention and MLP outputs are multiplied by residual_scale
+    # before the residual add, and the logits divided by logits_scaling.
+    residual_scale: float = 1.0
+    logits_scaling: float = 1.0
 
     def __post_init__(self) -> None:
         # Derived fields are filled in here so every consumer sees concrete ints.
@@ -162,8 +169,15 @@ class ModelArgs:
         if not isinstance(self.query_scale_period, int) or self.query_scale_period < 1:
             raise FastDecodeError(f"ModelArgs.query_scale_period must be an integer >= 1, "
                                   f"got {self.query_scale_period!r}")
-        if not self.embed_scale > 0:
-            raise FastDecodeError(f"ModelArgs.embed_scale must be > 0, got {self.embed_scale}")
+        for name in ("embed_scale", "residual_scale", "logits_scaling"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise FastDecodeError(f"ModelArgs.{name} must be > 0, got {getattr(self, name)}")
+        nope = tuple(self.nope_layers)  # a tuple (JSON gives lists), so that args compare and hash by value
+        object.__setattr__(self, "nope_layers", nope)
+        if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.n_layers for i in nope) or (
+                list(nope) != sorted(set(nope))):
+            raise FastDecodeError(f"ModelArgs.nope_layers must be distinct layer indexes below {self.n_layers}, "
+                                  f"in order; got {list(nope)}")
         w = self.sliding_window
         if w is not None:
             if not isinstance(w, int) or isinstance(w, bool) or w < 1:

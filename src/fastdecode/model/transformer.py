@@ -1,7 +1,8 @@
 """One decoder for every family we load: RMSNorm, RoPE, grouped-query attention,
 a gated MLP, with each family's differences as `ModelArgs` fields (QK-norm,
 sliding-window layers, a second RoPE base, GeGLU, a scaled embedding, Gemma's
-post-norms) and a small named branch where each applies.
+post-norms, layers without RoPE, Granite's multipliers) and a small named branch
+where each applies.
 
 `Transformer.forward(tokens, input_pos, rows=...)` has two paths:
 - `input_pos=None`: full causal attention over `tokens`, no cache. This is the
@@ -115,12 +116,13 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, window: int = 0):
+    def __init__(self, args: ModelArgs, window: int = 0, rope: bool = True):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = args.n_heads, args.n_kv_heads, args.head_dim
         # Keys p - window < j <= p for a query at p; 0: all keys j <= p. A Python int,
         # so compiled graphs hold it as a constant (one variant per window size).
         self.window = window
+        self.rope = rope  # False: a NoPE layer, q and k not rotated (a constant to compiled graphs, as window)
         self.scale = args.attn_scale  # None: SDPA's default, head_dim ** -0.5
         self.kernel_scale = args.attn_scale if args.attn_scale is not None else 1.0 / math.sqrt(args.head_dim)
         # QK-norm (Qwen3, Gemma 3): RMSNorm over each head's head_dim, before RoPE.
@@ -145,8 +147,11 @@ class Attention(nn.Module):
         q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q, cos, sin)  # [B, T, H, D]
-        k = apply_rope(k, cos, sin)  # [B, T, Hkv, D]
+        if self.rope:
+            q = apply_rope(q, cos, sin)  # [B, T, H, D]
+            k = apply_rope(k, cos, sin)  # [B, T, Hkv, D]
+        else:  # views into qkv: the attention kernel reads contiguous q and k, as RoPE's outputs are
+            q, k = q.contiguous(), k.contiguous()
         if q_scale is not None:
             q = q * q_scale.to(q.dtype)
 
@@ -247,13 +252,14 @@ class TransformerBlock(nn.Module):
     def __init__(self, args: ModelArgs, layer: int = 0):
         super().__init__()
         self.attention_norm = RMSNorm(args.dim, args.norm_eps)
-        self.attention = Attention(args, window=args.window(layer))
+        self.attention = Attention(args, window=args.window(layer), rope=layer not in args.nope_layers)
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
         self.feed_forward = FeedForward(args)
         # Gemma 3's sandwich: the attention and MLP outputs are normalized again
         # before they join the residual stream.
         self.post_attention_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
         self.post_ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
+        self.residual_scale = args.residual_scale  # Granite's; 1: none
 
     # A plain call in eager mode. Under torch.compile, Dynamo traces one block
     # and Inductor compiles it once for all n_layers (which share code and
@@ -264,10 +270,14 @@ class TransformerBlock(nn.Module):
         h = self.attention(self.attention_norm(x), cos, sin, input_pos, rows, q_scale)
         if self.post_attention_norm is not None:
             h = self.post_attention_norm(h)
+        if self.residual_scale != 1.0:
+            h = h * self.residual_scale
         x = x + h
         h = self.feed_forward(self.ffn_norm(x))
         if self.post_ffn_norm is not None:
             h = self.post_ffn_norm(h)
+        if self.residual_scale != 1.0:
+            h = h * self.residual_scale
         return x + h
 
 
@@ -381,7 +391,7 @@ class Transformer(nn.Module):
 
         x = self.tok_embeddings(tokens)
         if self.args.embed_scale != 1.0:
-            x = x * self.args.embed_scale  # Gemma: sqrt(dim)
+            x = x * self.args.embed_scale  # Gemma: sqrt(dim); Granite: its embedding multiplier
         for layer in self.layers:
             c, s = local if layer.attention.window else (cos, sin)
             x = layer(x, c, s, input_pos, rows, q_scale)
@@ -390,7 +400,10 @@ class Transformer(nn.Module):
         elif logits_at is not None:
             x = x.gather(1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))  # [B, n, dim]
         x = self.norm(x)
-        return self.tok_embeddings.as_linear(x) if self.output is None else self.output(x)
+        logits = self.tok_embeddings.as_linear(x) if self.output is None else self.output(x)
+        if self.args.logits_scaling != 1.0:
+            logits = logits / self.args.logits_scaling  # Granite
+        return logits
 
 
 # The packed tensors' suffixes (quant.formats.SUFFIXES; not imported: quant imports this module).
