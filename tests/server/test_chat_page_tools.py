@@ -1,6 +1,7 @@
 """The chat page with tools, in headless Chromium: a reply's tool calls show as calls (name
 and arguments, never the raw JSON or markers), results typed in go back as tool messages,
-and a real server's constrained call on the tiny model."""
+and a real server's constrained call on the tiny model; a thinking model's reasoning_content
+shows folded apart from its answer."""
 
 import json
 
@@ -74,6 +75,36 @@ def test_a_tool_call_shows_as_a_call_and_its_result_goes_back(server, open_chat)
     page.reload()  # kept with the conversation
     expect(page.locator(".tool-call .call-name")).to_have_text("get_weather")
     expect(page.locator(".msg")).to_have_count(4)
+
+
+def test_a_thought_shows_apart_from_the_answer(server, open_chat):
+    from playwright.sync_api import expect
+
+    replies = [sse([{"reasoning_content": "The user greets."}, {"reasoning_content": " Greet back."},
+                    {"content": "Hello!"}], "stop"), sse([{"content": "Fine."}], "stop")]
+    bodies = []
+
+    def answer(route):
+        bodies.append(route.request.post_data_json)
+        route.fulfill(status=200, content_type="text/event-stream", body=replies[len(bodies) - 1])
+
+    chat = open_chat(server.url)
+    page = chat.page
+    page.route(CHAT, answer)
+    chat.send("Hi")
+    reply = page.locator(".msg.assistant").first
+    thought = reply.locator("details.thinking")
+    expect(thought.locator("summary")).to_have_text("Thinking")
+    expect(thought).not_to_have_attribute("open", "")  # folded once the answer has come
+    assert thought.locator("p").all_text_contents() == ["The user greets. Greet back."]  # folded: not rendered
+    assert reply.locator(".body > div > p").all_inner_texts() == ["Hello!"]
+    chat.send("How are you?")
+    expect(page.locator(".msg.assistant").nth(1).locator(".body")).to_have_text("Fine.")
+    assert bodies[1]["messages"][1:3] == [{"role": "assistant", "content": "Hello!"},
+                                          {"role": "user", "content": "How are you?"}]  # the thought stays here
+    page.reload()  # kept with the conversation
+    expect(page.locator(".msg.assistant").first.locator("details.thinking p")).to_have_text(  # text, shown or not
+        "The user greets. Greet back.")
 
 
 def test_bad_tools_json_is_refused_in_the_page(server, open_chat):

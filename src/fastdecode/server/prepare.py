@@ -17,9 +17,11 @@ from ..sampling import SamplingParams
 from ..structured import Constraint
 from .errors import APIError, from_fastdecode
 from .protocol import ChatCompletionRequest, CompletionRequest
+from .reasoning import MARKERS as THINK_MARKERS
+from .reasoning import inside_thinking, thinks
 from .structured import prepare_constraint, request_constraint
 from .tools.formats import detect as detect_format
-from .tools.formats import special_markers
+from .tools.formats import special_markers, special_tokens
 from .tools.grammar import tool_constraint
 from .tools.prompt import template_input
 from .tools.spec import tool_spec
@@ -42,6 +44,8 @@ class Job:
     drop: bool = False  # max_tokens=0 with echo: one token is generated, then dropped
     prompt_logprobs: Optional[int] = None  # vLLM's field: alternatives per prompt token
     tools: Optional[ToolSetup] = None  # chat with tool calls possible: how to read them from the reply
+    # chat whose reply's <think> block is read apart: whether the reply starts inside it; None: not read
+    thinking: Optional[bool] = None
 
     @property
     def choice_prompts(self) -> list[list[int]]:
@@ -76,7 +80,9 @@ def prepare_completion(req: CompletionRequest, llm: LLM, max_tokens_limit: Optio
                 COMPLETIONS_DEFAULT_MAX_TOKENS, req.logprobs, "prompt", echo=echo, drop=drop)
 
 
-def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optional[int]) -> Job:
+def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optional[int],
+                 reasoning: bool = True) -> Job:
+    """reasoning: read a thinking template's <think> block into reasoning_content."""
     if llm.tokenizer.chat_template is None:
         raise APIError(400, "this model has no chat template; use /v1/completions with a plain prompt",
                        param="messages")
@@ -87,7 +93,8 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
         raise APIError(400, "tool calls cannot be combined with a constrained output (response_format, "
                        "structured_outputs, guided_*, json_schema, grammar); give tool_choice 'none' or leave "
                        "one of them out", param="tool_choice")
-    fmt = detect_format(llm.tokenizer.template_for(spec is not None))
+    template = llm.tokenizer.template_for(spec is not None)
+    fmt = detect_format(template)
     messages, tools = template_input(req.messages, fmt, spec)
     try:
         prompt = llm.chat_prompt(messages, tools=tools, template_kwargs=template_kwargs(req.chat_template_kwargs))
@@ -102,10 +109,16 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
         setup = ToolSetup(fmt, spec)
         specials = special_markers(fmt, llm.tokenizer)
         constraint = tool_constraint(fmt, spec, llm.tokenizer, specials)
-    # Calls marked by special tokens ([TOOL_CALLS]) are read from the text: it keeps them.
+    # A reply constrained to a format (JSON, a grammar) is that format, never thinking.
+    thinking = None
+    if reasoning and thinks(template) and request_constraint(req) is None:
+        thinking = inside_thinking(llm.tokenizer.decode(prompt[-8:], skip_special_tokens=False))
+        specials = {**specials, **special_tokens(THINK_MARKERS, llm.tokenizer)}
+    # Markers that are special tokens ([TOOL_CALLS], a <think> some vocabularies make special) are
+    # read from the text: it keeps them.
     job = _job(req, [prompt], llm, max_tokens_limit, max_tokens, None, top, "messages", constraint=constraint,
                skip_special_tokens=not specials)
-    job.tools = setup
+    job.tools, job.thinking = setup, thinking
     return job
 
 
@@ -141,7 +154,7 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
     try:
         config = GenerationConfig(max_new_tokens=max_tokens, min_new_tokens=min(req.min_tokens or 0, max_tokens),
                                   stop=req.stop, ignore_eos=bool(req.ignore_eos), cache_salt=req.cache_salt,
-                                  skip_special_tokens=skip_special_tokens)
+                                  skip_special_tokens=skip_special_tokens and req.skip_special_tokens is not False)
         seeds = [None if req.seed is None else req.seed + j for j in range(n)]
         # The engine computes prompt logprobs once, with as many alternatives as either use needs.
         wants = [k for k in (logprobs if echo else None, req.prompt_logprobs) if k is not None]

@@ -54,6 +54,8 @@ class _Sampling(_In):
     # vLLM's: each prompt token's logprob with this many alternatives, in a top-level
     # `prompt_logprobs` list per choice (see PromptLogprob).
     prompt_logprobs: Optional[int] = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    # vLLM's: false keeps special tokens' text in the reply (markers the server reads are kept anyway).
+    skip_special_tokens: Optional[bool] = None
     # -- structured outputs (constrain helper): mapped to one Constraint by server/structured.py.
     # Loosely typed here so that structured.py's messages name exactly what is wrong.
     response_format: Any = None  # OpenAI: {"type": "text" | "json_object" | "json_schema", ...}
@@ -257,12 +259,14 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: Optional[str]  # null when the reply is tool calls only
     tool_calls: Optional[list[ToolCall]] = None
+    reasoning_content: Optional[str] = None  # the thinking of a model that thinks in <think> blocks
 
     @model_serializer(mode="wrap")
-    def _calls_when_made(self, handler: Any) -> dict[str, Any]:
+    def _present_when_made(self, handler: Any) -> dict[str, Any]:
         out = handler(self)
-        if self.tool_calls is None:
-            out.pop("tool_calls", None)
+        for key in ("tool_calls", "reasoning_content"):
+            if getattr(self, key) is None:
+                out.pop(key, None)
         return out
 
 
@@ -305,6 +309,7 @@ class ToolCallDelta(BaseModel):
 class Delta(BaseModel):
     role: Optional[str] = None
     content: Optional[str] = None
+    reasoning_content: Optional[str] = None
     tool_calls: Optional[list[ToolCallDelta]] = None
 
     @model_serializer(mode="wrap")

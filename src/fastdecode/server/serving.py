@@ -22,6 +22,7 @@ from .errors import APIError, from_fastdecode, from_validation
 from .metrics import ChoiceTimer
 from .outputs import ChoiceState, chat_logprobs, completion_logprobs, prompt_pieces, vllm_prompt_logprobs
 from .prepare import Job, prepare_chat, prepare_completion
+from .reasoning import ReasoningSplitter
 from .protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
                        ChatCompletionRequest, CompletionChoice, CompletionRequest, Delta,
                        PromptTokensDetails, TextCompletion, Usage)
@@ -59,8 +60,11 @@ async def handle(state: ServerState, request: Request, chat: bool) -> Response:
     if req.model is not None and req.model != state.model_name:
         raise APIError(404, f"the model {req.model!r} does not exist; this server serves {state.model_name!r}",
                        param="model", code="model_not_found")
-    prepare = prepare_chat if chat else prepare_completion
-    job = await asyncio.to_thread(prepare, req, llm, state.settings.max_tokens_limit)
+    if chat:
+        job = await asyncio.to_thread(prepare_chat, req, llm, state.settings.max_tokens_limit,
+                                      state.settings.reasoning == "auto")
+    else:
+        job = await asyncio.to_thread(prepare_completion, req, llm, state.settings.max_tokens_limit)
     run = Run(state, job, chat, request.scope.setdefault("fastdecode", {}))
     try:
         await run.choices.submit(job.choice_prompts, job.params, job.config, names=job.choice_names)
@@ -93,6 +97,8 @@ class Run:
         self.timers = [ChoiceTimer(state.metrics) for _ in range(n)]
         self.sent_chars = [0] * n  # completions' text_offset while streaming
         self.readers = [job.tools.reader() for _ in range(n)] if job.tools is not None else None
+        self.splitters = ([ReasoningSplitter(job.thinking) for _ in range(n)] if job.thinking is not None
+                          else None)
         self.log = log_fields
         self.log.update(id=self.id, prompt_tokens=job.prompt_tokens)
 
@@ -167,12 +173,19 @@ class Run:
                               choices=[self._completion_choice(i, s) for i, s in enumerate(self.states)])
 
     def _message(self, i: int, s: ChoiceState) -> tuple[AssistantMessage, Optional[str]]:
-        """The reply and its finish reason; with tools, the calls read from its text."""
+        """The reply and its finish reason; with tools, the calls read from its text (after the
+        thinking, when it is read apart)."""
+        text, reasoning = s.text, None
+        if self.splitters is not None:
+            reasoning, text = self.splitters[i].feed(text, finished=True)
+            reasoning = reasoning or None
         if self.readers is None:
-            return AssistantMessage(content=s.text), s.finish_reason
+            return AssistantMessage(content=text, reasoning_content=reasoning), s.finish_reason
         reader = self.readers[i]
-        reader.deltas(s.text, finished=True)
-        return reader.message(), reader.finish_reason(s.finish_reason)
+        reader.deltas(text, finished=True)
+        message = reader.message()
+        message.reasoning_content = reasoning
+        return message, reader.finish_reason(s.finish_reason)
 
     def _completion_choice(self, i: int, s: ChoiceState) -> CompletionChoice:
         job = self.job
@@ -219,11 +232,16 @@ class Run:
             first = Delta(role="assistant") if self.readers else Delta(role="assistant", content="")
             yield self._chat_chunk([ChatChunkChoice(index=i, delta=first)])
         async for i, piece, tokens, out in self.outputs():
+            reasoning = None
+            if self.splitters is not None:
+                reasoning, piece = self.splitters[i].feed(piece, out.finished)
+                reasoning = reasoning or None
             if self.readers is not None:
-                for choice in self._tool_chunk_choices(i, piece, tokens, out):
+                for choice in self._tool_chunk_choices(i, piece, tokens, out, reasoning):
                     yield self._chat_chunk([choice])
-            elif piece or tokens or out.finished:
-                delta = Delta(content=piece if piece or tokens else None)
+            elif piece or reasoning or tokens or out.finished:
+                delta = Delta(content=piece if piece or (tokens and not reasoning) else None,
+                              reasoning_content=reasoning)
                 lps = self._chat_logprobs(tokens) if tokens else None
                 yield self._chat_chunk([ChatChunkChoice(
                     index=i, delta=delta, logprobs=lps, finish_reason=out.finish_reason if out.finished else None,
@@ -231,10 +249,13 @@ class Run:
         if include_usage:
             yield self._chat_chunk([], self.usage())
 
-    def _tool_chunk_choices(self, i: int, piece: str, tokens: list, out: Any) -> list[ChatChunkChoice]:
-        """A piece of a reply that may call tools: its content and call deltas (the markers are
-        never content), the tokens' logprobs on the first, the finish reason on a last empty one."""
-        choices = [ChatChunkChoice(index=i, delta=d) for d in self.readers[i].deltas(piece, out.finished)]
+    def _tool_chunk_choices(self, i: int, piece: str, tokens: list, out: Any,
+                            reasoning: Optional[str] = None) -> list[ChatChunkChoice]:
+        """A piece of a reply that may call tools: its thinking, then its content and call deltas
+        (the markers are never content), the tokens' logprobs on the first, the finish reason on a
+        last empty one."""
+        choices = [ChatChunkChoice(index=i, delta=Delta(reasoning_content=reasoning))] if reasoning else []
+        choices += [ChatChunkChoice(index=i, delta=d) for d in self.readers[i].deltas(piece, out.finished)]
         if tokens and self.job.logprobs is not None:
             if not choices:
                 choices.append(ChatChunkChoice(index=i, delta=Delta()))

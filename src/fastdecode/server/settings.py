@@ -14,6 +14,7 @@ from ..errors import FastDecodeError
 
 API_KEY_ENV = "FASTDECODE_API_KEY"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+REASONING = ("auto", "none")
 
 # load()'s keys (LoadOptions holds their defaults and help); prompts and sampling are per request here.
 LOAD_KEYS = ("model", "device", "dtype", "compile", "compiled", "max_seq_len", "cache", "kv_dtype", "weights",
@@ -45,6 +46,10 @@ class _ServerKeys:
     ui: bool = field(default=True, metadata=_help(
         "serve the chat page at GET / (it calls /v1/chat/completions, with the key when there is one); "
         "false: GET / is a 404."))
+    reasoning: str = field(default="auto", metadata=_help(
+        "auto: with a chat template that has its model think in <think> blocks (Qwen 3, DeepSeek-R1's "
+        "distills), a chat reply's thinking goes to message.reasoning_content, the answer to content; "
+        "none: the whole reply in content."))
     log_level: str = field(default="info", metadata=_help(
         f"{', '.join(LOG_LEVELS)}; info logs one line per request on stderr."))
 
@@ -60,6 +65,8 @@ def _check(self: Any) -> None:
         raise FastDecodeError(f"max_body_bytes={self.max_body_bytes} is out of range; accepted: >= 1024")
     if not self.shutdown_grace_s >= 0:
         raise FastDecodeError(f"shutdown_grace_s={self.shutdown_grace_s} is out of range; accepted: >= 0")
+    if self.reasoning not in REASONING:
+        raise FastDecodeError(f"reasoning={self.reasoning!r} is not valid; accepted: {', '.join(REASONING)}")
     if self.log_level not in LOG_LEVELS:
         raise FastDecodeError(f"log_level={self.log_level!r} is not valid; accepted: {', '.join(LOG_LEVELS)}")
     if self.api_key is None:

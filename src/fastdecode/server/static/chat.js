@@ -7,7 +7,7 @@ const KEY = "fastdecode.apiKey";  // sessionStorage: the API key, forgotten when
 const FIELDS = ["system", "temperature", "top_p", "max_tokens", "seed", "tools"];
 const $ = (id) => document.getElementById(id);
 
-// {messages: [{role, content, tool_calls?, tool_call_id?, name?, stats?, note?}], settings: {field: text}}
+// {messages: [{role, content, reasoning?, tool_calls?, tool_call_id?, name?, stats?, note?}], settings: {field: text}}
 let state = load();
 let controller = null;    // aborts the reply being streamed (Stop)
 let modelName = null;
@@ -115,7 +115,20 @@ function messageEl(m) {
     ? `Result of ${call ? call.function.name : m.tool_call_id}` : (m.model || "Assistant");
   const body = document.createElement("div");
   body.className = "body";
-  renderText(body, m.content || "");
+  if (m.reasoning) {  // a thinking model's thought (reasoning_content): folded once the answer starts
+    const thought = document.createElement("details");
+    thought.className = "thinking";
+    thought.open = m === streaming && !m.content;
+    const summary = document.createElement("summary");
+    summary.textContent = "Thinking";
+    const text = document.createElement("div");
+    renderText(text, m.reasoning);
+    thought.append(summary, text);
+    body.append(thought);
+  }
+  const answer = document.createElement("div");
+  renderText(answer, m.content || "");
+  body.append(answer);
   for (const c of m.tool_calls || []) body.append(toolCallEl(c, m !== streaming));
   const meta = document.createElement("div");
   meta.className = "meta";
@@ -301,11 +314,13 @@ async function reply() {
       if (!choice) continue;
       if (choice.finish_reason) finish = choice.finish_reason;
       const calls = choice.delta?.tool_calls;
-      if (choice.delta?.content || calls) {
+      const thought = choice.delta?.reasoning_content;
+      if (choice.delta?.content || calls || thought) {
         tLast = performance.now();
         tFirst ??= tLast;
         pieces += 1;
         m.content += choice.delta.content || "";
+        if (thought) m.reasoning = (m.reasoning || "") + thought;
         for (const c of calls || []) {  // index, then id and name once, then argument fragments
           m.tool_calls ??= [];
           const t = m.tool_calls[c.index] ??= {id: "", type: "function", function: {name: "", arguments: ""}};

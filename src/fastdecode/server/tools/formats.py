@@ -107,10 +107,15 @@ def detect(template: Optional[str]) -> ToolFormat:
 
 
 def special_markers(fmt: ToolFormat, tokenizer: "Tokenizer") -> dict[str, int]:
-    """The format's markers that are special tokens of `tokenizer` (text -> id): one id that
+    """The format's markers that are special tokens of `tokenizer` (text -> id)."""
+    return special_tokens(fmt.markers, tokenizer)
+
+
+def special_tokens(markers: tuple[str, ...], tokenizer: "Tokenizer") -> dict[str, int]:
+    """Those of `markers` that are special tokens of `tokenizer` (text -> id): one id that
     decodes to nothing when special tokens are skipped."""
     found = {}
-    for marker in fmt.markers:
+    for marker in markers:
         ids = tokenizer.encode(marker, add_special_tokens=False)
         if len(ids) == 1 and tokenizer.decode(ids) == "" and tokenizer.decode(ids, skip_special_tokens=False) == marker:
             found[marker] = ids[0]
