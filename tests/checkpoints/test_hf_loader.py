@@ -76,6 +76,50 @@ def test_granite_multipliers_come_from_the_config(tmp_path):
     assert (a.embed_scale, a.residual_scale, a.attn_scale, a.logits_scaling) == (3.0, 0.5, 0.3, 4.0)
 
 
+@pytest.mark.parametrize("names", ["files", "modules"])
+def test_gemma3_vision_language_directory_runs_its_text_model(tmp_path, names):
+    """Gemma 3 4B-27B ship as Gemma3ForConditionalGeneration: the text model runs, the image encoder
+    is left out. Its text_config names a few keys and leaves the rest to Gemma3TextConfig's defaults
+    (those keys are taken out of config.json here, and the values match the defaults); the tensors
+    are named as the checkpoints' files name them, or as transformers 5's modules do."""
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(5)
+    text = transformers.Gemma3TextConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=256, pad_token_id=0, bos_token_id=1, eos_token_id=2,
+        rope_parameters={"full_attention": {"rope_type": "linear", "rope_theta": 1_000_000.0, "factor": 8.0},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})
+    vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=28, patch_size=14)
+    model = transformers.Gemma3ForConditionalGeneration(
+        transformers.Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(0.1 * torch.randn_like(p))
+    write_hf_dir(tmp_path, model)
+    config = json.loads((tmp_path / "config.json").read_text())
+    for key in ("num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "query_pre_attn_scalar",
+                "max_position_embeddings", "sliding_window", "hidden_activation", "layer_types"):
+        config["text_config"].pop(key, None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    assert any(k.startswith("vision_tower.") for k in weights)
+    if names == "modules":
+        weights = {k.replace("language_model.model.", "model.language_model.", 1): v for k, v in weights.items()}
+        save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    a = ckpt.args
+    assert (a.n_heads, a.n_kv_heads, a.head_dim, a.sliding_window, a.max_seq_len) == (8, 4, 256, 4096, 131072)
+    assert a.layer_types == ("sliding", "sliding", "sliding") and a.rope_scaling.factor == 8.0
+    assert not any("vision" in k or "projector" in k for k in ckpt.state_dict)
+    reference = transformers.Gemma3ForConditionalGeneration.from_pretrained(tmp_path).eval()
+    tokens = torch.randint(3, VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (build_ours(ckpt)(tokens, None) - reference(input_ids=tokens).logits).abs().max().item() <= 1e-4
+
+
 def test_mistral_sliding_window_is_read_not_capped(tmp_path):
     write_hf_dir(tmp_path, hf_model("mistral"))
     args = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args

@@ -24,6 +24,20 @@ _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _SMOLLM3 = "SmolLM3ForCausalLM"
 _GRANITE = "GraniteForCausalLM"
+# Vision-language checkpoints whose text model we run, the image side left out: the text model's
+# architecture, and the values its `text_config` may leave to the config class's defaults
+# (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
+_MULTIMODAL = {
+    "Gemma3ForConditionalGeneration": (_GEMMA, dict(
+        vocab_size=262208, num_attention_heads=8, num_key_value_heads=4, head_dim=256, rms_norm_eps=1e-6,
+        query_pre_attn_scalar=256, max_position_embeddings=131072, sliding_window=4096,
+        hidden_activation="gelu_pytorch_tanh")),
+}
+_IMAGE_PARTS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+# Where such a checkpoint keeps the text model's tensors (the first: its files; the second:
+# transformers 5's module names), and the text model's own names for them.
+_TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
+                  ("language_model.lm_head.", "lm_head."))
 _ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
 _LAYER_TYPES = {"full_attention": "global", "sliding_attention": "sliding"}
 
@@ -75,7 +89,35 @@ def read_config(directory: Path) -> dict[str, Any]:
         raise FastDecodeError(f"{path}: cannot read JSON ({e})") from None
     if not isinstance(config, dict):
         raise FastDecodeError(f"{path}: expected a JSON object")
+    archs = config.get("architectures")
+    wrapper = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if wrapper in _MULTIMODAL:
+        return _text_config(config, wrapper, path)
     return config
+
+
+def _text_config(config: dict[str, Any], wrapper: str, path: Path) -> dict[str, Any]:
+    """A vision-language config as its text model's: `text_config` over the class's defaults,
+    the top level's tie_word_embeddings where the text part does not say."""
+    arch, defaults = _MULTIMODAL[wrapper]
+    try:
+        text = _object(config, "text_config")
+    except FastDecodeError as e:
+        raise FastDecodeError(f"{path}: {e}") from None
+    out = {**defaults, **text, "architectures": [arch], "multimodal": wrapper}
+    if "tie_word_embeddings" not in text and "tie_word_embeddings" in config:
+        out["tie_word_embeddings"] = config["tie_word_embeddings"]
+    return out
+
+
+def _text_name(name: str) -> Optional[str]:
+    """A vision-language checkpoint's tensor under its text model's name; None: an image part."""
+    if name.startswith(_IMAGE_PARTS):
+        return None
+    for prefix, text in _TEXT_PREFIXES:
+        if name.startswith(prefix):
+            return text + name[len(prefix):]
+    return name
 
 
 def _architecture(config: dict[str, Any], path: Path) -> str:
@@ -84,7 +126,8 @@ def _architecture(config: dict[str, Any], path: Path) -> str:
     if arch not in SUPPORTED_ARCHS:
         found = arch or config.get("model_type")
         raise FastDecodeError(
-            f"{path}: unsupported architecture {found!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
+            f"{path}: unsupported architecture {found!r}; supported: {', '.join(SUPPORTED_ARCHS)}, and the text "
+            f"model of {', '.join(_MULTIMODAL)}")
     return arch
 
 
@@ -339,13 +382,17 @@ def _weight_files(directory: Path) -> list[Path]:
 
 def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """Read every shard into our key names, converted to `dtype` on CPU."""
-    arch = _architecture(read_config(directory), directory / "config.json")
+    config = read_config(directory)
+    arch, multimodal = _architecture(config, directory / "config.json"), "multimodal" in config
     out: dict[str, torch.Tensor] = {}
     for file in _weight_files(directory):
         try:
             with safe_open(str(file), framework="pt") as f:
                 for name in f.keys():
-                    key = our_name(name, arch)
+                    text = _text_name(name) if multimodal else name
+                    if text is None:
+                        continue  # the image encoder and its projector: not run
+                    key = our_name(text, arch)
                     if key is None:
                         if name.endswith("rotary_emb.inv_freq"):  # a buffer some old exports include
                             continue
