@@ -1,4 +1,4 @@
-"""GGUF files of the Gemma 3, Qwen 3, Ministral 3, SmolLM3 and Granite architectures, written by the
+"""GGUF files of the Gemma 3, Qwen 3, Ministral 3, SmolLM3, Granite and OLMo 2 architectures, written by the
 tests from random transformers models, against those models (and llama.cpp, where installed); and
 their bad input."""
 
@@ -126,19 +126,21 @@ GRANITE_META = {"granite.embedding_scale": 3.0, "granite.residual_scale": 0.5, "
 
 def write_family(path, family, seed=3):
     """tiny_checkpoints' model of `family` as llama.cpp's converter writes it, and the model."""
-    model = hf_model(family, seed=seed)
+    model = hf_model(family, seed=seed, tie=family != "olmo2")  # llama.cpp's OLMo 2 reads an untied head only
     arch, extra = {"ministral3": ("mistral3", MINISTRAL3_META), "smollm3": ("smollm3", {}),
-                   "granite": ("granite", GRANITE_META)}[family]
-    return write_gguf(path, gguf_tensors(model), arch=arch, n_layers=model.config.num_hidden_layers,
-                      extra=extra), model
+                   "granite": ("granite", GRANITE_META), "olmo2": ("olmo2", {})}[family]
+    return write_gguf(path, gguf_tensors(model, "olmo2" if family == "olmo2" else "llama"), arch=arch,
+                      n_layers=model.config.num_hidden_layers, extra=extra), model
 
 
-@pytest.mark.parametrize("family", ["smollm3", "granite"])
-def test_smollm3_and_granite_ggufs_match_the_transformers_model(tmp_path, family):
+@pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2"])
+def test_smollm3_granite_and_olmo2_ggufs_match_the_transformers_model(tmp_path, family):
     path, model = write_family(tmp_path / "m.gguf", family)
     a = load_checkpoint(path, dtype=torch.float32, use_cache=False).args
     if family == "smollm3":
         assert a.nope_layers == (3,)
+    elif family == "olmo2":
+        assert a.qk_norm_full and not a.pre_norms and a.post_norms
     else:
         assert (a.embed_scale, a.residual_scale, a.logits_scaling) == (3.0, 0.5, 4.0)
         assert abs(a.attn_scale - 0.3) < 1e-7 and a.nope_layers == ()
@@ -153,11 +155,11 @@ def test_granite_without_rope_when_the_file_says_so(tmp_path):
     assert load_checkpoint(path, dtype=torch.float32, use_cache=False).args.nope_layers == (0, 1)
 
 
-@pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite"])
+@pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2"])
 def test_families_match_llama_cpp(tmp_path, family):
     """The same file through llama.cpp, where installed. Measured apart at most (llama.cpp keeps K and V
     in float16): Ministral 3 1.3e-4 (4.7e-3 with the queries' scale left out), SmolLM3 1.7e-4 (1.8e-3
-    with RoPE on every layer), Granite 6.5e-6 (3.3e-2 without the residual multiplier)."""
+    with RoPE on every layer), Granite 6.5e-6 (3.3e-2 without the residual multiplier), OLMo 2 1.8e-4."""
     from fastdecode.quant import build_model
 
     llama_cpp = pytest.importorskip("llama_cpp")
@@ -175,12 +177,12 @@ def test_families_match_llama_cpp(tmp_path, family):
     assert (ours - theirs).abs().max().item() <= 5e-4
 
 
-@pytest.mark.parametrize("family", ["qwen3-yarn", "ministral3", "smollm3", "granite"])
+@pytest.mark.parametrize("family", ["qwen3-yarn", "ministral3", "smollm3", "granite", "olmo2"])
 def test_scaled_rope_and_queries_through_the_engine(tmp_path, family):
     """The engine's cached, chunked steps scale cos and sin (YaRN) and the queries (Ministral 3),
     skip RoPE on SmolLM3's NoPE layers and apply Granite's multipliers at each row's positions as
     the cache-free forward does."""
-    if family in ("ministral3", "smollm3", "granite"):
+    if family in ("ministral3", "smollm3", "granite", "olmo2"):
         path, _ = write_family(tmp_path / "m.gguf", family)
     else:
         model, meta = qwen3_with_yarn()
@@ -240,7 +242,7 @@ def one_line_error(path, match):
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi3")
     message = one_line_error(path, "unsupported architecture 'phi3'")
-    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma3, smollm3, granite")
+    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma3, smollm3, granite, olmo2")
 
 
 def test_missing_required_metadata_key_is_named(tmp_path):

@@ -1,4 +1,4 @@
-"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3, Gemma 3, SmolLM3 and Granite, single and sharded,
+"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3, Gemma 3, SmolLM3, Granite and OLMo 2, single and sharded,
 against transformers."""
 
 import json
@@ -24,14 +24,15 @@ def build_ours(ckpt):
 
 @pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True),
                                        ("qwen3", True), ("qwen3", False), ("gemma3", True), ("ministral3", False),
-                                       ("smollm3", True), ("granite", True), ("granite", False)])
+                                       ("smollm3", True), ("granite", True), ("granite", False),
+                                       ("olmo2", False)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)
     ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
     assert ckpt.format == "hf" and ckpt.args.tie_embeddings is tie
     assert ckpt.args.qkv_bias is (arch == "qwen2")
-    assert ckpt.args.qk_norm is (arch in ("qwen3", "gemma3"))
+    assert ckpt.args.qk_norm is (arch in ("qwen3", "gemma3", "olmo2"))
     assert ("output.weight" in ckpt.state_dict) is (not tie)
     with torch.no_grad():
         diff = (build_ours(ckpt)(TOKENS, None) - model(TOKENS).logits).abs().max().item()
@@ -137,7 +138,7 @@ def test_gemma3_fields_come_from_the_config(tmp_path):
 
 # Sequences longer than the window (8), decoded past it: the engine's cached path
 # with its attention kernel against transformers' own generation.
-@pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2", "smollm3", "granite"])
+@pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2", "smollm3", "granite", "olmo2"])
 def test_greedy_tokens_match_transformers_past_the_window(tmp_path, arch):
     import fastdecode
 

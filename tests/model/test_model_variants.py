@@ -1,6 +1,7 @@
 """The per-family ModelArgs fields (sliding windows, QK-norm, two RoPE bases, GeGLU,
-scaled embedding, post-norms, linear RoPE scaling): the cached path equals the
-cache-free reference forward, on the portable path and on the native kernels."""
+scaled embedding, post-norms, linear RoPE scaling, layers without RoPE, Granite's multipliers,
+OLMo 2's norms): the cached path equals the cache-free reference forward, on the portable path
+and on the native kernels."""
 
 import dataclasses
 import json
@@ -22,6 +23,9 @@ VARIANTS = {
     "qwen3": dict(qk_norm=True, head_dim=24),
     "geglu-scaled-embedding": dict(activation="gelu_tanh", embed_scale=8.0, post_norms=True),
     "linear-rope": dict(rope_scaling=dict(kind="linear", factor=4.0), attn_scale=0.1),
+    "smollm3-nope": dict(nope_layers=(1,)),
+    "granite": dict(embed_scale=3.0, residual_scale=0.5, logits_scaling=4.0, attn_scale=0.3),
+    "olmo2": dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True),
 }
 PATHS = ["portable", "native"]
 

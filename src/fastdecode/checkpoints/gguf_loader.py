@@ -18,8 +18,9 @@ from .gguf_file import GGUFFile, number, optional_int
 
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama", Ministral 3
 # as "mistral3" (Llama's tensors, YaRN and a query scale by position); SmolLM3 and Granite are
-# Llama's tensors too (every fourth layer without RoPE; multipliers).
-SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma3", "smollm3", "granite")
+# Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
+# sublayer only.
+SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "olmo2")
 PERMUTED = ("llama", "mistral3", "smollm3", "granite")  # the converter permutes these architectures' Q/K rows
 
 _GLOBAL_NAMES = {
@@ -213,6 +214,11 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = dict(nope_layers=tuple(i for i in range(n_layers) if (i + 1) % 4 == 0))
     elif arch == "granite":
         family = _granite_fields(f, arch, n_layers)
+    elif arch == "olmo2":
+        if f.get(f"{arch}.attention.sliding_window"):
+            raise FastDecodeError(f"{f.path}: OLMo 3's sliding-window layers are not supported (an olmo2 file "
+                                  "with attention.sliding_window); OLMo 2 files are")
+        family = dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
     try:
         scaling = _rope_scaling(f, arch, head_dim, theta)
         return ModelArgs(

@@ -16,14 +16,16 @@ from ..errors import FastDecodeError
 from .keys import map_name
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
-                   "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM")
+                   "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
+                   "Olmo2ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
-                "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM"}
+                "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _SMOLLM3 = "SmolLM3ForCausalLM"
 _GRANITE = "GraniteForCausalLM"
+_OLMO2 = "Olmo2ForCausalLM"
 # Vision-language checkpoints whose text model we run, the image side left out: the text model's
 # architecture, and the values its `text_config` may leave to the config class's defaults
 # (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
@@ -63,7 +65,8 @@ _LAYER_NAMES = {
     "self_attn.k_norm.weight": "attention.k_norm.weight",
 }
 # Gemma 3 names its four norms differently: its post_attention_layernorm is the
-# sandwich norm on the attention output, not the MLP's input norm as in Llama.
+# sandwich norm on the attention output, not the MLP's input norm as in Llama (OLMo 2's
+# two norms are named so too).
 _GEMMA_LAYER_NAMES = {
     **_LAYER_NAMES,
     "post_attention_layernorm.weight": "post_attention_norm.weight",
@@ -74,7 +77,7 @@ _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
 
 def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
-    return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, _GEMMA_LAYER_NAMES if arch == _GEMMA else _LAYER_NAMES)
+    return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, _GEMMA_LAYER_NAMES if arch in (_GEMMA, _OLMO2) else _LAYER_NAMES)
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -254,11 +257,13 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
 
 def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path,
                    scaling: Optional[RopeScaling]) -> dict[str, Any]:
-    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite and Gemma 3 differ from Llama."""
+    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2 and Gemma 3 differ from Llama."""
     if arch == "Qwen3ForCausalLM":
         return dict(qk_norm=True)
     if arch == _SMOLLM3:
         return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
+    if arch == _OLMO2:
+        return dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
     if arch == _GRANITE:
         return dict(embed_scale=_number(config, "embedding_multiplier", 1.0),
                     residual_scale=_number(config, "residual_multiplier", 1.0),

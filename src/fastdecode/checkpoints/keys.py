@@ -27,13 +27,13 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
         shapes["output.weight"] = (args.vocab_size, args.dim)
     for i in range(args.n_layers):
         p = f"layers.{i}."
+        if args.pre_norms:
+            shapes.update({p + "attention_norm.weight": (args.dim,), p + "ffn_norm.weight": (args.dim,)})
         shapes.update({
-            p + "attention_norm.weight": (args.dim,),
             p + "attention.wq.weight": (q_rows, args.dim),
             p + "attention.wk.weight": (kv_rows, args.dim),
             p + "attention.wv.weight": (kv_rows, args.dim),
             p + "attention.wo.weight": (args.dim, q_rows),
-            p + "ffn_norm.weight": (args.dim,),
             p + "feed_forward.w1.weight": (args.hidden_dim, args.dim),
             p + "feed_forward.w2.weight": (args.dim, args.hidden_dim),
             p + "feed_forward.w3.weight": (args.hidden_dim, args.dim),
@@ -45,8 +45,9 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
                 p + "attention.wv.bias": (kv_rows,),
             })
         if args.qk_norm:
-            shapes.update({p + "attention.q_norm.weight": (args.head_dim,),
-                           p + "attention.k_norm.weight": (args.head_dim,)})
+            full = args.qk_norm_full
+            shapes.update({p + "attention.q_norm.weight": (q_rows if full else args.head_dim,),
+                           p + "attention.k_norm.weight": (kv_rows if full else args.head_dim,)})
         if args.post_norms:
             shapes.update({p + "post_attention_norm.weight": (args.dim,), p + "post_ffn_norm.weight": (args.dim,)})
     return shapes

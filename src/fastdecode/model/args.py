@@ -86,7 +86,8 @@ class ModelArgs:
 
     Llama, SmolLM and Mistral use the defaults (Mistral may set a sliding
     window); Qwen2 adds q/k/v biases, Qwen3 QK-norm; Gemma 3 sets all of the
-    Gemma fields below; SmolLM3 its layers without RoPE, Granite its multipliers.
+    Gemma fields below; SmolLM3 its layers without RoPE, Granite its multipliers, OLMo 2
+    its norms after each sublayer only and QK-norm over all heads.
     Each field is one named difference, not a family name.
     """
 
@@ -104,6 +105,8 @@ class ModelArgs:
     tie_embeddings: bool = False
     qkv_bias: bool = False  # Qwen2 has biases on q, k and v
     qk_norm: bool = False  # RMSNorm over head_dim on q and k before RoPE (Qwen3, Gemma 3)
+    qk_norm_full: bool = False  # with qk_norm: over all of q's (and k's) heads at once, not each head (OLMo 2)
+    pre_norms: bool = True  # RMSNorm before the attention and the MLP; False: OLMo 2's post-norms only
     # Sliding-window attention: a query at position p attends to keys p - window < j <= p
     # on "sliding" layers, to all keys j <= p on "global" ones. layer_types=None means
     # every layer is sliding when a window is set (Mistral), global otherwise.
@@ -185,6 +188,10 @@ class ModelArgs:
             if w > self.max_seq_len:
                 raise FastDecodeError(f"sliding window of {w} positions is larger than the context of "
                                       f"{self.max_seq_len} (max_seq_len)")
+        if self.qk_norm_full and not self.qk_norm:
+            raise FastDecodeError("ModelArgs.qk_norm_full needs qk_norm")
+        if not (self.pre_norms or self.post_norms):
+            raise FastDecodeError("ModelArgs needs pre_norms or post_norms (a block with no norm at all)")
         if self.layer_types is None:
             return
         # A tuple (JSON gives lists), so that args compare and hash by value.

@@ -1,8 +1,8 @@
 """One decoder for every family we load: RMSNorm, RoPE, grouped-query attention,
 a gated MLP, with each family's differences as `ModelArgs` fields (QK-norm,
 sliding-window layers, a second RoPE base, GeGLU, a scaled embedding, Gemma's
-post-norms, layers without RoPE, Granite's multipliers) and a small named branch
-where each applies.
+post-norms, OLMo 2's post-norms alone, layers without RoPE, Granite's multipliers)
+and a small named branch where each applies.
 
 `Transformer.forward(tokens, input_pos, rows=...)` has two paths:
 - `input_pos=None`: full causal attention over `tokens`, no cache. This is the
@@ -125,9 +125,13 @@ class Attention(nn.Module):
         self.rope = rope  # False: a NoPE layer, q and k not rotated (a constant to compiled graphs, as window)
         self.scale = args.attn_scale  # None: SDPA's default, head_dim ** -0.5
         self.kernel_scale = args.attn_scale if args.attn_scale is not None else 1.0 / math.sqrt(args.head_dim)
-        # QK-norm (Qwen3, Gemma 3): RMSNorm over each head's head_dim, before RoPE.
-        self.q_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
-        self.k_norm = RMSNorm(args.head_dim, args.norm_eps) if args.qk_norm else None
+        # QK-norm (Qwen3, Gemma 3): RMSNorm over each head's head_dim, before RoPE; OLMo 2's
+        # over all heads of q (of k) at once.
+        self.qk_norm_full = args.qk_norm_full
+        q_span, k_span = (args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim) if args.qk_norm_full \
+            else (args.head_dim, args.head_dim)
+        self.q_norm = RMSNorm(q_span, args.norm_eps) if args.qk_norm else None
+        self.k_norm = RMSNorm(k_span, args.norm_eps) if args.qk_norm else None
         qkv_out = (args.n_heads + 2 * args.n_kv_heads) * args.head_dim
         # q, k and v share one matmul; checkpoints keep them apart (see _fuse_qkv).
         self.wqkv = nn.Linear(args.dim, qkv_out, bias=args.qkv_bias)
@@ -145,7 +149,10 @@ class Attention(nn.Module):
         # stride reasoning, so compiled graphs do not specialize on B or T == 1.
         qkv = self.wqkv(x).view(B, T, H + 2 * Hkv, D)
         q, k, v = qkv.split([H, Hkv, Hkv], dim=2)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.qk_norm_full:
+            q = self.q_norm(q.reshape(B, T, H * D)).view(B, T, H, D)
+            k = self.k_norm(k.reshape(B, T, Hkv * D)).view(B, T, Hkv, D)
+        elif self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             q = apply_rope(q, cos, sin)  # [B, T, H, D]
@@ -251,12 +258,13 @@ def _embedding(n: int, dim: int) -> Embedding:
 class TransformerBlock(nn.Module):
     def __init__(self, args: ModelArgs, layer: int = 0):
         super().__init__()
-        self.attention_norm = RMSNorm(args.dim, args.norm_eps)
+        # None: OLMo 2, whose sublayers read the residual stream as it is (its norms come after)
+        self.attention_norm = RMSNorm(args.dim, args.norm_eps) if args.pre_norms else None
         self.attention = Attention(args, window=args.window(layer), rope=layer not in args.nope_layers)
-        self.ffn_norm = RMSNorm(args.dim, args.norm_eps)
+        self.ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.pre_norms else None
         self.feed_forward = FeedForward(args)
-        # Gemma 3's sandwich: the attention and MLP outputs are normalized again
-        # before they join the residual stream.
+        # Gemma 3's sandwich (OLMo 2's only norms): the attention and MLP outputs are
+        # normalized before they join the residual stream.
         self.post_attention_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
         self.post_ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
         self.residual_scale = args.residual_scale  # Granite's; 1: none
@@ -267,13 +275,14 @@ class TransformerBlock(nn.Module):
     @torch.compiler.nested_compile_region
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, input_pos: Optional[Tensor],
                 rows: Optional[Tensor], q_scale: Optional[Tensor] = None) -> Tensor:
-        h = self.attention(self.attention_norm(x), cos, sin, input_pos, rows, q_scale)
+        h = self.attention(x if self.attention_norm is None else self.attention_norm(x), cos, sin, input_pos, rows,
+                           q_scale)
         if self.post_attention_norm is not None:
             h = self.post_attention_norm(h)
         if self.residual_scale != 1.0:
             h = h * self.residual_scale
         x = x + h
-        h = self.feed_forward(self.ffn_norm(x))
+        h = self.feed_forward(x if self.ffn_norm is None else self.ffn_norm(x))
         if self.post_ffn_norm is not None:
             h = self.post_ffn_norm(h)
         if self.residual_scale != 1.0:
