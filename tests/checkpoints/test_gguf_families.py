@@ -160,10 +160,18 @@ def test_families_match_llama_cpp(tmp_path, family):
     """The same file through llama.cpp, where installed. Measured apart at most (llama.cpp keeps K and V
     in float16): Ministral 3 1.3e-4 (4.7e-3 with the queries' scale left out), SmolLM3 1.7e-4 (1.8e-3
     with RoPE on every layer), Granite 6.5e-6 (3.3e-2 without the residual multiplier), OLMo 2 1.8e-4."""
+    pytest.importorskip("llama_cpp")
+    path, _ = write_family(tmp_path / "m.gguf", family)
+    ours, theirs = ours_and_llama_cpps_logits(path)
+    assert (ours - theirs).abs().max().item() <= 5e-4
+
+
+def ours_and_llama_cpps_logits(path):
+    """The logits of 100 random tokens from the file through our float model and through llama.cpp."""
+    import llama_cpp
+
     from fastdecode.quant import build_model
 
-    llama_cpp = pytest.importorskip("llama_cpp")
-    path, _ = write_family(tmp_path / "m.gguf", family)
     ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     tokens = torch.randint(3, VOCAB, (100,), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
@@ -171,17 +179,16 @@ def test_families_match_llama_cpp(tmp_path, family):
     ref = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, n_threads=2, verbose=False)
     try:
         ref.eval(tokens.tolist())
-        theirs = torch.from_numpy(ref.scores[:len(tokens)].copy()).float()
+        return ours, torch.from_numpy(ref.scores[:len(tokens)].copy()).float()
     finally:
         ref.close()
-    assert (ours - theirs).abs().max().item() <= 5e-4
 
 
 @pytest.mark.parametrize("family", ["qwen3-yarn", "ministral3", "smollm3", "granite", "olmo2"])
 def test_scaled_rope_and_queries_through_the_engine(tmp_path, family):
     """The engine's cached, chunked steps scale cos and sin (YaRN) and the queries (Ministral 3),
-    skip RoPE on SmolLM3's NoPE layers and apply Granite's multipliers at each row's positions as
-    the cache-free forward does."""
+    skip RoPE on SmolLM3's NoPE layers, apply Granite's multipliers and OLMo 2's norms at each
+    row's positions as the cache-free forward does."""
     if family in ("ministral3", "smollm3", "granite", "olmo2"):
         path, _ = write_family(tmp_path / "m.gguf", family)
     else:
@@ -201,22 +208,11 @@ def test_scaled_rope_and_queries_through_the_engine(tmp_path, family):
 def test_qwen3_gguf_with_yarn_matches_llama_cpp(tmp_path):
     """The same file through llama.cpp (where llama-cpp-python is installed): measured 2.3e-4
     apart at most (llama.cpp keeps K and V in float16), and 0.34 from the file without YaRN."""
-    from fastdecode.quant import build_model
-
-    llama_cpp = pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp")
     model, meta = qwen3_with_yarn()
     path = write_gguf(tmp_path / "q3.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3", head_dim=24,
                       extra={**meta, "qwen3.attention.value_length": 24})
-    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
-    tokens = torch.randint(3, VOCAB, (100,), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        ours = build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()(tokens[None], None)[0]
-    ref = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, n_threads=2, verbose=False)
-    try:
-        ref.eval(tokens.tolist())
-        theirs = torch.from_numpy(ref.scores[:len(tokens)].copy()).float()
-    finally:
-        ref.close()
+    ours, theirs = ours_and_llama_cpps_logits(path)
     assert (ours - theirs).abs().max().item() <= 2e-3
 
 

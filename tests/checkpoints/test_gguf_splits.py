@@ -11,32 +11,19 @@ import json
 import sys
 from pathlib import Path
 
-import gguf
 import pytest
 
 from fastdecode.checkpoints.gguf_file import GGUFFile
 from fastdecode.checkpoints.gguf_splits import PRE_SPLITS
 from fastdecode.checkpoints.gguf_tokenizer import tokenizer_from_gguf
-from tiny_checkpoints import BOUNDARY_MERGES, BOUNDARY_TEXTS, boundary_tokens
+from tiny_checkpoints import BOUNDARY_MERGES, BOUNDARY_TEXTS, boundary_tokens, write_vocab
 
 RECORD = Path(__file__).with_name("gguf_splits_llama_cpp.json")
 NAMES = sorted(PRE_SPLITS)
 
 
-def write_vocab(path: Path, pre: str) -> Path:
-    tokens = boundary_tokens()
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre(pre)
-    w.add_token_list(tokens)
-    w.add_token_types([3] + [1] * (len(tokens) - 1))
-    w.add_token_merges([f"{a} {b}" for a, b in BOUNDARY_MERGES])
-    w.add_eos_token_id(0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+def write_boundary_vocab(path: Path, pre: str) -> Path:
+    return write_vocab(path, boundary_tokens(), BOUNDARY_MERGES, pre)
 
 
 def llama_cpp_ids(path: Path) -> list[list[int]]:
@@ -55,7 +42,7 @@ def recorded() -> dict:
 
 @pytest.mark.parametrize("pre", NAMES)
 def test_split_gives_llama_cpps_ids(tmp_path, pre):
-    ours = tokenizer_from_gguf(GGUFFile(write_vocab(tmp_path / "v.gguf", pre)))
+    ours = tokenizer_from_gguf(GGUFFile(write_boundary_vocab(tmp_path / "v.gguf", pre)))
     got = [ours.encode(t, add_special_tokens=False) for t in BOUNDARY_TEXTS]
     assert got == recorded()["ids"][pre]
 
@@ -66,7 +53,7 @@ def test_record_is_llama_cpps(tmp_path):
     assert record["texts"] == BOUNDARY_TEXTS and sorted(record["ids"]) == NAMES
     pytest.importorskip("llama_cpp")
     for pre in NAMES:
-        assert llama_cpp_ids(write_vocab(tmp_path / f"{pre}.gguf", pre)) == record["ids"][pre], pre
+        assert llama_cpp_ids(write_boundary_vocab(tmp_path / f"{pre}.gguf", pre)) == record["ids"][pre], pre
 
 
 def test_the_splits_are_not_all_alike(tmp_path):
@@ -80,7 +67,7 @@ if __name__ == "__main__":  # record llama.cpp's ids
 
     sys.path.insert(0, str(Path(__file__).parent))
     with tempfile.TemporaryDirectory() as d:
-        ids = {pre: llama_cpp_ids(write_vocab(Path(d) / f"{pre}.gguf", pre)) for pre in NAMES}
+        ids = {pre: llama_cpp_ids(write_boundary_vocab(Path(d) / f"{pre}.gguf", pre)) for pre in NAMES}
     import llama_cpp
 
     lines = ",\n".join(f"  {json.dumps(pre)}: {json.dumps(ids[pre])}" for pre in NAMES)

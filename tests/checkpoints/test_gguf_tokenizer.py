@@ -7,7 +7,7 @@ from fastdecode.checkpoints.gguf_file import GGUFFile
 from fastdecode.checkpoints.gguf_tokenizer import merges_from_scores, tokenizer_from_gguf
 from fastdecode.text.tokenizer import StreamDecoder
 from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
-from tiny_checkpoints import MERGES, byte_level_tokens
+from tiny_checkpoints import MERGES, byte_level_tokens, write_vocab
 
 transformers = pytest.importorskip("transformers")
 
@@ -100,19 +100,7 @@ def test_each_split_regex_matches_transformers(tmp_path, pre):
     from fastdecode.checkpoints.gguf_tokenizer import byte_alphabet
 
     tokens = ["<|endoftext|>", *byte_alphabet().values(), *(a + b for a, b in SPLIT_MERGES)]
-    path = tmp_path / "split.gguf"
-    w = gguf.GGUFWriter(str(path), "llama")
-    w.add_tokenizer_model("gpt2")
-    if pre is not None:
-        w.add_tokenizer_pre(pre)
-    w.add_token_list(tokens)
-    w.add_token_types([3] + [1] * (len(tokens) - 1))
-    w.add_token_merges([f"{a} {b}" for a, b in SPLIT_MERGES])
-    w.add_eos_token_id(0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    path = write_vocab(tmp_path / "split.gguf", tokens, SPLIT_MERGES, pre)
     ours = tokenizer_from_gguf(GGUFFile(path))
     ref = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
     for text in SPLIT_TEXTS:

@@ -65,6 +65,24 @@ BOUNDARY_TEXTS = ["a 123 1234 aBc x's X'S", "HelloWorld ?/\nz", "12345678 ab1c",
                   "中a 中文\n\n\n  x   \n y", "é, ü; 🤖!", "line\r\nnext\ttab     end   ", "zzq zzq,zzq"]
 
 
+def write_vocab(path: Path, tokens: list[str], merges: list[tuple[str, str]], pre: Optional[str]) -> Path:
+    """A GGUF holding only a byte-level vocabulary: `tokens` (the first one a control token, the
+    end of text), `merges`, and the split named `pre` (None: no name)."""
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_tokenizer_model("gpt2")
+    if pre is not None:
+        w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([3] + [1] * (len(tokens) - 1))
+    w.add_token_merges([f"{a} {b}" for a, b in merges])
+    w.add_eos_token_id(0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
 def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, window: int = 64):
     """A tiny config; `window` is the sliding window of Mistral and of Gemma 3's sliding layers."""
     import transformers

@@ -32,24 +32,29 @@ def sse(deltas, finish):
     return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
 
 
-def test_a_tool_call_shows_as_a_call_and_its_result_goes_back(server, open_chat):
-    from playwright.sync_api import expect
-
-    calls = [{"index": 0, "id": "call_abc", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
-             {"index": 0, "function": {"arguments": '{"city": "Pa'}},
-             {"index": 0, "function": {"arguments": 'ris", "days": 2}'}}]
-    replies = [sse([{"content": "Checking."}] + [{"tool_calls": [c]} for c in calls], "tool_calls"),
-               sse([{"content": "It is 22 C in Paris."}], "stop")]
+def answer_with(page, replies):
+    """The page's chat requests answered with `replies` in turn; returns the list their bodies go to."""
     bodies = []
 
     def answer(route):
         bodies.append(route.request.post_data_json)
         route.fulfill(status=200, content_type="text/event-stream", body=replies[len(bodies) - 1])
 
+    page.route(CHAT, answer)
+    return bodies
+
+
+def test_a_tool_call_shows_as_a_call_and_its_result_goes_back(server, open_chat):
+    from playwright.sync_api import expect
+
+    calls = [{"index": 0, "id": "call_abc", "type": "function", "function": {"name": "get_weather", "arguments": ""}},
+             {"index": 0, "function": {"arguments": '{"city": "Pa'}},
+             {"index": 0, "function": {"arguments": 'ris", "days": 2}'}}]
     chat = open_chat(server.url)
     page = chat.page
     chat.settings(tools=json.dumps(TOOLS))
-    page.route(CHAT, answer)
+    bodies = answer_with(page, [sse([{"content": "Checking."}] + [{"tool_calls": [c]} for c in calls], "tool_calls"),
+                                sse([{"content": "It is 22 C in Paris."}], "stop")])
     chat.send("Weather in Paris?")
     reply = page.locator(".msg.assistant").first
     expect(reply.locator(".tool-call .call-name")).to_have_text("get_weather")
@@ -80,17 +85,10 @@ def test_a_tool_call_shows_as_a_call_and_its_result_goes_back(server, open_chat)
 def test_a_thought_shows_apart_from_the_answer(server, open_chat):
     from playwright.sync_api import expect
 
-    replies = [sse([{"reasoning_content": "The user greets."}, {"reasoning_content": " Greet back."},
-                    {"content": "Hello!"}], "stop"), sse([{"content": "Fine."}], "stop")]
-    bodies = []
-
-    def answer(route):
-        bodies.append(route.request.post_data_json)
-        route.fulfill(status=200, content_type="text/event-stream", body=replies[len(bodies) - 1])
-
     chat = open_chat(server.url)
     page = chat.page
-    page.route(CHAT, answer)
+    bodies = answer_with(page, [sse([{"reasoning_content": "The user greets."}, {"reasoning_content": " Greet back."},
+                                     {"content": "Hello!"}], "stop"), sse([{"content": "Fine."}], "stop")])
     chat.send("Hi")
     reply = page.locator(".msg.assistant").first
     thought = reply.locator("details.thinking")

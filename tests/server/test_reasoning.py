@@ -2,14 +2,13 @@
 reference over every way a reply can arrive in pieces, and the server on a tiny model whose
 vocabulary holds <think> and </think> (as plain and as special tokens), streamed and whole."""
 
-import asyncio
 import itertools
 import json
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
+from test_tools_models import post
 
 import fastdecode
 from fastdecode.cli.keys import load_settings
@@ -92,14 +91,6 @@ def app_for(llm, template=None, *keys):
     if template is not None:
         llm.tokenizer.chat_template = template
     return create_app(state)
-
-
-def post(app, body):
-    async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test",
-                                     timeout=300) as c:
-            return await c.post("/v1/chat/completions", json=body)
-    return asyncio.run(go())
 
 
 def whole_and_streamed(app, body):
