@@ -397,8 +397,11 @@ def test_yarn_stretches_the_declared_context(tmp_path):
     ({"architectures": ["SmolLM3ForCausalLM"], "no_rope_layers": [1, 2]},
      "no_rope_layers must list 0 or 1 for each of the 2 layers, got [1, 2]"),
     ({"architectures": ["SmolLM3ForCausalLM"], "no_rope_layer_interval": 0}, "no_rope_layer_interval must be >= 1"),
+    ({"architectures": ["Gemma3ForConditionalGeneration"], "text_config": [1]}, "text_config must be an object"),
+    ({"architectures": ["Gemma3ForConditionalGeneration"]}, "a Gemma3ForConditionalGeneration config needs text_config"),
 ], ids=["inf heads", "float dim", "bool positions", "1e9 positions", "1e9 layers", "str eps", "int rope",
-        "list act", "str tie", "zero logits scaling", "str residual", "bad nope flags", "zero nope interval"])
+        "list act", "str tie", "zero logits scaling", "str residual", "bad nope flags", "zero nope interval",
+        "list text config", "no text config"])
 def test_config_values_of_the_wrong_type_or_size(tmp_path, change, expected):
     """Each gets the one-line error naming the key (they raised OverflowError, AttributeError,
     TypeError, or went on to allocate a billion layers or RoPE positions)."""

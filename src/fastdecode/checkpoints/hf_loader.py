@@ -107,6 +107,8 @@ def _text_config(config: dict[str, Any], wrapper: str, path: Path) -> dict[str, 
         text = _object(config, "text_config")
     except FastDecodeError as e:
         raise FastDecodeError(f"{path}: {e}") from None
+    if not text:
+        raise FastDecodeError(f"{path}: a {wrapper} config needs text_config (its text model's settings)")
     out = {**defaults, **text, "architectures": [arch], "multimodal": wrapper}
     if "tie_word_embeddings" not in text and "tie_word_embeddings" in config:
         out["tie_word_embeddings"] = config["tie_word_embeddings"]
