@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import jsonschema
 import pytest
-from test_tools_prompt import HERMES_STYLE, MISTRAL_ARGS_STYLE, MISTRAL_STYLE
+from test_tools_prompt import GRANITE_STYLE, HERMES_STYLE, MISTRAL_ARGS_STYLE, MISTRAL_STYLE
 
 import fastdecode
 from fastdecode.server.app import create_app
@@ -25,7 +25,7 @@ from fastdecode.server.prepare import prepare_chat
 from fastdecode.server.protocol import ChatCompletionRequest
 from fastdecode.server.settings import ServeSettings
 from fastdecode.server.state import ServerState
-from fastdecode.server.tools.formats import GENERIC, HERMES, MISTRAL, MISTRAL_ARGS, detect
+from fastdecode.server.tools.formats import GENERIC, GRANITE, HERMES, MISTRAL, MISTRAL_ARGS, detect
 from fastdecode.server.tools.parse import parse_reply
 from fastdecode.cli.keys import load_settings
 from fastdecode.text.tokenizer import BYTE_CHAT_TEMPLATE
@@ -199,11 +199,13 @@ def test_a_tool_use_template_serves_chats_with_tools(hermes_llm):
 # -- Mistral's formats on a tiny GGUF whose vocabulary holds the markers as special tokens -------
 
 MARKERS = ["[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
-           "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[ARGS]"]
+           "[/TOOL_RESULTS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[ARGS]", "<|tool_call|>"]
 
 
-@pytest.fixture(scope="module", params=[MISTRAL_STYLE, MISTRAL_ARGS_STYLE], ids=["mistral", "mistral_args"])
-def mistral_llm(request, tmp_path_factory):
+@pytest.fixture(scope="module", params=[MISTRAL_STYLE, MISTRAL_ARGS_STYLE, GRANITE_STYLE],
+                ids=["mistral", "mistral_args", "granite"])
+def marked_llm(request, tmp_path_factory):
+    """The tiny model with Mistral's and Granite's call markers as control tokens, under each template."""
     sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoints"))
     from tiny_checkpoints import SPECIALS, byte_level_tokens, gguf_tensors, hf_model, write_gguf
 
@@ -215,14 +217,14 @@ def mistral_llm(request, tmp_path_factory):
     llm.engine.close()
 
 
-def test_mistral_calls_marked_by_special_tokens(mistral_llm):
-    fmt = detect(mistral_llm.tokenizer.chat_template)
-    marker = mistral_llm.tokenizer.encode("[TOOL_CALLS]", add_special_tokens=False)
-    assert fmt in (MISTRAL, MISTRAL_ARGS) and len(marker) == 1
-    assert mistral_llm.tokenizer.decode(marker) == ""  # a special token: left out of text by default
+def test_calls_marked_by_special_tokens(marked_llm):
+    fmt = detect(marked_llm.tokenizer.chat_template)
+    marker = marked_llm.tokenizer.encode(fmt.trigger, add_special_tokens=False)
+    assert fmt in (MISTRAL, MISTRAL_ARGS, GRANITE) and len(marker) == 1
+    assert marked_llm.tokenizer.decode(marker) == ""  # a special token: left out of text by default
     tools = [{"type": "function", "function": {"name": "pick", "parameters": SMALL}}]
     ask = [{"role": "user", "content": "Pick one."}]
-    app = app_for(mistral_llm)
+    app = app_for(marked_llm)
     # required; then auto, where the model opens its reply with [TOOL_CALLS] itself (pushed to by a bias)
     for extra in ({"tool_choice": "required"}, {"logit_bias": {str(marker[0]): 100}}):
         body = {"messages": ask, "tools": tools, "temperature": 0, "max_tokens": 60, "parallel_tool_calls": False,
@@ -230,7 +232,8 @@ def test_mistral_calls_marked_by_special_tokens(mistral_llm):
         got = whole_and_streamed(app, body)
         (call,) = got["message"]["tool_calls"]
         assert got["finish_reason"] == "tool_calls" and got["message"]["content"] is None
-        assert call["function"]["name"] == "pick" and len(call["id"]) == 9 and call["id"].isalnum()
+        assert call["function"]["name"] == "pick"
+        assert (len(call["id"]) == 9 and call["id"].isalnum()) if fmt.short_ids else call["id"].startswith("call_")
         jsonschema.validate(json.loads(call["function"]["arguments"]), SMALL)
     # The next turn sends the call and its result back: the template takes the id.
     turn = ask + [got["message"], {"role": "tool", "tool_call_id": call["id"], "content": "2"}]

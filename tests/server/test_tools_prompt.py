@@ -8,7 +8,8 @@ import pytest
 
 from fastdecode.text.chat_template import render_chat_template
 from fastdecode.server.protocol import ChatCompletionRequest
-from fastdecode.server.tools.formats import GENERIC, GENERIC_EXAMPLE, HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_ARGS, detect
+from fastdecode.server.tools.formats import (GENERIC, GENERIC_EXAMPLE, GRANITE, HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_ARGS,
+                                             detect)
 from fastdecode.server.tools.parse import short_id
 from fastdecode.server.tools.prompt import template_input
 from fastdecode.server.tools.spec import tool_spec
@@ -97,6 +98,19 @@ MISTRAL_STYLE = """{{- bos_token }}
 {%- endif %}
 {%- endfor %}"""
 
+# Granite 3.x's shape: the tools in an available_tools turn, calls as <|tool_call|> and a JSON list.
+GRANITE_STYLE = """
+{%- if tools %}{{ '<|start_of_role|>available_tools<|end_of_role|>' + tools | tojson + '<|end_of_text|>\n' }}{% endif %}
+{%- for m in messages %}
+{%- if m.role == 'assistant' and m.tool_calls %}
+{{- '<|start_of_role|>assistant<|end_of_role|><|tool_call|>' + m.tool_calls | map(attribute='function') | list | tojson }}
+{{- '<|end_of_text|>\n' }}
+{%- elif m.role == 'tool' %}{{ '<|start_of_role|>tool_response<|end_of_role|>' + m.content + '<|end_of_text|>\n' }}
+{%- else %}{{ '<|start_of_role|>' + m.role + '<|end_of_role|>' + m.content + '<|end_of_text|>\n' }}
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}{{ '<|start_of_role|>assistant<|end_of_role|>' }}{% endif %}"""
+
 # The later shape: each call as [TOOL_CALLS]name[ARGS]{arguments}.
 MISTRAL_ARGS_STYLE = MISTRAL_STYLE.replace(
     """[TOOL_CALLS][
@@ -148,8 +162,8 @@ def reference(template, messages, tools):
     return rendered[0]
 
 
-@pytest.mark.parametrize("template, fmt", [(HERMES_STYLE, HERMES), (LLAMA3_STYLE, LLAMA3_JSON)],
-                         ids=["hermes", "llama3_json"])
+@pytest.mark.parametrize("template, fmt", [(HERMES_STYLE, HERMES), (LLAMA3_STYLE, LLAMA3_JSON),
+                                           (GRANITE_STYLE, GRANITE)], ids=["hermes", "llama3_json", "granite"])
 def test_templates_with_tools_render_as_transformers_does(template, fmt):
     assert detect(template) is fmt
     prompt = ours(template, conversation())

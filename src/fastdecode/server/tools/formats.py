@@ -14,6 +14,8 @@ families differ in the text around the calls and between them:
   templates demand;
 - mistral_args (Mistral Small 3.x, Magistral, Devstral: templates that write `[ARGS]`):
   `[TOOL_CALLS]f[ARGS]{...}`, once per call;
+- granite (Granite 3.x: templates that write `<|tool_call|>`):
+  `<|tool_call|>[{"name": "f", "arguments": {...}}, ...]`;
 - generic (every other template, SmolLM2's included): the template knows nothing of
   tools, so our own system message lists them and asks for
   `{"tool_calls": [{"name": "f", "arguments": {...}}, ...]}`.
@@ -89,7 +91,10 @@ MISTRAL_ARGS = ToolFormat(
     separator="[TOOL_CALLS]", end="", trigger="[TOOL_CALLS]", anywhere=True, native=True,
     markers=("[TOOL_CALLS]", "[ARGS]"), short_ids=True)
 
-FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_SPACED, MISTRAL_ARGS, GENERIC)}
+GRANITE = dataclasses.replace(MISTRAL, name="granite", begin="<|tool_call|>[", trigger="<|tool_call|>",
+                              markers=("<|tool_call|>",), short_ids=False)
+
+FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_SPACED, MISTRAL_ARGS, GRANITE, GENERIC)}
 
 
 def detect(template: Optional[str]) -> ToolFormat:
@@ -103,6 +108,8 @@ def detect(template: Optional[str]) -> ToolFormat:
         if "[ARGS]" in text:
             return MISTRAL_ARGS
         return MISTRAL_SPACED if "[TOOL_CALLS] [" in text else MISTRAL
+    if "<|tool_call|>" in text:
+        return GRANITE
     return GENERIC
 
 
