@@ -25,14 +25,14 @@ def build_ours(ckpt):
 @pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True),
                                        ("qwen3", True), ("qwen3", False), ("gemma3", True), ("ministral3", False),
                                        ("smollm3", True), ("granite", True), ("granite", False),
-                                       ("olmo2", False)])
+                                       ("olmo2", False), ("olmo3", False)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)
     ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
     assert ckpt.format == "hf" and ckpt.args.tie_embeddings is tie
     assert ckpt.args.qkv_bias is (arch == "qwen2")
-    assert ckpt.args.qk_norm is (arch in ("qwen3", "gemma3", "olmo2"))
+    assert ckpt.args.qk_norm is (arch in ("qwen3", "gemma3", "olmo2", "olmo3"))
     assert ("output.weight" in ckpt.state_dict) is (not tie)
     with torch.no_grad():
         diff = (build_ours(ckpt)(TOKENS, None) - model(TOKENS).logits).abs().max().item()
@@ -66,6 +66,25 @@ def test_smollm3_layers_without_rope(tmp_path, no_rope_layers):
     a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
     assert a.nope_layers == ((3,) if no_rope_layers is None else (0, 3))
     ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    tokens = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (build_ours(ckpt)(tokens, None) - model(tokens).logits).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("global_rope", [{"rope_type": "default", "rope_theta": 1e4},
+                                         {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                          "original_max_position_embeddings": 16}], ids=["plain", "yarn"])
+def test_olmo3_rope_per_layer_type(tmp_path, global_rope):
+    """OLMo 3: three sliding layers in four with their own RoPE base, scaling (YaRN) on the global
+    layers only; against transformers past the window of 8 and the original context of 16."""
+    model = hf_model("olmo3", seed=4, tie=False, window=8)
+    model.config.rope_parameters = {"full_attention": dict(global_rope),
+                                    "sliding_attention": {"rope_type": "default", "rope_theta": 500000.0}}
+    model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
+    write_hf_dir(tmp_path, model)
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    a = ckpt.args
+    assert (a.rope_theta, a.rope_local_theta, a.layer_types) == (1e4, 500000.0, ("sliding",) * 3 + ("global",))
     tokens = torch.randint(0, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (build_ours(ckpt)(tokens, None) - model(tokens).logits).abs().max().item() <= 1e-4
@@ -138,7 +157,7 @@ def test_gemma3_fields_come_from_the_config(tmp_path):
 
 # Sequences longer than the window (8), decoded past it: the engine's cached path
 # with its attention kernel against transformers' own generation.
-@pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2", "smollm3", "granite", "olmo2"])
+@pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2", "smollm3", "granite", "olmo2", "olmo3"])
 def test_greedy_tokens_match_transformers_past_the_window(tmp_path, arch):
     import fastdecode
 

@@ -1,6 +1,6 @@
 """Tiny checkpoints written by the tests themselves: GGUF files and HF directories.
 
-The model is a random Hugging Face Llama/Mistral/Qwen2/Qwen3/Gemma 3/SmolLM3/Granite/OLMo 2 from transformers; the
+The model is a random Hugging Face Llama/Mistral/Qwen2/Qwen3/Gemma 3/SmolLM3/Granite/OLMo 2/OLMo 3 from transformers; the
 GGUF writer applies llama.cpp's Q/K row permutation (as llama.cpp's converter
 does) so the loader's un-permute is tested against an independent reference.
 """
@@ -108,6 +108,11 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
         return transformers.SmolLM3Config(**{**common, "num_hidden_layers": 4}, rope_theta=10000.0, pad_token_id=0)
     if arch == "olmo2":
         return transformers.Olmo2Config(**common, rope_theta=10000.0, pad_token_id=0)
+    if arch == "olmo3":  # four layers: three sliding, the last global
+        return transformers.Olmo3Config(**{**common, "num_hidden_layers": 4}, pad_token_id=0, sliding_window=window,
+                                        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                                         "sliding_attention": {"rope_type": "default",
+                                                                               "rope_theta": 1e4}})
     if arch == "granite":  # multipliers far from 1, so that a missing one shows in the logits
         return transformers.GraniteConfig(**common, rope_theta=10000.0, pad_token_id=0, embedding_multiplier=3.0,
                                           residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=4.0)
@@ -132,6 +137,7 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "qwen2": transformers.Qwen2ForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
            "ministral3": transformers.Ministral3ForCausalLM, "smollm3": transformers.SmolLM3ForCausalLM,
            "granite": transformers.GraniteForCausalLM, "olmo2": transformers.Olmo2ForCausalLM,
+           "olmo3": transformers.Olmo3ForCausalLM,
            "gemma3": transformers.Gemma3ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
@@ -169,7 +175,7 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
     """The HF model's weights under GGUF names, Q/K permuted for llama; for gemma3,
     norm weights + 1 as llama.cpp's converter stores Gemma's (1 + w) norms."""
     cfg = model.config
-    names = _GEMMA3_GGUF_NAMES if arch in ("gemma3", "olmo2") else _GGUF_NAMES  # OLMo 2 names its post-norms so
+    names = _GEMMA3_GGUF_NAMES if arch in ("gemma3", "olmo2") else _GGUF_NAMES  # OLMo 2/3 name their post-norms so
     out = {}
     for name, t in model.state_dict().items():
         a = t.float().numpy().copy()

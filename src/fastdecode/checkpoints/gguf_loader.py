@@ -19,7 +19,7 @@ from .gguf_file import GGUFFile, number, optional_int
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama", Ministral 3
 # as "mistral3" (Llama's tensors, YaRN and a query scale by position); SmolLM3 and Granite are
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
-# sublayer only.
+# sublayer only (an olmo2 file with a window is OLMo 3).
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "olmo2")
 PERMUTED = ("llama", "mistral3", "smollm3", "granite")  # the converter permutes these architectures' Q/K rows
 
@@ -104,23 +104,37 @@ def _gemma3_fields(f: GGUFFile, arch: str, need, dim: int, n_heads: int, head_di
     1/sqrt(dim / n_heads). Norm weights need no change: llama.cpp's converter
     stores Gemma's (1 + w) already.
     """
-    pattern = f.get(f"{arch}.attention.sliding_window_pattern", 6)
-    if isinstance(pattern, list):  # per layer, True = sliding
-        if len(pattern) != n_layers:
-            raise FastDecodeError(f"{f.path}: {arch}.attention.sliding_window_pattern has {len(pattern)} entries "
-                                  f"for {n_layers} layers")
-        layer_types = tuple("sliding" if p else "global" for p in pattern)
-    else:
-        pattern = optional_int(pattern, f.path, f"{arch}.attention.sliding_window_pattern")
-        if pattern < 1:
-            raise FastDecodeError(f"{f.path}: {arch}.attention.sliding_window_pattern must be >= 1, got {pattern}")
-        layer_types = tuple("global" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers))
+    layer_types = _layer_types(f, arch, n_layers, 6)
     scale = number(f, f"{arch}.attention.scale", (dim / n_heads if n_layers == 62 else head_dim) ** -0.5)
     return dict(
         qk_norm=True, post_norms=True, activation="gelu_tanh", embed_scale=math.sqrt(dim),
         sliding_window=need("attention.sliding_window"), layer_types=layer_types,
         rope_local_theta=number(f, f"{arch}.rope.freq_base_swa", 10000.0), attn_scale=scale,
     )
+
+
+def _olmo3_fields(f: GGUFFile, arch: str, need, n_layers: int, theta: float) -> dict:
+    """OLMo 3 (llama.cpp writes it as olmo2 with a window): sliding layers as the file lists them,
+    else three in four (every fourth global); their RoPE base `rope.freq_base_swa` or the global
+    one, never scaled (llama.cpp scales the global layers only, as transformers does)."""
+    return dict(sliding_window=need("attention.sliding_window"),
+                layer_types=_layer_types(f, arch, n_layers, 4),
+                rope_local_theta=number(f, f"{arch}.rope.freq_base_swa", theta))
+
+
+def _layer_types(f: GGUFFile, arch: str, n_layers: int, pattern: int) -> tuple[str, ...]:
+    """Which layers slide: `attention.sliding_window_pattern` as a list (True: sliding) or a
+    period (every `pattern`-th layer global when the file has none)."""
+    pattern = f.get(f"{arch}.attention.sliding_window_pattern", pattern)
+    if isinstance(pattern, list):
+        if len(pattern) != n_layers:
+            raise FastDecodeError(f"{f.path}: {arch}.attention.sliding_window_pattern has {len(pattern)} entries "
+                                  f"for {n_layers} layers")
+        return tuple("sliding" if p else "global" for p in pattern)
+    pattern = optional_int(pattern, f.path, f"{arch}.attention.sliding_window_pattern")
+    if pattern < 1:
+        raise FastDecodeError(f"{f.path}: {arch}.attention.sliding_window_pattern must be >= 1, got {pattern}")
+    return tuple("global" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers))
 
 
 def _granite_fields(f: GGUFFile, arch: str, n_layers: int) -> dict:
@@ -215,10 +229,9 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     elif arch == "granite":
         family = _granite_fields(f, arch, n_layers)
     elif arch == "olmo2":
-        if f.get(f"{arch}.attention.sliding_window"):
-            raise FastDecodeError(f"{f.path}: OLMo 3's sliding-window layers are not supported (an olmo2 file "
-                                  "with attention.sliding_window); OLMo 2 files are")
         family = dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
+        if f.get(f"{arch}.attention.sliding_window"):  # OLMo 3
+            family.update(_olmo3_fields(f, arch, need, n_layers, theta))
     try:
         scaling = _rope_scaling(f, arch, head_dim, theta)
         return ModelArgs(

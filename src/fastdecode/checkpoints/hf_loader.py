@@ -17,15 +17,20 @@ from .keys import map_name
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
-                   "Olmo2ForCausalLM")
+                   "Olmo2ForCausalLM", "Olmo3ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
-                "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM"}
+                "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
+                "olmo3": "Olmo3ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _SMOLLM3 = "SmolLM3ForCausalLM"
 _GRANITE = "GraniteForCausalLM"
 _OLMO2 = "Olmo2ForCausalLM"
+_OLMO3 = "Olmo3ForCausalLM"  # OLMo 2 with three sliding layers in four, RoPE scaling on the others only
+# Families whose rope_parameters may be given per layer type (transformers 5), the global layers'
+# scaled, the sliding layers' never.
+_PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
 # Vision-language checkpoints whose text model we run, the image side left out: the text model's
 # architecture, and the values its `text_config` may leave to the config class's defaults
 # (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
@@ -77,7 +82,8 @@ _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
 
 def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
-    return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, _GEMMA_LAYER_NAMES if arch in (_GEMMA, _OLMO2) else _LAYER_NAMES)
+    post_norm_names = arch in (_GEMMA, _OLMO2, _OLMO3)
+    return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, _GEMMA_LAYER_NAMES if post_norm_names else _LAYER_NAMES)
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -240,6 +246,8 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
     if names is None and arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and config.get("use_sliding_window"):
         first = _int(config, "max_window_layers", n_layers)
         names = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
+    if names is None and arch == _OLMO3:  # Olmo3Config's default: every fourth layer global
+        names = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n_layers)]
     if names is None and arch == _GEMMA:
         pattern = _int(config, "sliding_window_pattern", 6)
         if pattern < 1:
@@ -258,14 +266,15 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
 
 
 def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path,
-                   scaling: Optional[RopeScaling]) -> dict[str, Any]:
-    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2 and Gemma 3 differ from Llama."""
+                   scaling: Optional[RopeScaling], theta: float) -> dict[str, Any]:
+    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3 and Gemma 3 differ from Llama."""
     if arch == "Qwen3ForCausalLM":
         return dict(qk_norm=True)
     if arch == _SMOLLM3:
         return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
-    if arch == _OLMO2:
-        return dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
+    if arch in (_OLMO2, _OLMO3):
+        olmo = dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
+        return olmo if arch == _OLMO2 else {**olmo, "rope_local_theta": _local_theta(config, path, theta)}
     if arch == _GRANITE:
         return dict(embed_scale=_number(config, "embedding_multiplier", 1.0),
                     residual_scale=_number(config, "residual_multiplier", 1.0),
@@ -287,15 +296,20 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
             raise FastDecodeError(f"{path}: {key} is not supported")
     if config.get("use_bidirectional_attention"):
         raise FastDecodeError(f"{path}: use_bidirectional_attention is not supported")
-    local = _object(_object(config, "rope_parameters"), "sliding_attention")
-    if local.get("rope_type", "default") != "default":
-        raise FastDecodeError(f"{path}: RoPE scaling {local['rope_type']!r} on sliding layers is not supported")
-    local_theta = _number(local, "rope_theta", _number(config, "rope_local_base_freq", 10000.0))
+    local_theta = _local_theta(config, path, _number(config, "rope_local_base_freq", 10000.0))
     scalar = _number(config, "query_pre_attn_scalar", head_dim)
     if scalar <= 0:
         raise FastDecodeError(f"query_pre_attn_scalar must be > 0, got {scalar}")
     return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
                 attn_scale=scalar ** -0.5)
+
+
+def _local_theta(config: dict[str, Any], path: Path, default: float) -> float:
+    """The sliding layers' RoPE base, from rope_parameters given per layer type (they are never scaled)."""
+    local = _object(_object(config, "rope_parameters"), "sliding_attention")
+    if local.get("rope_type", "default") != "default":
+        raise FastDecodeError(f"{path}: RoPE scaling {local['rope_type']!r} on sliding layers is not supported")
+    return _number(local, "rope_theta", default)
 
 
 def _nope_layers(config: dict[str, Any], n_layers: int) -> tuple[int, ...]:
@@ -323,7 +337,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         raise FastDecodeError(f"{path}: attention_bias/mlp_bias are not supported for {arch}")
     try:
         params = _object(config, "rope_parameters")
-        if arch == _GEMMA and "full_attention" in params:  # per layer type in transformers 5
+        if arch in _PER_LAYER_TYPE_ROPE and "full_attention" in params:  # per layer type in transformers 5
             theta, scaling = _rope(config, path, params["full_attention"], default_theta=1_000_000.0)
         else:
             theta, scaling = _rope(config, path, default_theta=1_000_000.0 if arch == _GEMMA else 10000.0)
@@ -355,7 +369,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             sliding_window=window,
             layer_types=layer_types,
             activation=_ACTIVATIONS[act],
-            **_family_fields(config, arch, dim, head_dim, path, scaling),
+            **_family_fields(config, arch, dim, head_dim, path, scaling, theta),
         )
     except KeyError as e:
         raise FastDecodeError(f"{path}: missing key {e.args[0]!r}") from None
