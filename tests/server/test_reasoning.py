@@ -79,8 +79,8 @@ def thinking_llm(request, tmp_path_factory):
     tokens = byte_level_tokens() + TAGS
     control = (*SPECIALS, *TAGS) if request.param == "special" else tuple(SPECIALS)
     path = write_gguf(tmp_path_factory.mktemp("think") / "t.gguf", gguf_tensors(hf_model(vocab_size=len(tokens))),
-                      tokens=tokens, control=control, template=QWEN_STYLE, context=256)
-    llm = fastdecode.load(str(path), max_batch_size=2, max_seq_len=256)
+                      tokens=tokens, control=control, template=QWEN_STYLE, context=512)
+    llm = fastdecode.load(str(path), max_batch_size=2, max_seq_len=512)
     yield llm
     llm.engine.close()
 
@@ -173,6 +173,18 @@ def test_thinking_turned_off_by_the_template_or_the_server(thinking_llm):
             "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
     message = whole_and_streamed(app_for(thinking_llm, R1_STYLE), body)
     assert "reasoning_content" not in message and json.loads(message["content"])["a"] is not None
+
+
+def test_calls_from_the_first_token_are_never_thinking(thinking_llm):
+    """tool_choice required writes the calls from the reply's first token: with a prompt that
+    opened <think>, they are still read as calls, not as thinking."""
+    tools = [{"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"n": {"enum": [1, 2]}}, "required": ["n"], "additionalProperties": False}}}]
+    body = {"messages": ASK, "tools": tools, "tool_choice": "required", "max_tokens": 100, "temperature": 0}
+    message = whole_and_streamed(app_for(thinking_llm, R1_STYLE), body)
+    (call,) = message["tool_calls"]
+    assert call["function"]["name"] == "pick" and json.loads(call["function"]["arguments"])["n"] in (1, 2)
+    assert "reasoning_content" not in message
 
 
 def test_a_bad_reasoning_setting_is_one_line():

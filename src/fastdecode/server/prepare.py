@@ -109,9 +109,11 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
         setup = ToolSetup(fmt, spec)
         specials = special_markers(fmt, llm.tokenizer)
         constraint = tool_constraint(fmt, spec, llm.tokenizer, specials)
-    # A reply constrained to a format (JSON, a grammar) is that format, never thinking.
+    # A reply constrained to a format (JSON, a grammar, calls from its first token) is that
+    # format, never thinking; tool_choice auto leaves the reply free until its calls.
     thinking = None
-    if reasoning and thinks(template) and request_constraint(req) is None:
+    free = request_constraint(req) is None and (spec is None or spec.choice == "auto")
+    if reasoning and thinks(template) and free:
         thinking = inside_thinking(llm.tokenizer.decode(prompt[-8:], skip_special_tokens=False))
         specials = {**specials, **special_tokens(THINK_MARKERS, llm.tokenizer)}
     # Markers that are special tokens ([TOOL_CALLS], a <think> some vocabularies make special) are
