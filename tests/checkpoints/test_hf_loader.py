@@ -9,7 +9,7 @@ import torch
 from fastdecode.checkpoints import load_checkpoint
 from fastdecode.errors import FastDecodeError
 from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
-from tiny_checkpoints import VOCAB, hf_model, write_hf_dir
+from tiny_checkpoints import VOCAB, hf_config, hf_model, write_hf_dir
 
 transformers = pytest.importorskip("transformers")
 
@@ -138,6 +138,35 @@ def test_gemma3_vision_language_directory_runs_its_text_model(tmp_path, names):
     tokens = torch.randint(3, VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (build_ours(ckpt)(tokens, None) - reference(input_ids=tokens).logits).abs().max().item() <= 1e-4
+
+
+@pytest.mark.parametrize("text", ["mistral", "ministral3"])
+def test_mistral3_vision_language_directory_runs_its_text_model(tmp_path, text):
+    """Mistral Small 3.1 / 3.2 and Ministral 3 ship as Mistral3ForConditionalGeneration, with a
+    Mistral or a Ministral 3 text model: it runs, the image encoder is left out."""
+    torch.manual_seed(6)
+    text_config = hf_config(text, tie=False)
+    vision = transformers.PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                              num_attention_heads=2, image_size=28, patch_size=14, head_dim=16)
+    model = transformers.Mistral3ForConditionalGeneration(
+        transformers.Mistral3Config(text_config=text_config, vision_config=vision)).eval()
+    write_hf_dir(tmp_path, model)
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    assert (ckpt.args.query_scale_beta > 0) is (text == "ministral3")
+    reference = transformers.Mistral3ForConditionalGeneration.from_pretrained(tmp_path).eval()
+    tokens = torch.randint(3, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = reference(input_ids=tokens).logits
+        assert (build_ours(ckpt)(tokens, None) - ref).abs().max().item() <= 1e-4 * max(1.0, ref.abs().max().item())
+
+
+def test_weights_quantized_for_transformers_are_refused_in_one_line(tmp_path):
+    write_hf_dir(tmp_path, hf_model())
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    message = error_of(tmp_path)
+    assert "weights quantized for transformers ('fp8') are not supported" in message and "\n" not in message
 
 
 def test_mistral_sliding_window_is_read_not_capped(tmp_path):
@@ -418,9 +447,11 @@ def test_yarn_stretches_the_declared_context(tmp_path):
     ({"architectures": ["SmolLM3ForCausalLM"], "no_rope_layer_interval": 0}, "no_rope_layer_interval must be >= 1"),
     ({"architectures": ["Gemma3ForConditionalGeneration"], "text_config": [1]}, "text_config must be an object"),
     ({"architectures": ["Gemma3ForConditionalGeneration"]}, "a Gemma3ForConditionalGeneration config needs text_config"),
+    ({"architectures": ["Mistral3ForConditionalGeneration"], "text_config": {"model_type": "llama"}},
+     "a Mistral3ForConditionalGeneration with a 'llama' text model is not supported; supported: mistral, ministral3"),
 ], ids=["inf heads", "float dim", "bool positions", "1e9 positions", "1e9 layers", "str eps", "int rope",
         "list act", "str tie", "zero logits scaling", "str residual", "bad nope flags", "zero nope interval",
-        "list text config", "no text config"])
+        "list text config", "no text config", "other text model"])
 def test_config_values_of_the_wrong_type_or_size(tmp_path, change, expected):
     """Each gets the one-line error naming the key (they raised OverflowError, AttributeError,
     TypeError, or went on to allocate a billion layers or RoPE positions)."""

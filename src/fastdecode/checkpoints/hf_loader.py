@@ -32,13 +32,15 @@ _OLMO3 = "Olmo3ForCausalLM"  # OLMo 2 with three sliding layers in four, RoPE sc
 # scaled, the sliding layers' never.
 _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
 # Vision-language checkpoints whose text model we run, the image side left out: the text model's
-# architecture, and the values its `text_config` may leave to the config class's defaults
-# (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
+# architecture (by text_config's model_type), and the values its `text_config` may leave to the
+# config class's defaults (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
 _MULTIMODAL = {
-    "Gemma3ForConditionalGeneration": (_GEMMA, dict(
+    "Gemma3ForConditionalGeneration": ({"gemma3_text": _GEMMA}, dict(
         vocab_size=262208, num_attention_heads=8, num_key_value_heads=4, head_dim=256, rms_norm_eps=1e-6,
         query_pre_attn_scalar=256, max_position_embeddings=131072, sliding_window=4096,
         hidden_activation="gelu_pytorch_tanh")),
+    # Mistral Small 3.1 / 3.2 (Mistral's text model), Ministral 3 (its own)
+    "Mistral3ForConditionalGeneration": ({"mistral": "MistralForCausalLM", "ministral3": _MINISTRAL3}, {}),
 }
 _IMAGE_PARTS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
 # Where such a checkpoint keeps the text model's tensors (the first: its files; the second:
@@ -98,6 +100,11 @@ def read_config(directory: Path) -> dict[str, Any]:
         raise FastDecodeError(f"{path}: cannot read JSON ({e})") from None
     if not isinstance(config, dict):
         raise FastDecodeError(f"{path}: expected a JSON object")
+    quant = config.get("quantization_config")
+    if quant is not None:
+        method = quant.get("quant_method") if isinstance(quant, dict) else quant
+        raise FastDecodeError(f"{path}: weights quantized for transformers ({method!r:.40}) are not supported; "
+                              "use the checkpoint's bfloat16/float16 weights or a GGUF file")
     archs = config.get("architectures")
     wrapper = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     if wrapper in _MULTIMODAL:
@@ -106,17 +113,22 @@ def read_config(directory: Path) -> dict[str, Any]:
 
 
 def _text_config(config: dict[str, Any], wrapper: str, path: Path) -> dict[str, Any]:
-    """A vision-language config as its text model's: `text_config` over the class's defaults,
-    the top level's tie_word_embeddings where the text part does not say."""
-    arch, defaults = _MULTIMODAL[wrapper]
+    """A vision-language config as its text model's: `text_config` over the class's defaults, and
+    the top level's tie_word_embeddings over the text part's."""
+    archs, defaults = _MULTIMODAL[wrapper]
     try:
         text = _object(config, "text_config")
     except FastDecodeError as e:
         raise FastDecodeError(f"{path}: {e}") from None
     if not text:
         raise FastDecodeError(f"{path}: a {wrapper} config needs text_config (its text model's settings)")
+    kind = text.get("model_type", next(iter(archs)))
+    if kind not in archs:
+        raise FastDecodeError(f"{path}: a {wrapper} with a {kind!r:.40} text model is not supported; "
+                              f"supported: {', '.join(archs)}")
+    arch = archs[kind]
     out = {**defaults, **text, "architectures": [arch], "multimodal": wrapper}
-    if "tie_word_embeddings" not in text and "tie_word_embeddings" in config:
+    if "tie_word_embeddings" in config:  # the whole model's, as transformers ties its head
         out["tie_word_embeddings"] = config["tie_word_embeddings"]
     return out
 
