@@ -22,10 +22,10 @@ from .errors import APIError, from_fastdecode, from_validation
 from .metrics import ChoiceTimer
 from .outputs import ChoiceState, chat_logprobs, completion_logprobs, prompt_pieces, vllm_prompt_logprobs
 from .prepare import Job, prepare_chat, prepare_completion
-from .reasoning import ReasoningSplitter
 from .protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
                        ChatCompletionRequest, CompletionChoice, CompletionRequest, Delta,
                        PromptTokensDetails, TextCompletion, Usage)
+from .reasoning import ReasoningSplitter
 from .state import ServerState
 
 log = logging.getLogger("fastdecode.server")
