@@ -160,6 +160,56 @@ def test_mistral3_vision_language_directory_runs_its_text_model(tmp_path, text):
         assert (build_ours(ckpt)(tokens, None) - ref).abs().max().item() <= 1e-4 * max(1.0, ref.abs().max().item())
 
 
+def qwen_vl(kind, tmp_path):
+    """A tiny Qwen 2.5-VL or Qwen3-VL, saved; Qwen 2.5-VL's config.json as its own repositories
+    write it (the text model's keys at the top level, RoPE as type mrope)."""
+    text = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=128, rope_theta=10000.0, tie_word_embeddings=False,
+                rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    if kind == "qwen3vl":
+        config = transformers.Qwen3VLConfig(
+            text_config={**text, "head_dim": 16, "rope_scaling": {"rope_type": "default", "mrope_section": [4, 2, 2],
+                                                                  "mrope_interleaved": True}},
+            vision_config=dict(hidden_size=32, intermediate_size=64, depth=1, num_heads=2, out_hidden_size=64,
+                               deepstack_visual_indexes=[0]), tie_word_embeddings=False, bos_token_id=1,
+            eos_token_id=2, pad_token_id=0)
+        model = transformers.Qwen3VLForConditionalGeneration(config)
+    else:
+        config = transformers.Qwen2_5_VLConfig(
+            text_config={**text, "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]}},
+            vision_config=dict(hidden_size=32, intermediate_size=64, depth=1, num_heads=2, out_hidden_size=64,
+                               fullatt_block_indexes=[0]), tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+            pad_token_id=0)
+        model = transformers.Qwen2_5_VLForConditionalGeneration(config)
+    with torch.no_grad():  # random norms, so that a swapped one would show
+        for name, p in model.named_parameters():
+            if "norm" in name and "visual" not in name:
+                p.copy_(1 + 0.1 * torch.randn_like(p))
+    write_hf_dir(tmp_path, model.eval())
+    if kind == "qwen2.5vl":
+        config = json.loads((tmp_path / "config.json").read_text())
+        flat = {**config, **config.pop("text_config"), "model_type": "qwen2_5_vl"}
+        flat["rope_scaling"] = {"type": "mrope", "mrope_section": [2, 3, 3]}
+        flat.pop("rope_parameters", None)
+        (tmp_path / "config.json").write_text(json.dumps(flat))
+    return model
+
+
+@pytest.mark.parametrize("kind", ["qwen2.5vl", "qwen3vl"])
+def test_qwen_vision_language_directory_runs_its_text_model(tmp_path, kind):
+    """Qwen 2.5-VL and Qwen3-VL directories run Qwen 2's and Qwen 3's text model: on text alone the
+    three M-RoPE position streams are one, so RoPE gives the same logits as transformers' M-RoPE."""
+    torch.manual_seed(8)
+    model = qwen_vl(kind, tmp_path)
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    assert (ckpt.args.qkv_bias, ckpt.args.qk_norm) == ((True, False) if kind == "qwen2.5vl" else (False, True))
+    assert not any("visual" in k for k in ckpt.state_dict)
+    reference = type(model).from_pretrained(tmp_path).eval()
+    tokens = torch.randint(3, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (build_ours(ckpt)(tokens, None) - reference(input_ids=tokens).logits).abs().max().item() <= 1e-4
+
+
 def test_weights_quantized_for_transformers_are_refused_in_one_line(tmp_path):
     write_hf_dir(tmp_path, hf_model())
     config = json.loads((tmp_path / "config.json").read_text())

@@ -41,8 +41,16 @@ _MULTIMODAL = {
         hidden_activation="gelu_pytorch_tanh")),
     # Mistral Small 3.1 / 3.2 (Mistral's text model), Ministral 3 (its own)
     "Mistral3ForConditionalGeneration": ({"mistral": "MistralForCausalLM", "ministral3": _MINISTRAL3}, {}),
+    # Qwen's: on text alone their M-RoPE is RoPE (the three position streams are one), so the text
+    # model is Qwen 2's or Qwen 3's. Qwen 2/2.5-VL's own configs keep the text model's keys at the
+    # top level, without text_config.
+    "Qwen2VLForConditionalGeneration": ({"qwen2_vl_text": "Qwen2ForCausalLM", "qwen2_vl": "Qwen2ForCausalLM"}, {}),
+    "Qwen2_5_VLForConditionalGeneration": ({"qwen2_5_vl_text": "Qwen2ForCausalLM",
+                                            "qwen2_5_vl": "Qwen2ForCausalLM"}, {}),
+    "Qwen3VLForConditionalGeneration": ({"qwen3_vl_text": "Qwen3ForCausalLM"}, {}),
 }
-_IMAGE_PARTS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+_IMAGE_PARTS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.",
+                "visual.", "model.visual.")
 # Where such a checkpoint keeps the text model's tensors (the first: its files; the second:
 # transformers 5's module names), and the text model's own names for them.
 _TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
@@ -120,6 +128,8 @@ def _text_config(config: dict[str, Any], wrapper: str, path: Path) -> dict[str, 
         text = _object(config, "text_config")
     except FastDecodeError as e:
         raise FastDecodeError(f"{path}: {e}") from None
+    if not text and wrapper.startswith("Qwen2"):  # the text model's keys at the top level (Qwen 2/2.5-VL)
+        text = {k: v for k, v in config.items() if k not in ("vision_config", "architectures")}
     if not text:
         raise FastDecodeError(f"{path}: a {wrapper} config needs text_config (its text model's settings)")
     kind = text.get("model_type", next(iter(archs)))
@@ -197,6 +207,8 @@ def _rope(config: dict[str, Any], path: Path, params: Optional[dict] = None,
     kind = params.get("rope_type", params.get("type", "default"))
     if not isinstance(kind, str):
         raise FastDecodeError(f"{path}: rope_type must be a string, got {kind!r:.40}")
+    if kind == "mrope" and "multimodal" in config:
+        kind = "default"  # Qwen-VL's M-RoPE: on text alone, RoPE
     if kind not in ("default", *RopeScaling.KINDS):
         raise FastDecodeError(f"{path}: RoPE scaling {kind!r} is not supported; "
                               f"supported: default, {', '.join(RopeScaling.KINDS)}")
