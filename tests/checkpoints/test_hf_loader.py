@@ -90,6 +90,24 @@ def test_olmo3_rope_per_layer_type(tmp_path, global_rope):
         assert (build_ours(ckpt)(tokens, None) - model(tokens).logits).abs().max().item() <= 1e-4
 
 
+@pytest.mark.parametrize("arch", ["smollm3", "olmo3", "olmo2", "gemma3"])
+def test_a_config_without_rope_theta_takes_its_familys_default(tmp_path, arch):
+    """A config.json that names no RoPE base gets the one its transformers config class defaults
+    to (SmolLM3 2,000,000, OLMo 3 500,000, Gemma 3 1,000,000, OLMo 2 Llama's 10,000), as
+    transformers loading the same directory does."""
+    write_hf_dir(tmp_path, hf_model(arch, seed=9, tie=arch != "olmo2", window=8))
+    config = json.loads((tmp_path / "config.json").read_text())
+    for key in ("rope_theta", "rope_parameters", "rope_scaling", "rope_local_base_freq"):
+        config.pop(key, None)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path).eval()
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    assert ckpt.args.rope_theta == {"smollm3": 2e6, "olmo3": 5e5, "olmo2": 1e4, "gemma3": 1e6}[arch]
+    tokens = torch.randint(3, VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (build_ours(ckpt)(tokens, None) - reference(tokens).logits).abs().max().item() <= 1e-4
+
+
 def test_granite_multipliers_come_from_the_config(tmp_path):
     write_hf_dir(tmp_path, hf_model("granite"))
     a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args

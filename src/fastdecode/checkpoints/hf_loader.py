@@ -31,6 +31,9 @@ _OLMO3 = "Olmo3ForCausalLM"  # OLMo 2 with three sliding layers in four, RoPE sc
 # Families whose rope_parameters may be given per layer type (transformers 5), the global layers'
 # scaled, the sliding layers' never.
 _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
+# The RoPE base a config that names none gets: its transformers config class's default (10,000 for
+# the others).
+_DEFAULT_THETA = {_GEMMA: 1_000_000.0, _OLMO3: 500_000.0, _SMOLLM3: 2_000_000.0}
 # Vision-language checkpoints whose text model we run, the image side left out: the text model's
 # architecture (by text_config's model_type), and the values its `text_config` may leave to the
 # config class's defaults (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
@@ -361,10 +364,11 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         raise FastDecodeError(f"{path}: attention_bias/mlp_bias are not supported for {arch}")
     try:
         params = _object(config, "rope_parameters")
+        default_theta = _DEFAULT_THETA.get(arch, 10000.0)
         if arch in _PER_LAYER_TYPE_ROPE and "full_attention" in params:  # per layer type in transformers 5
-            theta, scaling = _rope(config, path, params["full_attention"], default_theta=1_000_000.0)
+            theta, scaling = _rope(config, path, params["full_attention"], default_theta=default_theta)
         else:
-            theta, scaling = _rope(config, path, default_theta=1_000_000.0 if arch == _GEMMA else 10000.0)
+            theta, scaling = _rope(config, path, default_theta=default_theta)
         n_heads = _int(config, "num_attention_heads")
         dim = _int(config, "hidden_size")
         n_layers = _int(config, "num_hidden_layers")
