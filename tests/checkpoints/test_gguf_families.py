@@ -1,4 +1,4 @@
-"""GGUF files of the Gemma 3, Qwen 3, Ministral 3, SmolLM3, Granite and OLMo 2 architectures, written by the
+"""GGUF files of the Gemma 2 and 3, Qwen 3, Ministral 3, SmolLM3, Granite and OLMo 2 architectures, written by the
 tests from random transformers models, against those models (and llama.cpp, where installed); and
 their bad input."""
 
@@ -128,6 +128,10 @@ GRANITE_META = {"granite.embedding_scale": 3.0, "granite.residual_scale": 0.5, "
 # layers 0-2 sliding). Real OLMo 3 files give both kinds of layer one RoPE base, as here: llama.cpp's
 # graph uses the global base on sliding layers too, whatever rope.freq_base_swa says.
 OLMO3_META = {"olmo2.attention.sliding_window": 8, "olmo2.rope.freq_base_swa": 10000.0}
+# Gemma 2 as llama.cpp's converter writes it (tiny_checkpoints' caps, a window of 8; no layer
+# pattern or scale: llama.cpp assumes every other layer sliding and 1/sqrt(head_dim)).
+GEMMA2_META = {"gemma2.attention.sliding_window": 8, "gemma2.attn_logit_softcapping": 0.05,
+               "gemma2.final_logit_softcapping": 1.0}
 OLMO3_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}
 OLMO3_YARN_META = {**OLMO3_META, "olmo2.rope.scaling.type": "yarn", "olmo2.rope.scaling.factor": 4.0,
                    "olmo2.rope.scaling.original_context_length": 16}
@@ -142,14 +146,16 @@ def write_family(path, family, seed=3):
         model.config.rope_parameters["full_attention"] = dict(OLMO3_YARN)
         model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
     arch, extra = {"ministral3": ("mistral3", MINISTRAL3_META), "smollm3": ("smollm3", {}),
+                   "gemma2": ("gemma2", GEMMA2_META),
                    "granite": ("granite", GRANITE_META), "olmo2": ("olmo2", {}), "olmo3": ("olmo2", OLMO3_META),
                    "olmo3-yarn": ("olmo2", OLMO3_YARN_META)}[family]
-    return write_gguf(path, gguf_tensors(model, "olmo2" if olmo else "llama"), arch=arch,
+    names = "olmo2" if olmo else "gemma2" if family == "gemma2" else "llama"
+    return write_gguf(path, gguf_tensors(model, names), arch=arch,
                       n_layers=model.config.num_hidden_layers, extra=extra), model
 
 
-@pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn"])
-def test_smollm3_granite_and_olmo_ggufs_match_the_transformers_model(tmp_path, family):
+@pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma2"])
+def test_smollm3_granite_olmo_and_gemma2_ggufs_match_the_transformers_model(tmp_path, family):
     path, model = write_family(tmp_path / "m.gguf", family)
     a = load_checkpoint(path, dtype=torch.float32, use_cache=False).args
     if family == "smollm3":
@@ -160,6 +166,10 @@ def test_smollm3_granite_and_olmo_ggufs_match_the_transformers_model(tmp_path, f
             assert a.layer_types == ("sliding",) * 3 + ("global",) and a.sliding_window == 8
             assert (a.rope_theta, a.rope_local_theta) == (10000.0, 10000.0)
             assert (a.rope_scaling is not None) is (family == "olmo3-yarn")
+    elif family == "gemma2":
+        assert a.layer_types == ("sliding", "global") * 2 and a.sliding_window == 8 and a.rope_local_theta is None
+        assert (a.attn_softcap, a.logit_softcap, a.attn_scale, a.embed_scale) == pytest.approx((0.05, 1.0, 0.25, 8.0))
+        assert a.post_norms and not a.qk_norm and a.tie_embeddings
     else:
         assert (a.embed_scale, a.residual_scale, a.logits_scaling) == (3.0, 0.5, 4.0)
         assert abs(a.attn_scale - 0.3) < 1e-7 and a.nope_layers == ()
@@ -174,12 +184,13 @@ def test_granite_without_rope_when_the_file_says_so(tmp_path):
     assert load_checkpoint(path, dtype=torch.float32, use_cache=False).args.nope_layers == (0, 1)
 
 
-@pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn"])
+@pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma2"])
 def test_families_match_llama_cpp(tmp_path, family):
     """The same file through llama.cpp, where installed. Measured apart at most (llama.cpp keeps K and V
     in float16): Ministral 3 1.3e-4 (4.7e-3 with the queries' scale left out), SmolLM3 1.7e-4 (1.8e-3
     with RoPE on every layer), Granite 6.5e-6 (3.3e-2 without the residual multiplier), OLMo 2 1.8e-4,
-    OLMo 3 4.7e-4 and with YaRN 5.4e-4 (transformers is as far from llama.cpp; a window of 7 or 9: 0.4)."""
+    OLMo 3 4.7e-4 and with YaRN 5.4e-4 (transformers is as far from llama.cpp; a window of 7 or 9: 0.4), Gemma 2
+    8.2e-4 (transformers is as far: ours is 5e-7 from it; 0.20 without the score cap, 0.50 without the logits')."""
     pytest.importorskip("llama_cpp")
     path, _ = write_family(tmp_path / "m.gguf", family)
     ours, theirs = ours_and_llama_cpps_logits(path)
@@ -204,11 +215,12 @@ def ours_and_llama_cpps_logits(path):
         ref.close()
 
 
-@pytest.mark.parametrize("family", ["qwen3-yarn", "ministral3", "smollm3", "granite", "olmo2", "olmo3-yarn"])
+@pytest.mark.parametrize("family", ["qwen3-yarn", "ministral3", "smollm3", "granite", "olmo2", "olmo3-yarn",
+                                    "gemma2"])
 def test_scaled_rope_and_queries_through_the_engine(tmp_path, family):
     """The engine's cached, chunked steps scale cos and sin (YaRN) and the queries (Ministral 3),
-    skip RoPE on SmolLM3's NoPE layers, apply Granite's multipliers and OLMo 2's norms at each
-    row's positions as the cache-free forward does."""
+    skip RoPE on SmolLM3's NoPE layers, apply Granite's multipliers, OLMo 2's norms and Gemma 2's
+    caps at each row's positions as the cache-free forward does."""
     if family != "qwen3-yarn":
         path, _ = write_family(tmp_path / "m.gguf", family)
     else:
@@ -218,10 +230,12 @@ def test_scaled_rope_and_queries_through_the_engine(tmp_path, family):
     llm = fastdecode.load(str(path), max_seq_len=128, max_batch_size=2, kv_dtype="float32", prefill_chunk=16)
     prompt = TOKENS[0].tolist()
     got = llm.generate([prompt], max_new_tokens=24, min_new_tokens=24, temperature=0)[0].token_ids
-    ids = list(prompt)
+    ids, stops = list(prompt), list(llm.tokenizer.eos_ids)
     with torch.no_grad():
         for _ in range(24):
-            ids.append(int(llm.model(torch.tensor([ids]), None)[0, -1].argmax()))
+            logits = llm.model(torch.tensor([ids]), None)[0, -1]
+            logits[stops] = -float("inf")  # as min_new_tokens keeps them out
+            ids.append(int(logits.argmax()))
     assert got == ids[len(prompt):]
 
 
@@ -258,7 +272,7 @@ def one_line_error(path, match):
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi3")
     message = one_line_error(path, "unsupported architecture 'phi3'")
-    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma3, smollm3, granite, olmo2")
+    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma2, gemma3, smollm3, granite, olmo2")
 
 
 def test_missing_required_metadata_key_is_named(tmp_path):

@@ -1,4 +1,4 @@
-"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3, Gemma 3, SmolLM3, Granite and OLMo 2, single and sharded,
+"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3, SmolLM3, Granite and OLMo 2, single and sharded,
 against transformers."""
 
 import json
@@ -25,7 +25,7 @@ def build_ours(ckpt):
 @pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True),
                                        ("qwen3", True), ("qwen3", False), ("gemma3", True), ("ministral3", False),
                                        ("smollm3", True), ("granite", True), ("granite", False),
-                                       ("olmo2", False), ("olmo3", False)])
+                                       ("olmo2", False), ("olmo3", False), ("gemma2", True)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)
@@ -252,9 +252,38 @@ def test_gemma3_fields_come_from_the_config(tmp_path):
     assert (a.activation, a.embed_scale, a.post_norms, a.qk_norm) == ("gelu_tanh", 8.0, True, True)
 
 
+def test_gemma2_fields_come_from_the_config(tmp_path):
+    """Gemma 2's soft-caps and softmax scale from its config (query_pre_attn_scalar 24, not
+    head_dim's 16), logits against transformers; a null cap is none, a missing one Gemma2Config's."""
+    config = hf_config("gemma2", window=8)
+    config.query_pre_attn_scalar = 24
+    torch.manual_seed(5)
+    model = transformers.Gemma2ForCausalLM(config).eval()
+    write_hf_dir(tmp_path, model)
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    a = ckpt.args
+    assert a.layer_types == ("sliding", "global") * 2 and a.sliding_window == 8 and a.rope_local_theta is None
+    assert (a.attn_scale, a.attn_softcap, a.logit_softcap) == (24 ** -0.5, 0.05, 1.0)
+    assert (a.activation, a.embed_scale, a.post_norms, a.qk_norm, a.tie_embeddings) == (
+        "gelu_tanh", 8.0, True, False, True)
+    tokens = torch.randint(3, VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (build_ours(ckpt)(tokens, None) - model(tokens).logits).abs().max().item() <= 1e-4
+    saved = json.loads((tmp_path / "config.json").read_text())
+    for changes, caps in (({"final_logit_softcapping": None}, (0.05, 0.0)),
+                          ({"attn_logit_softcapping": None, "final_logit_softcapping": None}, (0.0, 0.0))):
+        (tmp_path / "config.json").write_text(json.dumps({**saved, **changes}))
+        a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu", use_cache=False).args
+        assert (a.attn_softcap, a.logit_softcap) == caps
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in saved.items() if "softcapping" not in k}))
+    a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu", use_cache=False).args
+    assert (a.attn_softcap, a.logit_softcap) == (50.0, 30.0)
+
+
 # Sequences longer than the window (8), decoded past it: the engine's cached path
 # with its attention kernel against transformers' own generation.
-@pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2", "smollm3", "granite", "olmo2", "olmo3"])
+@pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2", "smollm3", "granite", "olmo2", "olmo3",
+                                  "gemma2"])
 def test_greedy_tokens_match_transformers_past_the_window(tmp_path, arch):
     import fastdecode
 

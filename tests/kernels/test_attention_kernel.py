@@ -1,5 +1,6 @@
 """The native cache attention kernel against its PyTorch twin (`model.cache_attention`),
-with sliding windows and softmax scales, and proof that it visits only the window."""
+with sliding windows, softmax scales and Gemma 2's soft-capped scores, and proof that it visits
+only the window."""
 
 import pytest
 import torch
@@ -24,11 +25,16 @@ def inputs(seed=0, B=3, T=5, H=4, Hkv=2, D=16, slots=4, S=48):
 @pytest.mark.parametrize("window", [0, 1, 3, 8, 11, 64])
 @pytest.mark.parametrize("scale", [None, 0.2])
 @pytest.mark.parametrize("D", [16, 256])
-def test_kernel_equals_twin(window, scale, D):
+@pytest.mark.parametrize("softcap", [0.0, 1.5])
+def test_kernel_equals_twin(window, scale, D, softcap):
     q, k, v, pos, rows = inputs(D=D)
-    got = torch.ops.fastdecode.attention(q, k, v, pos, rows, window, D ** -0.5 if scale is None else scale)
-    want = cache_attention(q, k, v, pos, rows, window=window, scale=scale)
+    q = q * 2  # scores of a few units, which a cap of 1.5 bends
+    got = torch.ops.fastdecode.attention(q, k, v, pos, rows, window, D ** -0.5 if scale is None else scale, softcap)
+    want = cache_attention(q, k, v, pos, rows, window=window, scale=scale, softcap=softcap)
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    if softcap and window != 1:  # one key has weight 1 whatever its score
+        uncapped = cache_attention(q, k, v, pos, rows, window=window, scale=scale)
+        assert (uncapped - want).abs().max() > 1e-2
 
 
 def test_kernel_reads_nothing_outside_the_window():
@@ -51,9 +57,12 @@ def test_opcheck_with_a_window():
     q, k, v, pos, rows = inputs()
     torch.library.opcheck(torch.ops.fastdecode.attention, (q, k, v, pos, rows, 4, 0.25))
     torch.library.opcheck(torch.ops.fastdecode.attention, (q, k, v, pos, rows, 0, 0.25))
+    torch.library.opcheck(torch.ops.fastdecode.attention, (q, k, v, pos, rows, 0, 0.25, 30.0))
 
 
 def test_negative_window_is_refused():
     q, k, v, pos, rows = inputs()
     with pytest.raises(RuntimeError, match="window must be >= 0"):
         torch.ops.fastdecode.attention(q, k, v, pos, rows, -1, 0.25)
+    with pytest.raises(RuntimeError, match="softcap must be >= 0"):
+        torch.ops.fastdecode.attention(q, k, v, pos, rows, 0, 0.25, -2.0)

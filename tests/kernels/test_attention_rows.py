@@ -103,12 +103,13 @@ def test_a_head_is_the_same_in_any_group(kv, D):
 @pytest.mark.parametrize("kv", list(KV))
 @pytest.mark.parametrize("shape", SHAPES + [(1, 18, 9, 3, 40, 0), (1, 33, 4, 2, 24, 0), (2, 12, 8, 4, 256, 40)],
                          ids=lambda s: "B{}T{}H{}kv{}D{}w{}".format(*s))
-def test_every_instruction_set_gives_the_same_bits(kv, shape):
+@pytest.mark.parametrize("softcap", [0.0, 2.0])
+def test_every_instruction_set_gives_the_same_bits(kv, shape, softcap):
     """The attention's AVX-512 path (p v and the softmax 16 lanes at a time, and a prefill tile's
     scores from K transposed, 16 keys a register), which runs by default only where 512-bit
     FMAs run at full width, forced on and off, against the AVX2 path: the same bits. Long
     caches (keys in several blocks and a last partial vector of 16), head dims with a half
-    vector left over (40, 24), windows."""
+    vector left over (40, 24), windows, Gemma 2's capped scores."""
     B, T, H, Hkv, D, window = shape
     if kv == "q8_0" and D % 32:
         pytest.skip("q8_0 needs head_dim in blocks of 32")
@@ -126,7 +127,7 @@ def test_every_instruction_set_gives_the_same_bits(kv, shape):
         for isa, wide in (("avx2", None), ("avx512-vnni", False), ("avx512-vnni", True)):
             kernels.set_isa(isa)
             assert kernels.set_wide(wide) == bool(wide)
-            outs[isa, wide] = torch.ops.fastdecode.attention(q, k_all, v_all, pos, rows, window, D ** -0.5)
+            outs[isa, wide] = torch.ops.fastdecode.attention(q, k_all, v_all, pos, rows, window, D ** -0.5, softcap)
     finally:
         kernels.set_isa(None)
         kernels.set_wide(None)
@@ -145,7 +146,8 @@ SPLIT = [(1, 4, 1, 256, 0), (1, 4, 1, 256, 600), (1, 8, 1, 72, 0), (2, 6, 1, 128
 
 @pytest.mark.parametrize("kv", list(KV))
 @pytest.mark.parametrize("shape", SPLIT, ids=lambda s: "B{}H{}kv{}D{}w{}".format(*s))
-def test_a_split_decode_step_gives_each_rows_bits(kv, shape):
+@pytest.mark.parametrize("softcap", [0.0, 2.0])
+def test_a_split_decode_step_gives_each_rows_bits(kv, shape, softcap):
     """On 2, 3 and 4 threads, and on every instruction set path, a split step's rows are the bits
     each row gives alone on one thread (where nothing splits)."""
     B, H, Hkv, D, window = shape
@@ -164,13 +166,13 @@ def test_a_split_decode_step_gives_each_rows_bits(kv, shape):
     try:
         torch.set_num_threads(1)
         alone = torch.cat([torch.ops.fastdecode.attention(q[b:b + 1], k_all, v_all, pos[b:b + 1], rows[b:b + 1],
-                                                          window, D ** -0.5) for b in range(B)])
+                                                          window, D ** -0.5, softcap) for b in range(B)])
         for isa, wide in paths:
             kernels.set_isa(isa)
             kernels.set_wide(wide)
             for n in (2, 3, 4):
                 torch.set_num_threads(n)
-                y = torch.ops.fastdecode.attention(q, k_all, v_all, pos, rows, window, D ** -0.5)
+                y = torch.ops.fastdecode.attention(q, k_all, v_all, pos, rows, window, D ** -0.5, softcap)
                 assert torch.equal(y, alone), (isa, wide, n)
     finally:
         torch.set_num_threads(threads)

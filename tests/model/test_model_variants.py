@@ -1,6 +1,6 @@
 """The per-family ModelArgs fields (sliding windows, QK-norm, two RoPE bases, GeGLU,
 scaled embedding, post-norms, linear RoPE scaling, layers without RoPE, Granite's multipliers,
-OLMo 2's norms): the cached path equals the cache-free reference forward, on the portable path
+OLMo 2's norms, Gemma 2's soft-capping): the cached path equals the cache-free reference forward, on the portable path
 and on the native kernels."""
 
 import dataclasses
@@ -26,6 +26,9 @@ VARIANTS = {
     "smollm3-nope": dict(nope_layers=(1,)),
     "granite": dict(embed_scale=3.0, residual_scale=0.5, logits_scaling=4.0, attn_scale=0.3),
     "olmo2": dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True),
+    # scores and logits capped low enough that most are bent
+    "gemma2": dict(activation="gelu_tanh", embed_scale=8.0, post_norms=True, sliding_window=6,
+                   layer_types=("sliding", "global"), attn_scale=0.5, attn_softcap=2.0, logit_softcap=3.0),
 }
 PATHS = ["portable", "native"]
 

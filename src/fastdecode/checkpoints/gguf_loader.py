@@ -20,7 +20,7 @@ from .gguf_file import GGUFFile, number, optional_int
 # as "mistral3" (Llama's tensors, YaRN and a query scale by position); SmolLM3 and Granite are
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
 # sublayer only (an olmo2 file with a window is OLMo 3).
-SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma3", "smollm3", "granite", "olmo2")
+SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3", "granite", "olmo2")
 PERMUTED = ("llama", "mistral3", "smollm3", "granite")  # the converter permutes these architectures' Q/K rows
 
 _GLOBAL_NAMES = {
@@ -43,7 +43,7 @@ _LAYER_NAMES = {
     "ffn_up.weight": "feed_forward.w3.weight",
     "attn_q_norm.weight": "attention.q_norm.weight",  # QK-norm (qwen3, gemma3)
     "attn_k_norm.weight": "attention.k_norm.weight",
-    "post_attention_norm.weight": "post_attention_norm.weight",  # gemma3's post-norms
+    "post_attention_norm.weight": "post_attention_norm.weight",  # gemma2/3's post-norms
     "post_ffw_norm.weight": "post_ffn_norm.weight",
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
@@ -110,6 +110,24 @@ def _gemma3_fields(f: GGUFFile, arch: str, need, dim: int, n_heads: int, head_di
         qk_norm=True, post_norms=True, activation="gelu_tanh", embed_scale=math.sqrt(dim),
         sliding_window=need("attention.sliding_window"), layer_types=layer_types,
         rope_local_theta=number(f, f"{arch}.rope.freq_base_swa", 10000.0), attn_scale=scale,
+    )
+
+
+def _gemma2_fields(f: GGUFFile, arch: str, dim: int, n_heads: int, head_dim: int, n_layers: int) -> dict:
+    """Gemma 2: Gemma 3's block without QK-norm, every other layer sliding (the first one),
+    and its attention scores and logits soft-capped. Where the file names none, the values
+    llama.cpp assumes: window 4,096, caps 50 and 30, one RoPE base, and the attention scale
+    1/sqrt(head_dim), or 1/sqrt(dim / n_heads) for the 46-layer 27B model."""
+    theta = number(f, f"{arch}.rope.freq_base", 10000.0)
+    local_theta = number(f, f"{arch}.rope.freq_base_swa", theta)
+    return dict(
+        post_norms=True, activation="gelu_tanh", embed_scale=math.sqrt(dim),
+        sliding_window=optional_int(f.get(f"{arch}.attention.sliding_window", 4096), f.path, "sliding_window"),
+        layer_types=_layer_types(f, arch, n_layers, 2),
+        rope_local_theta=None if local_theta == theta else local_theta,
+        attn_scale=(dim / n_heads if n_layers == 46 else head_dim) ** -0.5,
+        attn_softcap=number(f, f"{arch}.attn_logit_softcapping", 50.0),
+        logit_softcap=number(f, f"{arch}.final_logit_softcapping", 30.0),
     )
 
 
@@ -222,6 +240,8 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         period = f.get(f"{arch}.rope.scaling.original_context_length", context)
         family = dict(query_scale_beta=beta,
                       query_scale_period=optional_int(period, f.path, "rope.scaling.original_context_length"))
+    elif arch == "gemma2":
+        family = _gemma2_fields(f, arch, dim, n_heads, head_dim, n_layers)
     elif arch == "gemma3":
         family = _gemma3_fields(f, arch, need, dim, n_heads, head_dim, n_layers)
     elif arch == "smollm3":  # llama.cpp's rule for the architecture: no RoPE on every fourth layer

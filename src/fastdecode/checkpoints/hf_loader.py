@@ -17,13 +17,14 @@ from .keys import map_name
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
-                   "Olmo2ForCausalLM", "Olmo3ForCausalLM")
+                   "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma2ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
-                "olmo3": "Olmo3ForCausalLM"}
+                "olmo3": "Olmo3ForCausalLM", "gemma2": "Gemma2ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
+_GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
 _SMOLLM3 = "SmolLM3ForCausalLM"
 _GRANITE = "GraniteForCausalLM"
 _OLMO2 = "Olmo2ForCausalLM"
@@ -82,7 +83,7 @@ _LAYER_NAMES = {
     "self_attn.q_norm.weight": "attention.q_norm.weight",  # QK-norm (Qwen3, Gemma 3)
     "self_attn.k_norm.weight": "attention.k_norm.weight",
 }
-# Gemma 3 names its four norms differently: its post_attention_layernorm is the
+# Gemma 2 and 3 name their four norms differently: its post_attention_layernorm is the
 # sandwich norm on the attention output, not the MLP's input norm as in Llama (OLMo 2's
 # two norms are named so too).
 _GEMMA_LAYER_NAMES = {
@@ -95,7 +96,7 @@ _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
 
 def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
-    post_norm_names = arch in (_GEMMA, _OLMO2, _OLMO3)
+    post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3)
     return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, _GEMMA_LAYER_NAMES if post_norm_names else _LAYER_NAMES)
 
 
@@ -275,6 +276,9 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
         names = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
     if names is None and arch == _OLMO3:  # Olmo3Config's default: every fourth layer global
         names = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n_layers)]
+    if names is None and arch == _GEMMA2:  # Gemma2Config's default: every other layer, the first sliding
+        window = window or 4096
+        names = ["full_attention" if i % 2 else "sliding_attention" for i in range(n_layers)]
     if names is None and arch == _GEMMA:
         pattern = _int(config, "sliding_window_pattern", 6)
         if pattern < 1:
@@ -294,7 +298,7 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
 
 def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path,
                    scaling: Optional[RopeScaling], theta: float) -> dict[str, Any]:
-    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3 and Gemma 3 differ from Llama."""
+    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3 and Gemma 2/3 differ from Llama."""
     if arch == "Qwen3ForCausalLM":
         return dict(qk_norm=True)
     if arch == _SMOLLM3:
@@ -316,6 +320,10 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         yarn = scaling is not None and scaling.kind == "yarn"
         period = scaling.original_max_position_embeddings if yarn else _int(config, "max_position_embeddings", 2048)
         return dict(query_scale_beta=beta, query_scale_period=period)
+    if arch == _GEMMA2:
+        return dict(post_norms=True, embed_scale=math.sqrt(dim), attn_scale=_query_scale(config, 256),
+                    attn_softcap=_softcap(config, "attn_logit_softcapping", 50.0),
+                    logit_softcap=_softcap(config, "final_logit_softcapping", 30.0))
     if arch != _GEMMA:
         return {}
     for key in ("final_logit_softcapping", "attn_logit_softcapping"):
@@ -324,11 +332,27 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
     if config.get("use_bidirectional_attention"):
         raise FastDecodeError(f"{path}: use_bidirectional_attention is not supported")
     local_theta = _local_theta(config, path, _number(config, "rope_local_base_freq", 10000.0))
-    scalar = _number(config, "query_pre_attn_scalar", head_dim)
+    return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
+                attn_scale=_query_scale(config, head_dim))
+
+
+def _softcap(config: dict[str, Any], key: str, default: float) -> float:
+    """A soft-cap as transformers reads it: Gemma2Config's default when the key is missing, none
+    (0) when it is null."""
+    if key in config and config[key] is None:
+        return 0.0
+    cap = _number(config, key, default)
+    if cap < 0:
+        raise FastDecodeError(f"{key} must be >= 0 (or null: none), got {cap}")
+    return cap
+
+
+def _query_scale(config: dict[str, Any], default: float) -> float:
+    """Gemma's softmax scale, query_pre_attn_scalar ** -0.5."""
+    scalar = _number(config, "query_pre_attn_scalar", default)
     if scalar <= 0:
         raise FastDecodeError(f"query_pre_attn_scalar must be > 0, got {scalar}")
-    return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
-                attn_scale=scalar ** -0.5)
+    return scalar ** -0.5
 
 
 def _local_theta(config: dict[str, Any], path: Path, default: float) -> float:
@@ -377,7 +401,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         head_dim = _int(config, "head_dim", 0) or dim // n_heads
         context = _int(config, "max_position_embeddings", 2048)
         window, layer_types = _sliding(config, arch, n_layers, path)
-        tie = config.get("tie_word_embeddings", arch == _GEMMA)
+        tie = config.get("tie_word_embeddings", arch in (_GEMMA, _GEMMA2))
         if not isinstance(tie, bool):
             raise FastDecodeError(f"tie_word_embeddings must be true or false, got {tie!r:.40}")
         return ModelArgs(
@@ -449,7 +473,7 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[
                     if key == "output.weight" and args.tie_embeddings:
                         continue  # tied: the output reuses the embedding
                     t = f.get_tensor(name)
-                    if arch == _GEMMA and key.endswith("norm.weight"):
+                    if arch in (_GEMMA, _GEMMA2) and key.endswith("norm.weight"):
                         # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
                         # so our plain RMSNorm (and its kernel) computes them.
                         t = t.float() + 1.0

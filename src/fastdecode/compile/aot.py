@@ -48,11 +48,12 @@ from ..quant.transform import native_ops, set_gemv
 from ..version import __version__
 from .steps import Steps
 
+# 7: the attention kernel takes a logit soft-cap (Gemma 2; its C entry point changed);
 # 6: background exports plan their loops for the parent's threads (5's ran them on one thread);
 # 5: the caches' dtype (kv_dtype: float32, float16, bfloat16, q8_0) is in the metadata and checked;
 # 4: the attention kernel takes a sliding window and a softmax scale (its C entry point changed);
 # 3: per-row positions, cache slots, logits_at (2 took one shared position and left padding)
-FORMAT = "6"
+FORMAT = "7"
 _ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
 # The native kernels' C entry points, declared for AOTInductor's generated code
 # (defined in kernels/*.cpp); without them each call goes through a boxed fallback.
@@ -73,7 +74,7 @@ _SHIMS = {
     "q4xs_linear": f"AOTITorchError aoti_torch_cpu_q4xs_linear({_H} x, {_H} w, {_H} sc, {_H} d, {_H}* ret0)",
     "rms_norm": f"AOTITorchError aoti_torch_cpu_rms_norm({_H} x, {_H} w, double eps, {_H}* ret0)",
     "attention": (f"AOTITorchError aoti_torch_cpu_attention({_H} q, {_H} k, {_H} v, {_H} pos, {_H} rows, "
-                  f"int64_t window, double scale, {_H}* ret0)"),
+                  f"int64_t window, double scale, double softcap, {_H}* ret0)"),
 }
 
 

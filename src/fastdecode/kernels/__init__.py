@@ -375,7 +375,7 @@ def _register_fakes() -> None:
         return x.new_empty(x.shape[0], qweight.shape[0])
 
     @torch.library.register_fake("fastdecode::attention")
-    def _(q, k, v, input_pos, rows, window, scale):
+    def _(q, k, v, input_pos, rows, window, scale, softcap=0.0):
         return q.new_empty(q.shape)
 
     @torch.library.register_fake("fastdecode::rms_norm")

@@ -3,6 +3,7 @@
 // allocates and runs attention_run on each thread.
 //
 // y[b, t, h] = softmax_j(scale * q[b, t, h] . k[r, h / n_rep, j]) v[r, h / n_rep, j]
+// (with softcap > 0, each score s is first softcap tanh(s / softcap), Gemma 2's capping)
 // over the keys j <= input_pos[b, t] of cache slot r = rows[b]: each row reads
 // its own slot up to its own position, so cost follows the length in use. With
 // window > 0 (sliding-window layers) only keys input_pos - window < j <= input_pos
@@ -297,6 +298,28 @@ float softmax(Row& r) {
     sumv = _mm256_add_ps(sumv, p);
   }
   return 1.f / hsum(sumv);
+}
+
+// Gemma 2's soft-capping of r.s in place: s <- cap tanh(s / cap), bounding every score to
+// (-cap, cap). tanh(|x|) = (1 - e) / (1 + e) with e = e^(-2|x|) from exp_neg; the sign put back.
+// 8 lanes on either path (it is not where time goes), so a row's bits do not depend on it.
+void softcap(Row& r, float cap) {
+  const __m256 c = _mm256_set1_ps(cap), inv = _mm256_set1_ps(1.f / cap), one = _mm256_set1_ps(1.f);
+  const __m256 sign = _mm256_set1_ps(-0.f);
+  auto f = [&](__m256 s) {
+    const __m256 x = _mm256_mul_ps(s, inv), ax = _mm256_andnot_ps(sign, x);
+    const __m256 e = exp_neg(_mm256_mul_ps(ax, _mm256_set1_ps(-2.f)));
+    const __m256 t = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    return _mm256_mul_ps(_mm256_or_ps(t, _mm256_and_ps(sign, x)), c);
+  };
+  const int64_t n = r.n, n8 = n / 8 * 8;
+  for (int64_t i = 0; i < n8; i += 8) _mm256_storeu_ps(r.s + i, f(_mm256_loadu_ps(r.s + i)));
+  if (n8 < n) {
+    alignas(32) float tail[8] = {};
+    std::copy(r.s + n8, r.s + n, tail);
+    _mm256_store_ps(tail, f(_mm256_load_ps(tail)));
+    std::copy(tail, tail + (n - n8), r.s + n8);
+  }
 }
 
 // The wide path (Args::wide: AVX-512 F/BW/VL), the same bits as the narrow one. p v is
@@ -651,6 +674,12 @@ inline int64_t score_cap(int64_t L) {
 // Keys per block: 16 KB of K or V as the rows read them (row_bytes a key).
 inline int64_t key_block(int64_t row_bytes) { return std::max<int64_t>(16, 16384 / row_bytes / 8 * 8); }
 
+// A query row's softmax (soft-capped first where a.softcap is set); returns 1 / the sum.
+float row_softmax(const Args& a, Row& r) {
+  if (a.softcap > 0) softcap(r, a.softcap);
+  return a.wide ? wide::softmax(r) : softmax(r);
+}
+
 template <class Fmt>
 void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   using T = typename Fmt::T;
@@ -730,7 +759,7 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
   each_block(kb, copy_k, scores);
   buf.inv.resize(n_rows);
   for (int64_t r = 0; r < n_rows; ++r) {
-    buf.inv[r] = a.wide ? wide::softmax(buf.rows[r]) : softmax(buf.rows[r]);
+    buf.inv[r] = row_softmax(a, buf.rows[r]);
     std::fill(buf.rows[r].y, buf.rows[r].y + D, 0.f);
   }
   // y = sum_j p_j v_j, block by block into y (float32, so stopping between blocks is exact):
@@ -819,7 +848,7 @@ template <class Fmt>
 void split_softmax(const Args& a, fd::AttentionSplit& plan, int64_t r) {
   SplitTile<Fmt> t = split_tile<Fmt>(a, plan, r / (a.H / a.Hkv));
   Row& row = t.rows[r % t.nh];
-  plan.inv[r] = a.wide ? wide::softmax(row) : softmax(row);
+  plan.inv[r] = row_softmax(a, row);
   std::fill(row.y, row.y + a.D, 0.f);
 }
 

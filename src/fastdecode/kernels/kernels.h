@@ -32,6 +32,7 @@ struct AttentionArgs {
   int64_t B, T, H, Hkv, D, window;  // window 0: every key up to the position
   int64_t qs[4], ks[3];  // strides: q [B, T, H, D] (elements), k/v [B_cache, Hkv, S] (D contiguous)
   float scale;
+  float softcap;  // > 0: scores s become softcap tanh(s / softcap) before the softmax (Gemma 2); 0: none
   KvFormat kv;
   int64_t L;  // the most keys any query row visits
   bool wide = false;  // AVX-512 (F, BW, VL) may be used: the same bits, in wider registers

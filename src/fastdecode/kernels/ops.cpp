@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -143,7 +144,7 @@ fd::KvFormat kv_format(const at::Tensor& k, int64_t D) {
 }
 
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
-                     const at::Tensor& rows, int64_t window, double scale) {
+                     const at::Tensor& rows, int64_t window, double scale, double softcap) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: 4-d q, k, v");
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == v.scalar_type(),
               "attention: float32 q, and k, v of one dtype");
@@ -167,12 +168,13 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   for (int64_t i = 0; i < B; ++i)
     TORCH_CHECK(rp[i] >= 0 && rp[i] < k.size(0), "attention: slot ", rp[i], " outside the cache's ", k.size(0));
   TORCH_CHECK(window >= 0, "attention: window must be >= 0 (0: no window), got ", window);
+  TORCH_CHECK(softcap >= 0 && std::isfinite(softcap), "attention: softcap must be >= 0 (0: none), got ", softcap);
   if (window > 0) L = std::min(L, window);  // scores per query row
   at::Tensor y = at::empty({B, T, H, D}, q.options());
   const fd::AttentionArgs a{q.data_ptr<float>(), k.data_ptr(), v.data_ptr(), pp, rp, y.data_ptr<float>(),
                             B, T, H, Hkv, D, window,
                             {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
-                            static_cast<float>(scale), kv, L, wide()};
+                            static_cast<float>(scale), static_cast<float>(softcap), kv, L, wide()};
   const int threads = at::get_num_threads();
   thread_local fd::AttentionSplit kept;  // its buffers kept between calls
   fd::AttentionSplit& split = kept;  // the caller's, not each worker's own thread_local
@@ -486,12 +488,12 @@ extern "C" AOTITorchError aoti_torch_cpu_rms_norm(AtenTensorHandle x, AtenTensor
 
 extern "C" AOTITorchError aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v,
                                                    AtenTensorHandle pos, AtenTensorHandle rows, int64_t window,
-                                                   double scale, AtenTensorHandle* ret0) {
+                                                   double scale, double softcap, AtenTensorHandle* ret0) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
     *ret0 = new_tensor_handle(
         attention(*tensor_handle_to_tensor_pointer(q), *tensor_handle_to_tensor_pointer(k),
                   *tensor_handle_to_tensor_pointer(v), *tensor_handle_to_tensor_pointer(pos),
-                  *tensor_handle_to_tensor_pointer(rows), window, scale));
+                  *tensor_handle_to_tensor_pointer(rows), window, scale, softcap));
   });
 }
 
@@ -576,7 +578,8 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("q4nl_linear(Tensor x, Tensor qweight, Tensor d) -> Tensor");
   m.def("q4xs_linear(Tensor x, Tensor qweight, Tensor sc, Tensor d) -> Tensor");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
-  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale) -> Tensor");
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale, "
+        "float softcap=0.) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {

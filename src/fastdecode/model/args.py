@@ -87,7 +87,7 @@ class ModelArgs:
     Llama, SmolLM and Mistral use the defaults (Mistral may set a sliding
     window); Qwen2 adds q/k/v biases, Qwen3 QK-norm; Gemma 3 sets all of the
     Gemma fields below; SmolLM3 its layers without RoPE, Granite its multipliers, OLMo 2
-    its norms after each sublayer only and QK-norm over all heads.
+    its norms after each sublayer only and QK-norm over all heads, Gemma 2 its soft-capping.
     Each field is one named difference, not a family name.
     """
 
@@ -127,6 +127,10 @@ class ModelArgs:
     # before the residual add, and the logits divided by logits_scaling.
     residual_scale: float = 1.0
     logits_scaling: float = 1.0
+    # Gemma 2's soft-capping, x -> cap tanh(x / cap): of the attention scores (after the softmax
+    # scale) and of the logits (after logits_scaling); 0: none.
+    attn_softcap: float = 0.0
+    logit_softcap: float = 0.0
 
     def __post_init__(self) -> None:
         # Derived fields are filled in here so every consumer sees concrete ints.
@@ -175,6 +179,9 @@ class ModelArgs:
         for name in ("embed_scale", "residual_scale", "logits_scaling"):
             if not 0 < getattr(self, name) < math.inf:
                 raise FastDecodeError(f"ModelArgs.{name} must be > 0, got {getattr(self, name)}")
+        for name in ("attn_softcap", "logit_softcap"):
+            if not 0 <= getattr(self, name) < math.inf:
+                raise FastDecodeError(f"ModelArgs.{name} must be >= 0 (0: no capping), got {getattr(self, name)}")
         nope = tuple(self.nope_layers)  # a tuple (JSON gives lists), so that args compare and hash by value
         object.__setattr__(self, "nope_layers", nope)
         if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.n_layers for i in nope) or (

@@ -1,7 +1,8 @@
 """One decoder for every family we load: RMSNorm, RoPE, grouped-query attention,
 a gated MLP, with each family's differences as `ModelArgs` fields (QK-norm,
 sliding-window layers, a second RoPE base, GeGLU, a scaled embedding, Gemma's
-post-norms, OLMo 2's post-norms alone, layers without RoPE, Granite's multipliers)
+post-norms, OLMo 2's post-norms alone, layers without RoPE, Granite's multipliers,
+Gemma 2's soft-capping)
 and a small named branch where each applies.
 
 `Transformer.forward(tokens, input_pos, rows=...)` has two paths:
@@ -125,6 +126,7 @@ class Attention(nn.Module):
         self.rope = rope  # False: a NoPE layer, q and k not rotated (a constant to compiled graphs, as window)
         self.scale = args.attn_scale  # None: SDPA's default, head_dim ** -0.5
         self.kernel_scale = args.attn_scale if args.attn_scale is not None else 1.0 / math.sqrt(args.head_dim)
+        self.softcap = args.attn_softcap  # Gemma 2: scores capped to (-softcap, softcap); 0: not
         # QK-norm (Qwen3, Gemma 3): RMSNorm over each head's head_dim, before RoPE; OLMo 2's
         # over all heads of q (of k) at once.
         self.qk_norm_full = args.qk_norm_full
@@ -169,17 +171,19 @@ class Attention(nn.Module):
             pos = torch.arange(T, device=x.device).expand(B, T)
             rows = torch.arange(B, device=x.device)
             y = torch.ops.fastdecode.attention(q, k.transpose(1, 2), v.contiguous().transpose(1, 2), pos, rows,
-                                               self.window, self.kernel_scale)
+                                               self.window, self.kernel_scale, self.softcap)
             return self.wo(y.view(B, T, H * D))
         if input_pos is None:
             # Reference path: plain expanded causal GQA over the current tokens only.
             q = q.transpose(1, 2)  # [B, H, T, D]
             k = k.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
             v = v.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
-            if self.window:
+            if self.window or self.softcap:
                 i = torch.arange(T, device=x.device)
-                mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - self.window)  # [T, T]
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale)
+                mask = i[None, :] <= i[:, None]  # [T, T]
+                if self.window:
+                    mask = mask & (i[None, :] > i[:, None] - self.window)
+                y = attend(q, k, v, mask, self.scale, self.softcap)
             else:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
             y = y.transpose(1, 2)  # [B, T, H, D]
@@ -189,21 +193,24 @@ class Attention(nn.Module):
                 # Reads each row's own slot up to its own position (from the window's
                 # first key on sliding layers), groups heads itself, and takes q /
                 # returns y as [B, T, H, D].
-                y = torch.ops.fastdecode.attention(q, k_all, v_all, input_pos, rows, self.window, self.kernel_scale)
+                y = torch.ops.fastdecode.attention(q, k_all, v_all, input_pos, rows, self.window, self.kernel_scale,
+                                                   self.softcap)
                 return self.wo(y.view(B, T, H * D))
-            y = cache_attention(q, k_all, v_all, input_pos, rows, window=self.window, scale=self.scale)
+            y = cache_attention(q, k_all, v_all, input_pos, rows, window=self.window, scale=self.scale,
+                                softcap=self.softcap)
         y = y.clone(memory_format=torch.contiguous_format)  # [B, T, H, D]
         return self.wo(y.view(B, T, H * D))
 
 
 def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, rows: Tensor, *,
-                    window: int = 0, scale: Optional[float] = None) -> Tensor:
+                    window: int = 0, scale: Optional[float] = None, softcap: float = 0.0) -> Tensor:
     """Attention over cache slots with scaled_dot_product_attention (the
     portable path; the native kernel computes the same on fp32 CPUs).
 
     q: [B, T, H, D]; k_all, v_all: [B_cache, Hkv, S, D]; input_pos: [B, T];
     rows: [B]. Returns y: [B, T, H, D]. Spans the whole buffer under a mask
-    (keys j <= input_pos, and j > input_pos - window when window > 0).
+    (keys j <= input_pos, and j > input_pos - window when window > 0); softcap > 0
+    caps the scores (Gemma 2).
     """
     B, T, H, D = q.shape
     Hkv, S = k_all.shape[1], k_all.shape[2]
@@ -220,10 +227,20 @@ def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, 
         mask = mask & (keys[None, None, None, :] > input_pos[:, None, :, None] - window)
     if n_rep > 1:
         mask = mask.repeat(1, 1, n_rep, 1)  # [B, 1, n_rep*T, S]; row r*T + t is head (kv, r), token t
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    y = attend(q, k, v, mask, scale, softcap)
     # reshape, not view: SDPA's CUDA kernels lay y out as [B, n_rep*T, Hkv, D] under
     # [B, Hkv, n_rep*T, D] strides, which no view regroups into heads (a copy there).
     return y.reshape(B, H, T, D).transpose(1, 2)
+
+
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: Optional[float], softcap: float) -> Tensor:
+    """SDPA over keys where `mask` is True, or with softcap > 0 its arithmetic written out, with the
+    scores capped to softcap tanh(s / softcap) before the softmax (Gemma 2), which SDPA cannot do."""
+    if not softcap:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    s = (torch.tanh(s.float() / softcap) * softcap).masked_fill(~mask, float("-inf"))
+    return (torch.softmax(s, dim=-1).to(v.dtype)) @ v
 
 
 class FeedForward(nn.Module):
@@ -412,6 +429,8 @@ class Transformer(nn.Module):
         logits = self.tok_embeddings.as_linear(x) if self.output is None else self.output(x)
         if self.args.logits_scaling != 1.0:
             logits = logits / self.args.logits_scaling  # Granite
+        if self.args.logit_softcap:  # Gemma 2
+            logits = torch.tanh(logits / self.args.logit_softcap) * self.args.logit_softcap
         return logits
 
 
