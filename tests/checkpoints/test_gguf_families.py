@@ -1,4 +1,4 @@
-"""GGUF files of the Gemma 2 and 3, Qwen 3, Ministral 3, SmolLM3, Granite and OLMo 2 architectures, written by the
+"""GGUF files of the Gemma 2 and 3, Qwen 3, Ministral 3, SmolLM3, Granite, OLMo 2 and Phi-3 architectures, written by the
 tests from random transformers models, against those models (and llama.cpp, where installed); and
 their bad input."""
 
@@ -30,12 +30,19 @@ def write_gemma3(path, model, meta=GEMMA3_META, **kwargs):
     return write_gguf(path, gguf_tensors(model, arch="gemma3"), arch="gemma3", n_layers=3, extra=meta, **kwargs)
 
 
-def logits_diff(ckpt, model, tokens):
+def logits_diff(ckpt, model, tokens, context=None):
+    """Our model's logits against transformers'; context: through caches of that many positions
+    (LongRoPE takes its long factors past the original context, as transformers does for `tokens`)."""
     from fastdecode.quant import build_model
 
     ours = build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()
     with torch.no_grad():
-        return (ours(tokens, None) - model(tokens).logits).abs().max().item()
+        if context is None:
+            got = ours(tokens, None)
+        else:
+            ours.setup_caches(1, context)
+            got = ours(tokens, torch.arange(tokens.shape[1])[None])
+        return (got - model(tokens).logits).abs().max().item()
 
 
 TOKENS = torch.randint(3, VOCAB, (1, 30), generator=torch.Generator().manual_seed(0))  # past the window of 8
@@ -132,6 +139,10 @@ OLMO3_META = {"olmo2.attention.sliding_window": 8, "olmo2.rope.freq_base_swa": 1
 # pattern or scale: llama.cpp assumes every other layer sliding and 1/sqrt(head_dim)).
 GEMMA2_META = {"gemma2.attention.sliding_window": 8, "gemma2.attn_logit_softcapping": 0.05,
                "gemma2.final_logit_softcapping": 1.0}
+# Phi-3 as llama.cpp's converter writes it: 12 of 16 dims rotated, LongRoPE's factors as tensors,
+# its attention factor sqrt(1 + ln(128 / 16) / ln(16)).
+PHI3_META = {"phi3.rope.dimension_count": 12, "phi3.rope.scaling.original_context_length": 16,
+             "phi3.rope.scaling.attn_factor": (1 + np.log(8) / np.log(16)) ** 0.5, "phi3.attention.sliding_window": 0}
 OLMO3_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}
 OLMO3_YARN_META = {**OLMO3_META, "olmo2.rope.scaling.type": "yarn", "olmo2.rope.scaling.factor": 4.0,
                    "olmo2.rope.scaling.original_context_length": 16}
@@ -146,16 +157,21 @@ def write_family(path, family, seed=3):
         model.config.rope_parameters["full_attention"] = dict(OLMO3_YARN)
         model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
     arch, extra = {"ministral3": ("mistral3", MINISTRAL3_META), "smollm3": ("smollm3", {}),
-                   "gemma2": ("gemma2", GEMMA2_META),
+                   "gemma2": ("gemma2", GEMMA2_META), "phi3": ("phi3", PHI3_META),
                    "granite": ("granite", GRANITE_META), "olmo2": ("olmo2", {}), "olmo3": ("olmo2", OLMO3_META),
                    "olmo3-yarn": ("olmo2", OLMO3_YARN_META)}[family]
-    names = "olmo2" if olmo else "gemma2" if family == "gemma2" else "llama"
-    return write_gguf(path, gguf_tensors(model, names), arch=arch,
+    names = "olmo2" if olmo else family if family in ("gemma2", "phi3") else "llama"
+    tensors = gguf_tensors(model, names)
+    if family == "phi3":
+        rope = model.config.rope_parameters
+        tensors["rope_factors_short.weight"] = np.array(rope["short_factor"], dtype=np.float32)
+        tensors["rope_factors_long.weight"] = np.array(rope["long_factor"], dtype=np.float32)
+    return write_gguf(path, tensors, arch=arch,
                       n_layers=model.config.num_hidden_layers, extra=extra), model
 
 
-@pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma2"])
-def test_smollm3_granite_olmo_and_gemma2_ggufs_match_the_transformers_model(tmp_path, family):
+@pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma2", "phi3"])
+def test_smollm3_granite_olmo_gemma2_and_phi3_ggufs_match_the_transformers_model(tmp_path, family):
     path, model = write_family(tmp_path / "m.gguf", family)
     a = load_checkpoint(path, dtype=torch.float32, use_cache=False).args
     if family == "smollm3":
@@ -166,6 +182,9 @@ def test_smollm3_granite_olmo_and_gemma2_ggufs_match_the_transformers_model(tmp_
             assert a.layer_types == ("sliding",) * 3 + ("global",) and a.sliding_window == 8
             assert (a.rope_theta, a.rope_local_theta) == (10000.0, 10000.0)
             assert (a.rope_scaling is not None) is (family == "olmo3-yarn")
+    elif family == "phi3":
+        assert a.rope_dim == 12 and a.rope_scaling.kind == "longrope" and a.sliding_window is None
+        assert a.rope_scaling.original_max_position_embeddings == 16
     elif family == "gemma2":
         assert a.layer_types == ("sliding", "global") * 2 and a.sliding_window == 8 and a.rope_local_theta is None
         assert (a.attn_softcap, a.logit_softcap, a.attn_scale, a.embed_scale) == pytest.approx((0.05, 1.0, 0.25, 8.0))
@@ -174,7 +193,10 @@ def test_smollm3_granite_olmo_and_gemma2_ggufs_match_the_transformers_model(tmp_
         assert (a.embed_scale, a.residual_scale, a.logits_scaling) == (3.0, 0.5, 4.0)
         assert abs(a.attn_scale - 0.3) < 1e-7 and a.nope_layers == ()
     tokens = torch.randint(3, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
-    assert logits_diff(load_checkpoint(path, dtype=torch.float32, use_cache=False), model, tokens) <= 1e-4
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    assert logits_diff(ckpt, model, tokens, context=128 if family == "phi3" else None) <= 1e-4
+    if family == "phi3":  # within the original context: the short factors
+        assert logits_diff(ckpt, model, tokens[:, :16]) <= 1e-4
 
 
 def test_granite_without_rope_when_the_file_says_so(tmp_path):
@@ -184,7 +206,8 @@ def test_granite_without_rope_when_the_file_says_so(tmp_path):
     assert load_checkpoint(path, dtype=torch.float32, use_cache=False).args.nope_layers == (0, 1)
 
 
-@pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma2"])
+@pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma2",
+                                    "phi3"])
 def test_families_match_llama_cpp(tmp_path, family):
     """The same file through llama.cpp, where installed. Measured apart at most (llama.cpp keeps K and V
     in float16): Ministral 3 1.3e-4 (4.7e-3 with the queries' scale left out), SmolLM3 1.7e-4 (1.8e-3
@@ -198,7 +221,8 @@ def test_families_match_llama_cpp(tmp_path, family):
 
 
 def ours_and_llama_cpps_logits(path):
-    """The logits of 100 random tokens from the file through our float model and through llama.cpp."""
+    """The logits of 100 random tokens from the file through our float model, its caches as long as
+    llama.cpp's context (128: LongRoPE's factors follow it in both), and through llama.cpp."""
     import llama_cpp
 
     from fastdecode.quant import build_model
@@ -206,7 +230,9 @@ def ours_and_llama_cpps_logits(path):
     ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     tokens = torch.randint(3, VOCAB, (100,), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        ours = build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()(tokens[None], None)[0]
+        model = build_model(ckpt.args, ckpt.state_dict, torch.float32)[0].eval()
+        model.setup_caches(1, 128)
+        ours = model(tokens[None], torch.arange(len(tokens))[None])[0]
     ref = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, n_threads=2, verbose=False)
     try:
         ref.eval(tokens.tolist())
@@ -216,7 +242,7 @@ def ours_and_llama_cpps_logits(path):
 
 
 @pytest.mark.parametrize("family", ["qwen3-yarn", "ministral3", "smollm3", "granite", "olmo2", "olmo3-yarn",
-                                    "gemma2"])
+                                    "gemma2", "phi3"])
 def test_scaled_rope_and_queries_through_the_engine(tmp_path, family):
     """The engine's cached, chunked steps scale cos and sin (YaRN) and the queries (Ministral 3),
     skip RoPE on SmolLM3's NoPE layers, apply Granite's multipliers, OLMo 2's norms and Gemma 2's
@@ -270,9 +296,27 @@ def one_line_error(path, match):
 
 
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
-    path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi3")
-    message = one_line_error(path, "unsupported architecture 'phi3'")
-    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma2, gemma3, smollm3, granite, olmo2")
+    path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
+    message = one_line_error(path, "unsupported architecture 'phi2'")
+    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma2, gemma3, smollm3, granite, olmo2, phi3")
+
+
+def test_phi3_rope_factors_missing_or_of_the_wrong_length_are_named(tmp_path):
+    model = hf_model("phi3", tie=False, seed=3)
+    tensors = gguf_tensors(model, "phi3")
+    tensors["rope_factors_short.weight"] = np.ones(6, dtype=np.float32)
+    path = write_gguf(tmp_path / "one.gguf", tensors, arch="phi3", extra=PHI3_META)
+    one_line_error(path, "rope_factors_long.weight is missing beside rope_factors_short.weight")
+    tensors["rope_factors_long.weight"] = np.ones(5, dtype=np.float32)
+    path = write_gguf(tmp_path / "short.gguf", tensors, arch="phi3", extra=PHI3_META)
+    one_line_error(path, "short_factor and long_factor must be as long as each other, got 6 and 5")
+
+
+def test_phi3_fused_tensor_of_the_wrong_size_is_named(tmp_path):
+    """A phi3 file whose fused gate/up tensor is one matrix, not two, fails in one line naming it."""
+    path = write_gguf(tmp_path / "p.gguf", gguf_tensors(hf_model()), arch="phi3")
+    one_line_error(path, r"tensor 'blk.0.ffn_up.weight' has shape \[96, 64\], but the file's metadata makes it "
+                         r"\[192, 64\]")
 
 
 def test_missing_required_metadata_key_is_named(tmp_path):

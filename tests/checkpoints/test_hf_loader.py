@@ -1,7 +1,8 @@
-"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3, SmolLM3, Granite and OLMo 2, single and sharded,
+"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3, SmolLM3, Granite, OLMo 2 and Phi-3, single and sharded,
 against transformers."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -25,7 +26,8 @@ def build_ours(ckpt):
 @pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True),
                                        ("qwen3", True), ("qwen3", False), ("gemma3", True), ("ministral3", False),
                                        ("smollm3", True), ("granite", True), ("granite", False),
-                                       ("olmo2", False), ("olmo3", False), ("gemma2", True)])
+                                       ("olmo2", False), ("olmo3", False), ("gemma2", True), ("phi3", False),
+                                       ("phi3", True)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)
@@ -280,10 +282,37 @@ def test_gemma2_fields_come_from_the_config(tmp_path):
     assert (a.attn_softcap, a.logit_softcap) == (50.0, 30.0)
 
 
+@pytest.mark.parametrize("context", [16, 128])
+def test_phi3_longrope_follows_the_context_the_caches_hold(tmp_path, context):
+    """Phi-3.5 / Phi-4-mini's LongRoPE: caches no longer than the original context (16) take the
+    short factors, longer ones the long factors, as llama.cpp chooses; each against transformers
+    on as many tokens (which picks by the sequence's length). 12 of 16 dims rotated."""
+    model = hf_model("phi3", tie=False, seed=3)
+    write_hf_dir(tmp_path, model)
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    s = ckpt.args.rope_scaling
+    assert (ckpt.args.rope_dim, s.kind, s.factor, s.original_max_position_embeddings) == (12, "longrope", 8.0, 16)
+    assert abs(s.cos_sin_scale - (1 + math.log(8) / math.log(16)) ** 0.5) < 1e-12
+    ours = build_ours(ckpt)
+    ours.setup_caches(1, context)
+    tokens = torch.randint(3, VOCAB, (1, context), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        got = ours(tokens, torch.arange(context)[None])
+        assert (got - model(tokens).logits).abs().max().item() <= 1e-4
+
+
+def test_phi3_window_longer_than_the_context_is_none(tmp_path):
+    """Phi-3.5-mini's config names a window of 262,144 over a context of 131,072: no window at all."""
+    config = hf_config("phi3")
+    config.sliding_window = 256
+    write_hf_dir(tmp_path, transformers.Phi3ForCausalLM(config))
+    assert load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args.sliding_window is None
+
+
 # Sequences longer than the window (8), decoded past it: the engine's cached path
 # with its attention kernel against transformers' own generation.
 @pytest.mark.parametrize("arch", ["mistral", "gemma3", "qwen3", "qwen2", "smollm3", "granite", "olmo2", "olmo3",
-                                  "gemma2"])
+                                  "gemma2", "phi3"])
 def test_greedy_tokens_match_transformers_past_the_window(tmp_path, arch):
     import fastdecode
 
@@ -485,7 +514,7 @@ def test_unsupported_rope_scaling(tmp_path):
     config.pop("rope_parameters", None)
     config["rope_scaling"] = {"rope_type": "dynamic", "factor": 4.0}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert "RoPE scaling 'dynamic' is not supported; supported: default, llama3, linear, yarn" in error_of(tmp_path)
+    assert "RoPE scaling 'dynamic' is not supported; supported: default, llama3, linear, yarn, longrope" in error_of(tmp_path)
 
 
 @pytest.mark.parametrize("arch, scaling", [
@@ -546,9 +575,24 @@ def test_yarn_stretches_the_declared_context(tmp_path):
     ({"architectures": ["Gemma3ForConditionalGeneration"]}, "a Gemma3ForConditionalGeneration config needs text_config"),
     ({"architectures": ["Mistral3ForConditionalGeneration"], "text_config": {"model_type": "llama"}},
      "a Mistral3ForConditionalGeneration with a 'llama' text model is not supported; supported: mistral, ministral3"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 7,
+                       "original_max_position_embeddings": 16}},
+     "short_factor and long_factor must be as long as each other, got 8 and 7"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 6, "long_factor": [2.0] * 6,
+                       "original_max_position_embeddings": 16}}, "factors must be one per frequency (8), got 6"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": "1", "long_factor": [2.0] * 8,
+                       "original_max_position_embeddings": 16}}, "rope short_factor must be a list of numbers"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [0.0] * 8, "long_factor": [2.0] * 8,
+                       "original_max_position_embeddings": 16}}, "short_factor must be a list of numbers > 0"),
+    ({"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}},
+     "rope scaling is missing 'original_max_position_embeddings'"),
+    ({"partial_rotary_factor": 1.5}, "partial_rotary_factor must be in (0, 1], got 1.5"),
+    ({"partial_rotary_factor": 0.01}, "rope_dim must be an even integer from 2 to head_dim (16), got 0"),
 ], ids=["inf heads", "float dim", "bool positions", "1e9 positions", "1e9 layers", "str eps", "int rope",
         "list act", "str tie", "zero logits scaling", "str residual", "bad nope flags", "zero nope interval",
-        "list text config", "no text config", "other text model"])
+        "list text config", "no text config", "other text model", "longrope lengths", "longrope per frequency",
+        "longrope str factors", "longrope zero factor", "longrope no original", "partial rotary 1.5",
+        "partial rotary tiny"])
 def test_config_values_of_the_wrong_type_or_size(tmp_path, change, expected):
     """Each gets the one-line error naming the key (they raised OverflowError, AttributeError,
     TypeError, or went on to allocate a billion layers or RoPE positions)."""

@@ -134,6 +134,13 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
             attn_logit_softcapping=0.05, final_logit_softcapping=1.0, pad_token_id=0, rope_theta=10000.0)
         config._attn_implementation = "eager"
         return config
+    if arch == "phi3":
+        # Phi-4-mini's shape of RoPE: 3/4 of each head rotated (12 of 16 dims), LongRoPE over an
+        # original context of 16 with short and long factors far enough apart to show.
+        return transformers.Phi3Config(
+            **common, partial_rotary_factor=0.75, original_max_position_embeddings=16, pad_token_id=0,
+            rope_scaling={"type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0, 1.1, 1.3],
+                          "long_factor": [3.0, 5.0, 8.0, 4.0, 6.0, 7.0]})
     raise ValueError(arch)
 
 
@@ -148,7 +155,8 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "ministral3": transformers.Ministral3ForCausalLM, "smollm3": transformers.SmolLM3ForCausalLM,
            "granite": transformers.GraniteForCausalLM, "olmo2": transformers.Olmo2ForCausalLM,
            "olmo3": transformers.Olmo3ForCausalLM,
-           "gemma2": transformers.Gemma2ForCausalLM, "gemma3": transformers.Gemma3ForCausalLM}[arch]
+           "gemma2": transformers.Gemma2ForCausalLM, "gemma3": transformers.Gemma3ForCausalLM,
+           "phi3": transformers.Phi3ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim
@@ -173,6 +181,7 @@ _GGUF_NAMES = {
     "post_attention_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.down_proj.weight": "ffn_down.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's fused
 }
 # llama.cpp's names for Gemma 3's four norms (its post_attention_layernorm is the sandwich norm).
 _GEMMA3_GGUF_NAMES = {

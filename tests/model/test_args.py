@@ -1,3 +1,5 @@
+import math
+
 import pytest
 
 from fastdecode import FastDecodeError, ModelArgs, get_preset
@@ -27,6 +29,13 @@ def test_derived_fields():
     (dict(logits_scaling=float("inf")), "logits_scaling must be > 0"),
     (dict(nope_layers=(2,)), "nope_layers must be distinct layer indexes below 2"),
     (dict(nope_layers=(1, 0)), "in order"),
+    (dict(attn_softcap=-1.0), "attn_softcap must be >= 0"),
+    (dict(logit_softcap=float("nan")), "logit_softcap must be >= 0"),
+    (dict(rope_dim=7), "rope_dim must be an even integer from 2 to head_dim"),
+    (dict(rope_dim=18), "rope_dim must be an even integer from 2 to head_dim"),
+    (dict(rope_scaling=dict(kind="longrope", short_factor=(1.0,) * 8, long_factor=(1.0,) * 7)), "as long as each other"),
+    (dict(rope_scaling=dict(kind="longrope", short_factor=(1.0,) * 4, long_factor=(1.0,) * 4)), "one per frequency"),
+    (dict(rope_scaling=dict(kind="longrope")), "short_factor must be a list of numbers > 0"),
 ])
 def test_invalid_args(changes, word):
     with pytest.raises(FastDecodeError, match=word):
@@ -54,3 +63,16 @@ def test_from_dict_ignores_unknown_keys():
 def test_nope_layers_from_json_compare_as_tuples():
     a = get_preset("tiny").replace(nope_layers=[1])
     assert a.nope_layers == (1,) and a == get_preset("tiny").replace(nope_layers=(1,))
+
+
+def test_longrope_from_json_compares_as_tuples():
+    """A cache entry's args (JSON: lists) equal the loader's (tuples), so that a package key matches."""
+    import dataclasses
+    import json
+
+    a = get_preset("tiny").replace(rope_dim=12, rope_scaling=RopeScaling(
+        kind="longrope", factor=8.0, original_max_position_embeddings=16, short_factor=(1.0,) * 6,
+        long_factor=(2.0,) * 6))
+    again = ModelArgs.from_dict(json.loads(json.dumps(dataclasses.asdict(a))))
+    assert again == a and hash(again) == hash(a)
+    assert abs(a.rope_scaling.cos_sin_scale - (1 + math.log(8) / math.log(16)) ** 0.5) < 1e-12

@@ -1,6 +1,6 @@
 """The per-family ModelArgs fields (sliding windows, QK-norm, two RoPE bases, GeGLU,
 scaled embedding, post-norms, linear RoPE scaling, layers without RoPE, Granite's multipliers,
-OLMo 2's norms, Gemma 2's soft-capping): the cached path equals the cache-free reference forward, on the portable path
+OLMo 2's norms, Gemma 2's soft-capping, Phi-3's partial rotary and LongRoPE): the cached path equals the cache-free reference forward, on the portable path
 and on the native kernels."""
 
 import dataclasses
@@ -29,6 +29,11 @@ VARIANTS = {
     # scores and logits capped low enough that most are bent
     "gemma2": dict(activation="gelu_tanh", embed_scale=8.0, post_norms=True, sliding_window=6,
                    layer_types=("sliding", "global"), attn_scale=0.5, attn_softcap=2.0, logit_softcap=3.0),
+    # 12 of 16 dims rotated; LongRoPE over the caches' 64 positions (its short factors, the
+    # long ones past the original context are the GGUF and HF tests')
+    "phi3": dict(rope_dim=12, rope_scaling=dict(kind="longrope", factor=8.0, original_max_position_embeddings=64,
+                                                short_factor=(1.0, 1.5, 2.0, 3.0, 1.2, 1.1),
+                                                long_factor=(4.0, 5.0, 6.0, 7.0, 8.0, 9.0))),
 }
 PATHS = ["portable", "native"]
 

@@ -19,8 +19,9 @@ from .gguf_file import GGUFFile, number, optional_int
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama", Ministral 3
 # as "mistral3" (Llama's tensors, YaRN and a query scale by position); SmolLM3 and Granite are
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
-# sublayer only (an olmo2 file with a window is OLMo 3).
-SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3", "granite", "olmo2")
+# sublayer only (an olmo2 file with a window is OLMo 3); Phi-3 and Phi-4-mini keep q/k/v and gate/up
+# each in one tensor, which load splits.
+SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3", "granite", "olmo2", "phi3")
 PERMUTED = ("llama", "mistral3", "smollm3", "granite")  # the converter permutes these architectures' Q/K rows
 
 _GLOBAL_NAMES = {
@@ -41,14 +42,15 @@ _LAYER_NAMES = {
     "ffn_gate.weight": "feed_forward.w1.weight",
     "ffn_down.weight": "feed_forward.w2.weight",
     "ffn_up.weight": "feed_forward.w3.weight",
+    "attn_qkv.weight": "attention.wqkv.weight",  # phi3's q, k and v in one tensor (_fused_rows)
     "attn_q_norm.weight": "attention.q_norm.weight",  # QK-norm (qwen3, gemma3)
     "attn_k_norm.weight": "attention.k_norm.weight",
     "post_attention_norm.weight": "post_attention_norm.weight",  # gemma2/3's post-norms
     "post_ffw_norm.weight": "post_ffn_norm.weight",
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
-# Tensors that carry nothing our model needs: precomputed RoPE tables.
-_SKIPPED = {"rope_freqs.weight"}
+# Tensors that carry nothing our model needs as weights: RoPE tables (read into ModelArgs).
+_SKIPPED = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"}
 
 
 def our_name(gguf_name: str) -> Optional[str]:
@@ -174,6 +176,26 @@ def _granite_fields(f: GGUFFile, arch: str, n_layers: int) -> dict:
     return fields
 
 
+def _longrope(f: GGUFFile, arch: str, rot: int, context: int) -> Optional[RopeScaling]:
+    """Phi-3's LongRoPE: the per-frequency factors llama.cpp's converter stores as tensors, and its
+    attention factor (1 where the file has none, as llama.cpp reads it)."""
+    names = ("rope_factors_short.weight", "rope_factors_long.weight")
+    attention = number(f, f"{arch}.rope.scaling.attn_factor", 1.0)
+    if not any(n in f.tensors for n in names):
+        if attention == 1.0:
+            return None
+        ones = (1.0,) * (rot // 2)  # cos and sin scaled, the frequencies not
+        return RopeScaling(kind="longrope", short_factor=ones, long_factor=ones, attention_factor=attention)
+    missing = [n for n in names if n not in f.tensors]
+    if missing:
+        raise FastDecodeError(f"{f.path}: {missing[0]} is missing beside {({*names} - {missing[0]}).pop()}")
+    short, long = (tuple(f.tensor(n, torch.float32).tolist()) for n in names)
+    original = f.get(f"{arch}.rope.scaling.original_context_length", context)
+    return RopeScaling(kind="longrope", factor=1.0, attention_factor=attention, short_factor=short, long_factor=long,
+                       original_max_position_embeddings=optional_int(original, f.path,
+                                                                     "rope.scaling.original_context_length"))
+
+
 def _rope_scaling(f: GGUFFile, arch: str, head_dim: int, theta: float) -> Optional[RopeScaling]:
     kind = f.get(f"{arch}.rope.scaling.type", "none")
     if kind == "linear":
@@ -226,9 +248,10 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     dim, n_heads = need("embedding_length"), need("attention.head_count")
     n_kv_heads = optional_int(f.get(f"{arch}.attention.head_count_kv"), f.path, "head_count_kv") or n_heads
     head_dim = optional_int(f.get(f"{arch}.attention.key_length"), f.path, "key_length") or dim // n_heads
-    rot = optional_int(f.get(f"{arch}.rope.dimension_count"), f.path, "rope.dimension_count")
-    if rot is not None and rot != head_dim:
-        raise FastDecodeError(f"{f.path}: partial rotary embeddings ({rot} of {head_dim} dims) are not supported")
+    rot = optional_int(f.get(f"{arch}.rope.dimension_count"), f.path, "rope.dimension_count") or head_dim
+    if rot != head_dim and arch != "phi3":
+        raise FastDecodeError(f"{f.path}: partial rotary embeddings ({rot} of {head_dim} dims) are not supported "
+                              f"for {arch}")
     theta = number(f, f"{arch}.rope.freq_base", 10000.0)
     n_layers = need("block_count")
     context = optional_int(f.get(f"{arch}.context_length", 2048), f.path, "context_length")
@@ -253,13 +276,15 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         if f.get(f"{arch}.attention.sliding_window"):  # OLMo 3
             family.update(_olmo3_fields(f, arch, need, n_layers, theta))
     try:
-        scaling = _rope_scaling(f, arch, head_dim, theta)
+        # llama.cpp runs phi3 without its sliding window (the converters' windows are not the models')
+        scaling = _longrope(f, arch, rot, context) if arch == "phi3" else _rope_scaling(f, arch, head_dim, theta)
         return ModelArgs(
             dim=dim,
             n_layers=n_layers,
             n_heads=n_heads,
             n_kv_heads=n_kv_heads,
             head_dim=head_dim,
+            rope_dim=None if rot == head_dim else rot,
             vocab_size=int(f.tensors["token_embd.weight"].shape[1]),
             hidden_dim=need("feed_forward_length"),
             norm_eps=number(f, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
@@ -316,8 +341,11 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
     # Shapes against the metadata's before any conversion: un-permuting Q/K rows, for one, reshapes
     # by the head count (check_state_dict checks our converted tensors again later).
     expected = expected_shapes(args)
+    arch = f.get("general.architecture")
     for name in names:
-        want, got = expected.get(our_name(name)), f.raw(name)[2]
+        fused = _fused_rows(name, args, arch)
+        want = (fused[-1][2], args.dim) if fused else expected.get(our_name(name))
+        got = f.raw(name)[2]
         if want is not None and tuple(got) != tuple(want):
             raise FastDecodeError(f"{f.path}: tensor {name!r} has shape {list(got)}, but the file's metadata "
                                   f"makes it {list(want)}")
@@ -334,7 +362,7 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
         groups.setdefault(int(m.group(1)) if m else None, []).append(name)
     if None in groups:  # the embedding, the final norm and the head last
         groups[None] = groups.pop(None)
-    permuted = f.get("general.architecture") in PERMUTED
+    permuted = arch in PERMUTED
     for group in groups.values():
         out: dict[str, torch.Tensor] = {}
         for name in group:
@@ -344,11 +372,41 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
         f.drop_pages()
 
 
+def _fused_rows(name: str, args: ModelArgs, arch: str) -> Optional[list[tuple[str, int, int]]]:
+    """Our keys and row ranges [r0, r1) of a tensor holding several of our matrices (phi3's attn_qkv:
+    q, k, v; its ffn_up: gate then up), else None."""
+    m = _LAYER_RE.fullmatch(name)
+    if m is None or arch != "phi3" or m.group(2) not in ("attn_qkv.weight", "ffn_up.weight"):
+        return None
+    p = f"layers.{m.group(1)}."
+    if m.group(2) == "ffn_up.weight":
+        h = args.hidden_dim
+        return [(p + "feed_forward.w1.weight", 0, h), (p + "feed_forward.w3.weight", h, 2 * h)]
+    q, kv = args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim
+    return [(p + "attention.wq.weight", 0, q), (p + "attention.wk.weight", q, q + kv),
+            (p + "attention.wv.weight", q + kv, q + 2 * kv)]
+
+
 def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weights: str, permuted: bool,
              kinds: Counter) -> dict[str, torch.Tensor]:
-    """One GGUF tensor under our key names: its packed tensors, or one float tensor."""
+    """One GGUF tensor under our key names: its packed tensors, or one float tensor (a fused
+    tensor: each part's)."""
     raw, qtype, shape = f.raw(name)
-    key = our_name(name)
+    fused = _fused_rows(name, args, f.get("general.architecture"))
+    if fused is None:
+        return _convert_rows(f, name, our_name(name), raw, qtype, shape, args, dtype, weights, permuted, kinds)
+    out: dict[str, torch.Tensor] = {}
+    for key, r0, r1 in fused:
+        rows = raw.reshape(shape[0], -1)[r0:r1].reshape(-1)
+        out.update(_convert_rows(f, name, key, rows, qtype, (r1 - r0, shape[1]), args, dtype, weights, permuted,
+                                 kinds, (r0, r1)))
+    return out
+
+
+def _convert_rows(f: GGUFFile, name: str, key: str, raw, qtype, shape: tuple[int, ...], args: ModelArgs,
+                  dtype: torch.dtype, weights: str, permuted: bool, kinds: Counter,
+                  rows: Optional[tuple[int, int]] = None) -> dict[str, torch.Tensor]:
+    """Tensor `name` (its rows [r0, r1) when `rows` is given, `raw` their bytes) as our `key`."""
     packed = None
     if weights == "auto" and len(shape) == 2:
         # Q and K rows are put back in order before packing (q4 packs rows in panels of 16).
@@ -367,6 +425,8 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
     note = " (dequantized: no native layout)" if weights == "auto" and qtype in GGUF_LAYOUTS else ""
     kinds[f"{qtype.name}->float{note}" if len(shape) == 2 else qtype.name] += 1
     t = f.tensor(name, dtype)
+    if rows is not None:
+        t = t[rows[0]:rows[1]]
     return {key: (_unpermute(t, name, args) if permuted else t).contiguous()}
 
 

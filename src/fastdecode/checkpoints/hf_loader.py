@@ -17,11 +17,11 @@ from .keys import map_name
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
-                   "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma2ForCausalLM")
+                   "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
-                "olmo3": "Olmo3ForCausalLM", "gemma2": "Gemma2ForCausalLM"}
+                "olmo3": "Olmo3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -29,6 +29,7 @@ _SMOLLM3 = "SmolLM3ForCausalLM"
 _GRANITE = "GraniteForCausalLM"
 _OLMO2 = "Olmo2ForCausalLM"
 _OLMO3 = "Olmo3ForCausalLM"  # OLMo 2 with three sliding layers in four, RoPE scaling on the others only
+_PHI3 = "Phi3ForCausalLM"  # Llama with q/k/v and gate/up each in one tensor, partial rotary, LongRoPE
 # Families whose rope_parameters may be given per layer type (transformers 5), the global layers'
 # scaled, the sliding layers' never.
 _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
@@ -82,6 +83,8 @@ _LAYER_NAMES = {
     "mlp.up_proj.weight": "feed_forward.w3.weight",
     "self_attn.q_norm.weight": "attention.q_norm.weight",  # QK-norm (Qwen3, Gemma 3)
     "self_attn.k_norm.weight": "attention.k_norm.weight",
+    "self_attn.qkv_proj.weight": "attention.wqkv.weight",  # Phi-3's fused tensors, split at load (_split_fused)
+    "mlp.gate_up_proj.weight": "feed_forward.w13.weight",
 }
 # Gemma 2 and 3 name their four norms differently: its post_attention_layernorm is the
 # sandwich norm on the attention output, not the MLP's input norm as in Llama (OLMo 2's
@@ -213,6 +216,8 @@ def _rope(config: dict[str, Any], path: Path, params: Optional[dict] = None,
         raise FastDecodeError(f"{path}: rope_type must be a string, got {kind!r:.40}")
     if kind == "mrope" and "multimodal" in config:
         kind = "default"  # Qwen-VL's M-RoPE: on text alone, RoPE
+    if kind == "su":
+        kind = "longrope"  # Phi-3's first configs' name for it
     if kind not in ("default", *RopeScaling.KINDS):
         raise FastDecodeError(f"{path}: RoPE scaling {kind!r} is not supported; "
                               f"supported: default, {', '.join(RopeScaling.KINDS)}")
@@ -224,6 +229,8 @@ def _rope(config: dict[str, Any], path: Path, params: Optional[dict] = None,
             return theta, RopeScaling(factor=float(params["factor"]), kind="linear")
         if kind == "yarn":
             return theta, _yarn(config, params)
+        if kind == "longrope":
+            return theta, _longrope(config, params)
         return theta, RopeScaling(
             factor=float(params["factor"]),
             low_freq_factor=float(params["low_freq_factor"]),
@@ -262,6 +269,27 @@ def _yarn(config: dict[str, Any], params: dict[str, Any]) -> RopeScaling:
                        attention_factor=attention, truncate=truncate)
 
 
+def _longrope(config: dict[str, Any], params: dict[str, Any]) -> RopeScaling:
+    """LongRoPE as transformers reads it: the original context a top-level key first (Phi-3's), the
+    factor the context's growth over it unless given, and the attention factor ModelArgs derives
+    from them unless given."""
+    context = _int(config, "max_position_embeddings", 2048)
+    original = _int(config, "original_max_position_embeddings", 0) or _int(params, "original_max_position_embeddings")
+    attention = params.get("attention_factor")
+    return RopeScaling(kind="longrope", factor=_number(params, "factor", context / original),
+                       original_max_position_embeddings=original,
+                       attention_factor=None if attention is None else _number(params, "attention_factor", 1.0),
+                       short_factor=_factors(params, "short_factor"), long_factor=_factors(params, "long_factor"))
+
+
+def _factors(params: dict[str, Any], key: str) -> tuple[float, ...]:
+    values = params[key]
+    if not isinstance(values, list) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        raise FastDecodeError(f"rope {key} must be a list of numbers, got {values!r:.40}")
+    return tuple(float(v) for v in values)
+
+
 def _sliding(config: dict[str, Any], arch: str, n_layers: int,
              path: Path) -> tuple[Optional[int], Optional[tuple[str, ...]]]:
     """(sliding_window, layer_types) as transformers reads them for `arch`."""
@@ -269,6 +297,9 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
     names = config.get("layer_types")
     if arch in ("MistralForCausalLM", _MINISTRAL3):
         return (window, None) if window else (None, None)  # every layer, when set
+    if arch == _PHI3:  # every layer, when shorter than the context (Phi-3.5's 262,144 is not)
+        context = _int(config, "max_position_embeddings", 2048)
+        return (window, None) if window and window < context else (None, None)
     if arch == _SMOLLM3 and not config.get("use_sliding_window"):
         return None, None  # its layer_types name sliding layers that only use_sliding_window turns on
     if names is None and arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and config.get("use_sliding_window"):
@@ -399,6 +430,9 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         if n_heads < 1:
             raise FastDecodeError(f"num_attention_heads must be >= 1, got {n_heads}")
         head_dim = _int(config, "head_dim", 0) or dim // n_heads
+        partial = _number(config, "partial_rotary_factor", _number(params, "partial_rotary_factor", 1.0))
+        if not 0 < partial <= 1:
+            raise FastDecodeError(f"partial_rotary_factor must be in (0, 1], got {partial}")
         context = _int(config, "max_position_embeddings", 2048)
         window, layer_types = _sliding(config, arch, n_layers, path)
         tie = config.get("tie_word_embeddings", arch in (_GEMMA, _GEMMA2))
@@ -410,6 +444,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             n_heads=n_heads,
             n_kv_heads=_int(config, "num_key_value_heads", 0) or n_heads,
             head_dim=head_dim,
+            rope_dim=None if partial == 1 else int(head_dim * partial),
             vocab_size=_int(config, "vocab_size"),
             hidden_dim=_int(config, "intermediate_size"),
             norm_eps=_number(config, "rms_norm_eps", 1e-6),
@@ -477,7 +512,23 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[
                         # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
                         # so our plain RMSNorm (and its kernel) computes them.
                         t = t.float() + 1.0
-                    out[key] = t.to(dtype)
+                    out.update(_split_fused(key, t.to(dtype), args))
         except (SafetensorError, OSError) as e:
             raise FastDecodeError(f"{file}: cannot read safetensors ({e})") from None
     return out
+
+
+def _split_fused(key: str, t: torch.Tensor, args: ModelArgs) -> dict[str, torch.Tensor]:
+    """A fused q/k/v or gate/up tensor (Phi-3's) as its parts' row views, which the model fuses
+    back without a copy (transformer.adjacent_rows); any other tensor as it is."""
+    if key.endswith("attention.wqkv.weight"):
+        rows = (args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim, args.n_kv_heads * args.head_dim)
+        names = ("wq", "wk", "wv")
+    elif key.endswith("feed_forward.w13.weight"):
+        rows, names = (args.hidden_dim, args.hidden_dim), ("w1", "w3")
+    else:
+        return {key: t}
+    if t.shape[0] != sum(rows):
+        raise FastDecodeError(f"tensor {key} has {t.shape[0]} rows, but the config makes it {sum(rows)}")
+    base = key.rsplit(".", 2)[0]
+    return {f"{base}.{n}.weight": part for n, part in zip(names, t.split(rows))}

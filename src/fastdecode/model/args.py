@@ -19,22 +19,27 @@ def yarn_mscale(factor: float, m: float = 1.0) -> float:
 @dataclass(frozen=True)
 class RopeScaling:
     """RoPE scaling: Llama-3-style frequency-dependent ("llama3"), "linear" (every
-    frequency divided by `factor`, as Gemma 3's global layers), or "yarn" (Qwen's
+    frequency divided by `factor`, as Gemma 3's global layers), "yarn" (Qwen's
     long-context setting: high frequencies kept, low ones divided by `factor`, a ramp
     between the dims that turn `beta_fast` and `beta_slow` times over the original
-    context, and cos and sin scaled by `attention_factor`)."""
+    context, and cos and sin scaled by `attention_factor`), or "longrope" (Phi-3.5 and
+    Phi-4: each frequency divided by its own factor, `long_factor`'s where the engine's
+    context is longer than the original one, else `short_factor`'s; cos and sin scaled
+    by `attention_factor`, by default sqrt(1 + ln(factor) / ln(original context)))."""
 
     factor: float = 8.0
     low_freq_factor: float = 1.0  # llama3
     high_freq_factor: float = 4.0  # llama3
-    original_max_position_embeddings: int = 8192  # llama3, yarn
+    original_max_position_embeddings: int = 8192  # llama3, yarn, longrope
     kind: str = "llama3"  # one of KINDS; "linear" ignores the other fields
     beta_fast: float = 32.0  # yarn
     beta_slow: float = 1.0  # yarn
-    attention_factor: Optional[float] = None  # yarn; None: 0.1 ln(factor) + 1 (1 when factor <= 1)
+    attention_factor: Optional[float] = None  # yarn, longrope; None: the default cos_sin_scale names
     truncate: bool = True  # yarn: the ramp's ends rounded to whole dims
+    short_factor: tuple[float, ...] = ()  # longrope: a divisor per frequency (rotated dims / 2)
+    long_factor: tuple[float, ...] = ()  # longrope
 
-    KINDS = ("llama3", "linear", "yarn")
+    KINDS = ("llama3", "linear", "yarn", "longrope")
 
     def __post_init__(self) -> None:
         if self.kind not in self.KINDS:
@@ -56,6 +61,15 @@ class RopeScaling:
                 f"rope_scaling needs 0 < beta_slow <= beta_fast, got {self.beta_slow} and {self.beta_fast}")
         if self.attention_factor is not None and not 0 < self.attention_factor < math.inf:
             raise FastDecodeError(f"rope_scaling.attention_factor must be > 0, got {self.attention_factor}")
+        for name in ("short_factor", "long_factor"):
+            values = tuple(getattr(self, name))  # a tuple (JSON gives lists), so that args compare and hash
+            object.__setattr__(self, name, values)
+            if self.kind == "longrope" and (not values or any(
+                    isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf for v in values)):
+                raise FastDecodeError(f"rope_scaling.{name} must be a list of numbers > 0, got {list(values)[:4]}")
+        if self.kind == "longrope" and len(self.short_factor) != len(self.long_factor):
+            raise FastDecodeError(f"rope_scaling's short_factor and long_factor must be as long as each other, got "
+                                  f"{len(self.short_factor)} and {len(self.long_factor)}")
 
     def context(self, declared: int) -> int:
         """The positions a checkpoint declaring `declared` runs: YaRN stretches its original
@@ -66,10 +80,17 @@ class RopeScaling:
 
     @property
     def cos_sin_scale(self) -> float:
-        """What cos and sin are multiplied by (so q.k by its square): yarn's attention factor, else 1."""
-        if self.kind != "yarn":
+        """What cos and sin are multiplied by (so q.k by its square): yarn's and longrope's attention
+        factor, else 1."""
+        if self.kind not in ("yarn", "longrope"):
             return 1.0
-        return self.attention_factor if self.attention_factor is not None else yarn_mscale(self.factor)
+        if self.attention_factor is not None:
+            return self.attention_factor
+        if self.kind == "yarn":
+            return yarn_mscale(self.factor)
+        if self.factor <= 1:
+            return 1.0
+        return math.sqrt(1 + math.log(self.factor) / math.log(self.original_max_position_embeddings))
 
 
 LAYER_TYPES = ("global", "sliding")
@@ -98,6 +119,7 @@ class ModelArgs:
     hidden_dim: int  # the gated MLP's inner size
     n_kv_heads: Optional[int] = None  # None: same as n_heads (no grouping)
     head_dim: Optional[int] = None  # None: dim // n_heads
+    rope_dim: Optional[int] = None  # dims of each head RoPE rotates, the first ones (Phi-4's 3/4); None: head_dim
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     rope_scaling: Optional[RopeScaling] = None
@@ -155,12 +177,20 @@ class ModelArgs:
             )
         if self.head_dim % 2:
             raise FastDecodeError(f"ModelArgs.head_dim must be even for RoPE, got {self.head_dim}")
+        r = self.rope_dim
+        if r is not None and (not isinstance(r, int) or isinstance(r, bool) or r < 2 or r % 2 or r > self.head_dim):
+            raise FastDecodeError(f"ModelArgs.rope_dim must be an even integer from 2 to head_dim "
+                                  f"({self.head_dim}), got {r!r}")
         if not self.norm_eps > 0:
             raise FastDecodeError(f"ModelArgs.norm_eps must be > 0, got {self.norm_eps}")
         if not self.rope_theta > 0:
             raise FastDecodeError(f"ModelArgs.rope_theta must be > 0, got {self.rope_theta}")
         if isinstance(self.rope_scaling, dict):
             object.__setattr__(self, "rope_scaling", RopeScaling(**self.rope_scaling))
+        s = self.rope_scaling
+        if s is not None and s.kind == "longrope" and len(s.short_factor) != self.rotary_dim // 2:
+            raise FastDecodeError(f"rope_scaling's factors must be one per frequency ({self.rotary_dim // 2}), "
+                                  f"got {len(s.short_factor)}")
         self._check_attention_variants()
 
     def _check_attention_variants(self) -> None:
@@ -209,6 +239,11 @@ class ModelArgs:
                                   f"{', '.join(LAYER_TYPES)}; got {list(types)}")
         if "sliding" in types and w is None:
             raise FastDecodeError("ModelArgs.layer_types has sliding layers but sliding_window is not set")
+
+    @property
+    def rotary_dim(self) -> int:
+        """The dims of each head RoPE rotates (rope_dim, else all of head_dim)."""
+        return self.rope_dim or self.head_dim
 
     def window(self, layer: int) -> int:
         """The sliding window of layer `layer` in positions, 0 for a global layer."""

@@ -43,12 +43,15 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
-def rope_frequencies(args: ModelArgs, device: torch.device | str | None = None, *, local: bool = False) -> Tensor:
-    """Inverse frequencies [head_dim // 2], with the configured scaling.
+def rope_frequencies(args: ModelArgs, device: torch.device | str | None = None, *, local: bool = False,
+                     context: Optional[int] = None) -> Tensor:
+    """Inverse frequencies [rotary_dim // 2], with the configured scaling.
 
     local=True: the sliding layers' frequencies (base `rope_local_theta`, never scaled).
+    context: the positions the caches hold; LongRoPE takes its long factors where that is more
+    than the original context, as llama.cpp does (None: the short ones).
     """
-    D = args.head_dim
+    D = args.rotary_dim
     theta = args.rope_local_theta if local else args.rope_theta
     # In float32, as transformers computes them: at theta 1e6, float64 frequencies
     # move the angles enough to show in the logits (Gemma 3, 784 tokens: 8e-4 from
@@ -60,6 +63,10 @@ def rope_frequencies(args: ModelArgs, device: torch.device | str | None = None, 
         return inv_freq
     if s.kind == "linear":
         return inv_freq / s.factor
+    if s.kind == "longrope":
+        long = context is not None and context > s.original_max_position_embeddings
+        factors = torch.tensor(s.long_factor if long else s.short_factor, dtype=torch.float32, device=device)
+        return 1.0 / (factors * powers)  # transformers' order of operations
     if s.kind == "yarn":
         return _yarn_frequencies(powers, s, D, theta)
     inv_freq = inv_freq.double()
@@ -107,10 +114,13 @@ def rope_angles(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate pairs (i, i + D/2), the Hugging Face layout.
+    """Rotate pairs (i, i + R/2) of the first R dims, the Hugging Face layout; the rest pass.
 
-    x: [B, T, H, D]; cos, sin: [B or 1, T, 1, D/2].
+    x: [B, T, H, D]; cos, sin: [B or 1, T, 1, R/2], R <= D (the rotated dims, rope_dim).
     """
+    R = 2 * cos.shape[-1]
+    if R < x.shape[-1]:  # partial rotary (Phi-4): the last D - R dims carry no position
+        return torch.cat([apply_rope(x[..., :R], cos, sin), x[..., R:]], dim=-1)
     x1, x2 = x.chunk(2, dim=-1)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
@@ -339,10 +349,15 @@ class Transformer(nn.Module):
 
     # -- buffers and caches -------------------------------------------------
 
-    def init_rope(self, device: torch.device | str | None = None) -> None:
-        """(Re)build RoPE's inverse frequencies [head_dim/2]; call after loading onto `device`."""
+    def init_rope(self, device: torch.device | str | None = None, context: Optional[int] = None) -> None:
+        """(Re)build RoPE's inverse frequencies [rotary_dim/2]; call after loading onto `device`.
+        context: the caches' positions (LongRoPE's choice of factors; setup_caches passes it)."""
         device = device or self.device
-        self.rope_inv_freq = rope_frequencies(self.args, device)
+        inv_freq = rope_frequencies(self.args, device, context=context)
+        if self.rope_inv_freq.shape == inv_freq.shape and self.rope_inv_freq.device == inv_freq.device:
+            self.rope_inv_freq.copy_(inv_freq)  # in place: a loaded package reads this tensor
+        else:
+            self.rope_inv_freq = inv_freq
         if self.args.rope_local_theta is not None:
             self.rope_local_inv_freq = rope_frequencies(self.args, device, local=True)
 
@@ -365,6 +380,8 @@ class Transformer(nn.Module):
         dtype = dtype or self.kv_dtype or self.dtype
         device = device or self.device
         a = self.args
+        if a.rope_scaling is not None and a.rope_scaling.kind == "longrope":
+            self.init_rope(device, context=max_seq_len)  # LongRoPE's factors follow the context the caches hold
         for layer in self.layers:
             if kind == "static":
                 cache = KVCache(max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, dtype, device,
