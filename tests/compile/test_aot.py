@@ -91,6 +91,7 @@ def test_a_different_architecture_is_rejected(package, change, message):
     ("torch_version", "2.0.0", "exported with torch 2.0.0"),
     ("fastdecode_format", "0", "package format 0"),
     ("cpu_capability", "AVX512", "compiled for AVX512 CPUs"),
+    ("rope", "0" * 16, "exported for other RoPE frequencies"),
 ])
 def test_a_different_environment_is_rejected(package, key, value, message, monkeypatch):
     _, meta = read_metadata(package)
@@ -99,6 +100,19 @@ def test_a_different_environment_is_rejected(package, key, value, message, monke
     model.kv_dtype = torch.float16  # as load() resolves kv_dtype=auto on CPU, which the package was exported with
     with pytest.raises(FastDecodeError, match=message):
         check_compatible({**meta, key: value}, model, package)
+
+
+def test_longrope_contexts_get_packages_of_their_own():
+    """The package's code holds RoPE's frequencies as constants, and LongRoPE's follow the context
+    (its long factors past the original one): each choice has its own key."""
+    scaling = dict(kind="longrope", factor=8.0, original_max_position_embeddings=64, short_factor=(1.0,) * 8,
+                   long_factor=(4.0,) * 8)
+    model = make_model(rope_scaling=scaling)
+    keys = []
+    for context in (64, 65, 32):
+        model.init_rope(context=context)
+        keys.append(aot.package_path(model))
+    assert keys[0] != keys[1] and keys[0] == keys[2]
 
 
 def test_load_rejects_a_package_for_another_dtype(package):

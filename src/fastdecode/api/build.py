@@ -100,10 +100,11 @@ def _build(opts: LoadOptions, sync: Optional[Any]) -> LLM:
     part = _model(opts, group)
     max_batch_size = opts.max_batch_size or DEFAULT_MAX_BATCH_SIZE
     max_seq_len = opts.max_seq_len or default_max_seq_len(part.model.args, max_batch_size, part.kv)
+    part.model.init_rope(context=max_seq_len)  # LongRoPE's factors follow the context; packages are keyed by them
     need = _cache_need(part, max_batch_size, max_seq_len)
     _check_memory(opts, part, need, max_batch_size, max_seq_len)
     compile = _runnable_compile(opts.compile, dev)
-    steps = _steps(opts, part, compile, opts.package)
+    steps = _steps(opts, part, compile, opts.package, max_seq_len)
     draft = None
     if opts.draft_model is not None:
         draft = _draft(opts, compile, max_batch_size, max_seq_len, need)
@@ -264,7 +265,7 @@ def _runnable_compile(compile: str, device: torch.device) -> str:
     return compile
 
 
-def _steps(opts: LoadOptions, part: _Part, compile: str, compiled: Optional[str]) -> Steps:
+def _steps(opts: LoadOptions, part: _Part, compile: str, compiled: Optional[str], max_seq_len: int) -> Steps:
     """The steps the engine runs: an exported package's, or the `compile` strategy's.
 
     compiled="auto": this machine's package when it exists; else the strategy's
@@ -295,7 +296,7 @@ def _steps(opts: LoadOptions, part: _Part, compile: str, compiled: Optional[str]
             path.unlink(missing_ok=True)
     fallback = make_steps(model, compile)
     job = ExportJob(opts.model, str(opts.torch_dtype).removeprefix("torch."), part.weights, str(path),
-                    kernels.gemv, kv_name(part.kv), torch.get_num_threads())
+                    kernels.gemv, kv_name(part.kv), torch.get_num_threads(), max_seq_len)
     pid = background_export.start(job)
     if pid is None:
         return fallback
@@ -314,6 +315,7 @@ def _draft(opts: LoadOptions, compile: str, max_batch_size: int, max_seq_len: in
         part = _model(draft_opts, None)
         _check_memory(draft_opts, part, _cache_need(part, max_batch_size, max_seq_len), max_batch_size,
                       max_seq_len, also=target_need)
-        return DraftModel(name, part.model, _steps(draft_opts, part, compile, draft_opts.package))
+        part.model.init_rope(context=max_seq_len)
+        return DraftModel(name, part.model, _steps(draft_opts, part, compile, draft_opts.package, max_seq_len))
     except FastDecodeError as e:
         raise FastDecodeError(f"draft model {name!r}: {e}") from None

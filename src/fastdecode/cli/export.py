@@ -101,6 +101,8 @@ def _export_as_the_parent_loaded(job: ExportJob) -> None:
                 busy=False)
     if llm.kernels.gemv != job.gemv:
         set_gemv(llm.model, job.gemv)
+    if job.context:  # the parent's RoPE frequencies, which follow its context (LongRoPE), not this one's 16
+        llm.model.init_rope(context=job.context)
     if package_path(llm.model) != path:
         raise RuntimeError("the model loaded here does not match the parent's package key")
     # Inductor decides which of its loops run in parallel by torch's thread count when it

@@ -98,7 +98,7 @@ class _StepWithCaches(nn.Module):
 
 
 _REQUIRED = ("fastdecode_format", "torch_version", "model_args", "dtype", "kv_dtype", "device", "cpu_capability",
-             "kernels", "layouts")
+             "kernels", "layouts", "rope")
 
 
 def _layouts(model: Transformer) -> str:
@@ -122,7 +122,18 @@ def _metadata(model: Transformer) -> dict[str, str]:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "kernels": ",".join(native_ops(model)),
         "layouts": _layouts(model),
+        "rope": _rope_hash(model),
     }
+
+
+def _rope_hash(model: Transformer) -> str:
+    """A hash of RoPE's inverse frequencies, which the package's code holds as constants: they
+    follow the context for LongRoPE (its long or short factors; Transformer.init_rope)."""
+    h = hashlib.sha256()
+    for t in (model.rope_inv_freq, model.rope_local_inv_freq):
+        if t.numel():  # a model without a second RoPE base keeps an empty (maybe meta) placeholder
+            h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
 
 
 def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str]:
@@ -269,6 +280,8 @@ def check_compatible(meta: dict[str, str], model: Transformer, path: str) -> Non
     for key in ("dtype", "kv_dtype", "device", "layouts"):
         if meta[key] != mine[key]:
             raise FastDecodeError(f"{path}: exported for {key}={meta[key]}, this model has {key}={mine[key]}")
+    if meta["rope"] != mine["rope"]:
+        raise FastDecodeError(f"{path}: exported for other RoPE frequencies (LongRoPE's factors follow max_seq_len)")
     cap, built = mine["cpu_capability"], meta["cpu_capability"]
     if meta["device"] == "cpu" and built != cap and not (
             built in _ISA_ORDER and cap in _ISA_ORDER and _ISA_ORDER.index(built) < _ISA_ORDER.index(cap)):

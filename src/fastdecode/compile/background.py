@@ -51,6 +51,7 @@ class ExportJob:
     gemv: bool  # the parent's float-kernel choice, which the package's key includes
     kv_dtype: str = "auto"  # the parent's resolved KV dtype, which the package's key includes
     threads: int = 1  # the parent's torch threads, which the package's loops are planned for
+    context: int = 0  # the parent's max_seq_len, whose RoPE frequencies (LongRoPE's factors) the package holds
 
 
 def _pid_alive(pid: int) -> bool:
