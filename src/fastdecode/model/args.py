@@ -108,7 +108,8 @@ class ModelArgs:
     Llama, SmolLM and Mistral use the defaults (Mistral may set a sliding
     window); Qwen2 adds q/k/v biases, Qwen3 QK-norm; Gemma 3 sets all of the
     Gemma fields below; SmolLM3 its layers without RoPE, Granite its multipliers, OLMo 2
-    its norms after each sublayer only and QK-norm over all heads, Gemma 2 its soft-capping.
+    its norms after each sublayer only and QK-norm over all heads, Gemma 2 its soft-capping,
+    Phi-3 its partial rotary and LongRoPE.
     Each field is one named difference, not a family name.
     """
 

@@ -2,7 +2,7 @@
 a gated MLP, with each family's differences as `ModelArgs` fields (QK-norm,
 sliding-window layers, a second RoPE base, GeGLU, a scaled embedding, Gemma's
 post-norms, OLMo 2's post-norms alone, layers without RoPE, Granite's multipliers,
-Gemma 2's soft-capping)
+Gemma 2's soft-capping, Phi-3's partial rotary and LongRoPE)
 and a small named branch where each applies.
 
 `Transformer.forward(tokens, input_pos, rows=...)` has two paths:
@@ -116,7 +116,7 @@ def rope_angles(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate pairs (i, i + R/2) of the first R dims, the Hugging Face layout; the rest pass.
 
-    x: [B, T, H, D]; cos, sin: [B or 1, T, 1, R/2], R <= D (the rotated dims, rope_dim).
+    x: [B, T, H, D]; cos, sin: [B or 1, T, 1, R/2], R <= D (the rotated dims, args.rotary_dim).
     """
     R = 2 * cos.shape[-1]
     if R < x.shape[-1]:  # partial rotary (Phi-4): the last D - R dims carry no position
