@@ -1,4 +1,4 @@
-"""GGUF files of the Gemma 2 and 3, Qwen 3, Ministral 3, SmolLM3, Granite, OLMo 2 and Phi-3 architectures, written by the
+"""GGUF files of the Gemma 1, 2 and 3, Qwen 3, Ministral 3, SmolLM3, Granite, OLMo 2 and Phi-3 architectures, written by the
 tests from random transformers models, against those models (and llama.cpp, where installed); and
 their bad input."""
 
@@ -157,10 +157,10 @@ def write_family(path, family, seed=3):
         model.config.rope_parameters["full_attention"] = dict(OLMO3_YARN)
         model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
     arch, extra = {"ministral3": ("mistral3", MINISTRAL3_META), "smollm3": ("smollm3", {}),
-                   "gemma2": ("gemma2", GEMMA2_META), "phi3": ("phi3", PHI3_META),
+                   "gemma": ("gemma", {}), "gemma2": ("gemma2", GEMMA2_META), "phi3": ("phi3", PHI3_META),
                    "granite": ("granite", GRANITE_META), "olmo2": ("olmo2", {}), "olmo3": ("olmo2", OLMO3_META),
                    "olmo3-yarn": ("olmo2", OLMO3_YARN_META)}[family]
-    names = "olmo2" if olmo else family if family in ("gemma2", "phi3") else "llama"
+    names = "olmo2" if olmo else family if family in ("gemma", "gemma2", "phi3") else "llama"
     tensors = gguf_tensors(model, names)
     if family == "phi3":
         rope = model.config.rope_parameters
@@ -170,8 +170,8 @@ def write_family(path, family, seed=3):
                       n_layers=model.config.num_hidden_layers, extra=extra), model
 
 
-@pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma2", "phi3"])
-def test_smollm3_granite_olmo_gemma2_and_phi3_ggufs_match_the_transformers_model(tmp_path, family):
+@pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma", "gemma2", "phi3"])
+def test_smollm3_granite_olmo_gemma_and_phi3_ggufs_match_the_transformers_model(tmp_path, family):
     path, model = write_family(tmp_path / "m.gguf", family)
     a = load_checkpoint(path, dtype=torch.float32, use_cache=False).args
     if family == "smollm3":
@@ -185,6 +185,8 @@ def test_smollm3_granite_olmo_gemma2_and_phi3_ggufs_match_the_transformers_model
     elif family == "phi3":
         assert a.rope_dim == 12 and a.rope_scaling.kind == "longrope" and a.sliding_window is None
         assert a.rope_scaling.original_max_position_embeddings == 16
+    elif family == "gemma":
+        assert (a.activation, a.embed_scale, a.post_norms, a.tie_embeddings) == ("gelu_tanh", 8.0, False, True)
     elif family == "gemma2":
         assert a.layer_types == ("sliding", "global") * 2 and a.sliding_window == 8 and a.rope_local_theta is None
         assert (a.attn_softcap, a.logit_softcap, a.attn_scale, a.embed_scale) == pytest.approx((0.05, 1.0, 0.25, 8.0))
@@ -206,8 +208,8 @@ def test_granite_without_rope_when_the_file_says_so(tmp_path):
     assert load_checkpoint(path, dtype=torch.float32, use_cache=False).args.nope_layers == (0, 1)
 
 
-@pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma2",
-                                    "phi3"])
+@pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma",
+                                    "gemma2", "phi3"])
 def test_families_match_llama_cpp(tmp_path, family):
     """The same file through llama.cpp, where installed. Measured apart at most (llama.cpp keeps K and V
     in float16): Ministral 3 1.3e-4 (4.7e-3 with the queries' scale left out), SmolLM3 1.7e-4 (1.8e-3
@@ -298,7 +300,8 @@ def one_line_error(path, match):
 def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
     message = one_line_error(path, "unsupported architecture 'phi2'")
-    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma2, gemma3, smollm3, granite, olmo2, phi3")
+    assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, granite, olmo2, "
+                            "phi3")
 
 
 def test_phi3_rope_factors_missing_or_of_the_wrong_length_are_named(tmp_path):

@@ -1,4 +1,4 @@
-"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3, Gemma 2 and 3, SmolLM3, Granite, OLMo 2 and Phi-3, single and sharded,
+"""Hugging Face directories: Llama, Mistral, Qwen2, Qwen3, Gemma 1, 2 and 3, SmolLM3, Granite, OLMo 2 and Phi-3, single and sharded,
 against transformers."""
 
 import json
@@ -26,7 +26,8 @@ def build_ours(ckpt):
 @pytest.mark.parametrize("arch,tie", [("llama", True), ("llama", False), ("mistral", False), ("qwen2", True),
                                        ("qwen3", True), ("qwen3", False), ("gemma3", True), ("ministral3", False),
                                        ("smollm3", True), ("granite", True), ("granite", False),
-                                       ("olmo2", False), ("olmo3", False), ("gemma2", True), ("phi3", False),
+                                       ("olmo2", False), ("olmo3", False), ("gemma", True), ("gemma2", True),
+                                       ("phi3", False),
                                        ("phi3", True)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
@@ -252,6 +253,23 @@ def test_gemma3_fields_come_from_the_config(tmp_path):
     assert a.layer_types == ("sliding", "global", "sliding") and a.sliding_window == 64
     assert (a.rope_theta, a.rope_local_theta, a.attn_scale) == (10000.0, 100.0, 24 ** -0.5)
     assert (a.activation, a.embed_scale, a.post_norms, a.qk_norm) == ("gelu_tanh", 8.0, True, True)
+
+
+def test_gemma1_reads_hidden_act_as_transformers_does(tmp_path):
+    """Gemma 1's configs name "hidden_act": "gelu" (exact GELU in transformers 5, which reads that key
+    alone) beside "hidden_activation": "gelu_pytorch_tanh"."""
+    config = hf_config("gemma")
+    config.hidden_act = "gelu"
+    torch.manual_seed(7)
+    model = transformers.GemmaForCausalLM(config).eval()
+    write_hf_dir(tmp_path, model)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "hidden_activation": "gelu_pytorch_tanh"}))
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    assert (ckpt.args.activation, ckpt.args.embed_scale, ckpt.args.tie_embeddings) == ("gelu", 8.0, True)
+    tokens = torch.randint(3, VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (build_ours(ckpt)(tokens, None) - model(tokens).logits).abs().max().item() <= 1e-4
 
 
 def test_gemma2_fields_come_from_the_config(tmp_path):

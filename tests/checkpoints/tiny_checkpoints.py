@@ -124,6 +124,9 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
             layer_types=["sliding_attention", "full_attention", "sliding_attention"], pad_token_id=0,
             rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 10000.0},
                              "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}})
+    if arch == "gemma":  # Gemma 1; its GELU in the tanh form that llama.cpp runs (the exact one: test_hf_loader)
+        return transformers.GemmaConfig(**common, head_dim=16, hidden_act="gelu_pytorch_tanh", pad_token_id=0,
+                                        rope_theta=10000.0)
     if arch == "gemma2":
         # Four layers, sliding and global in turn; caps low enough for a tiny random model's scores
         # and logits (a tenth or so) to be bent by them, so that a missing cap shows. The softmax scale
@@ -155,7 +158,7 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "ministral3": transformers.Ministral3ForCausalLM, "smollm3": transformers.SmolLM3ForCausalLM,
            "granite": transformers.GraniteForCausalLM, "olmo2": transformers.Olmo2ForCausalLM,
            "olmo3": transformers.Olmo3ForCausalLM,
-           "gemma2": transformers.Gemma2ForCausalLM, "gemma3": transformers.Gemma3ForCausalLM,
+           "gemma": transformers.GemmaForCausalLM, "gemma2": transformers.Gemma2ForCausalLM, "gemma3": transformers.Gemma3ForCausalLM,
            "phi3": transformers.Phi3ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
@@ -191,14 +194,14 @@ _GEMMA3_GGUF_NAMES = {
 
 
 def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
-    """The HF model's weights under GGUF names, Q/K permuted for llama; for gemma2/3,
+    """The HF model's weights under GGUF names, Q/K permuted for llama; for the gemmas,
     norm weights + 1 as llama.cpp's converter stores Gemma's (1 + w) norms."""
     cfg = model.config
     names = _GEMMA3_GGUF_NAMES if arch in ("gemma2", "gemma3", "olmo2") else _GGUF_NAMES  # OLMo 2/3 name their post-norms so
     out = {}
     for name, t in model.state_dict().items():
         a = t.float().numpy().copy()
-        if arch in ("gemma2", "gemma3") and name.endswith("norm.weight"):
+        if arch in ("gemma", "gemma2", "gemma3") and name.endswith("norm.weight"):
             a = a + 1
         if name == "model.embed_tokens.weight":
             out["token_embd.weight"] = a

@@ -132,3 +132,22 @@ def test_yarn_rope_scaling_matches_transformers(scaling):
     torch.testing.assert_close(rope_frequencies(args), ref.float(), rtol=0, atol=0)
     assert args.rope_scaling.cos_sin_scale == pytest.approx(attention, rel=1e-12)
     assert attention != 1.0
+
+
+@pytest.mark.parametrize("name, ours", [("silu", "silu"), ("gelu_pytorch_tanh", "gelu_tanh"), ("gelu", "gelu")])
+def test_feed_forward_activations_are_transformers(name, ours):
+    """Each gated MLP activation is the transformers function of that name (gates of a few units,
+    where the tanh form and the exact GELU are 1e-3 apart)."""
+    activations = pytest.importorskip("transformers.activations")
+    from fastdecode.model.transformer import FeedForward
+
+    ff = FeedForward(get_preset("tiny").replace(activation=ours))
+    x = 3 * torch.randn(5, ff.w13.in_features, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ff.w13.weight.normal_(0, 0.3)
+        gate, up = ff.w13(x).chunk(2, dim=-1)
+        want = ff.w2(activations.ACT2FN[name](gate) * up)
+        torch.testing.assert_close(ff(x), want, atol=1e-6, rtol=0)
+        if ours != "silu":  # the other GELU would not pass
+            other = activations.ACT2FN["gelu" if ours == "gelu_tanh" else "gelu_pytorch_tanh"]
+            assert (ff.w2(other(gate) * up) - want).abs().max() > 1e-4

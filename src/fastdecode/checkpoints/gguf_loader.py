@@ -21,7 +21,8 @@ from .gguf_file import GGUFFile, number, optional_int
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
 # sublayer only (an olmo2 file with a window is OLMo 3); Phi-3 and Phi-4-mini keep q/k/v and gate/up
 # each in one tensor, which load splits.
-SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma2", "gemma3", "smollm3", "granite", "olmo2", "phi3")
+SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
+                   "phi3")
 PERMUTED = ("llama", "mistral3", "smollm3", "granite")  # the converter permutes these architectures' Q/K rows
 
 _GLOBAL_NAMES = {
@@ -263,6 +264,8 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         period = f.get(f"{arch}.rope.scaling.original_context_length", context)
         family = dict(query_scale_beta=beta,
                       query_scale_period=optional_int(period, f.path, "rope.scaling.original_context_length"))
+    elif arch == "gemma":  # Gemma 1: Llama with GeGLU (llama.cpp's tanh GELU) and a scaled embedding
+        family = dict(activation="gelu_tanh", embed_scale=math.sqrt(dim))
     elif arch == "gemma2":
         family = _gemma2_fields(f, arch, dim, n_heads, head_dim, n_layers)
     elif arch == "gemma3":

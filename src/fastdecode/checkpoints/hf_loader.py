@@ -17,14 +17,16 @@ from .keys import map_name
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
-                   "Olmo2ForCausalLM", "Olmo3ForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM")
+                   "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
-                "olmo3": "Olmo3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "phi3": "Phi3ForCausalLM"}
+                "olmo3": "Olmo3ForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
+                "phi3": "Phi3ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
+_GEMMA1 = "GemmaForCausalLM"  # Llama with GeGLU, a scaled embedding and (1 + w) norms
 _SMOLLM3 = "SmolLM3ForCausalLM"
 _GRANITE = "GraniteForCausalLM"
 _OLMO2 = "Olmo2ForCausalLM"
@@ -60,7 +62,7 @@ _IMAGE_PARTS = ("vision_tower.", "multi_modal_projector.", "model.vision_tower."
 # transformers 5's module names), and the text model's own names for them.
 _TEXT_PREFIXES = (("language_model.model.", "model."), ("model.language_model.", "model."),
                   ("language_model.lm_head.", "lm_head."))
-_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh"}
+_ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 _LAYER_TYPES = {"full_attention": "global", "sliding_attention": "sliding"}
 
 _GLOBAL_NAMES = {
@@ -329,7 +331,7 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
 
 def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path,
                    scaling: Optional[RopeScaling], theta: float) -> dict[str, Any]:
-    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3 and Gemma 2/3 differ from Llama."""
+    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3 and Gemma 1/2/3 differ from Llama."""
     if arch == "Qwen3ForCausalLM":
         return dict(qk_norm=True)
     if arch == _SMOLLM3:
@@ -351,6 +353,8 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         yarn = scaling is not None and scaling.kind == "yarn"
         period = scaling.original_max_position_embeddings if yarn else _int(config, "max_position_embeddings", 2048)
         return dict(query_scale_beta=beta, query_scale_period=period)
+    if arch == _GEMMA1:
+        return dict(embed_scale=math.sqrt(dim))
     if arch == _GEMMA2:
         return dict(post_norms=True, embed_scale=math.sqrt(dim), attn_scale=_query_scale(config, 256),
                     attn_softcap=_softcap(config, "attn_logit_softcapping", 50.0),
@@ -411,7 +415,10 @@ def _nope_layers(config: dict[str, Any], n_layers: int) -> tuple[int, ...]:
 def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
     path = directory / "config.json"
     arch = _architecture(config, path)
-    act = config.get("hidden_activation") or config.get("hidden_act", "silu")
+    if arch == _GEMMA1:  # transformers 5 reads hidden_act alone for Gemma 1 (its configs also name "gelu")
+        act = config.get("hidden_act", "gelu_pytorch_tanh")
+    else:
+        act = config.get("hidden_activation") or config.get("hidden_act", "silu")
     if not isinstance(act, str) or act not in _ACTIVATIONS:
         raise FastDecodeError(f"{path}: hidden activation {act!r} is not supported; "
                               f"supported: {', '.join(_ACTIVATIONS)}")
@@ -435,7 +442,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             raise FastDecodeError(f"partial_rotary_factor must be in (0, 1], got {partial}")
         context = _int(config, "max_position_embeddings", 2048)
         window, layer_types = _sliding(config, arch, n_layers, path)
-        tie = config.get("tie_word_embeddings", arch in (_GEMMA, _GEMMA2))
+        tie = config.get("tie_word_embeddings", arch in (_GEMMA, _GEMMA1, _GEMMA2))
         if not isinstance(tie, bool):
             raise FastDecodeError(f"tie_word_embeddings must be true or false, got {tie!r:.40}")
         return ModelArgs(
@@ -508,7 +515,7 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[
                     if key == "output.weight" and args.tie_embeddings:
                         continue  # tied: the output reuses the embedding
                     t = f.get_tensor(name)
-                    if arch in (_GEMMA, _GEMMA2) and key.endswith("norm.weight"):
+                    if arch in (_GEMMA, _GEMMA1, _GEMMA2) and key.endswith("norm.weight"):
                         # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
                         # so our plain RMSNorm (and its kernel) computes them.
                         t = t.float() + 1.0

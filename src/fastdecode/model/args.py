@@ -94,7 +94,7 @@ class RopeScaling:
 
 
 LAYER_TYPES = ("global", "sliding")
-ACTIVATIONS = ("silu", "gelu_tanh")
+ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
 # Most positions a model may declare: above every real context length (Llama 4 Scout's 10,485,760),
 # and every position exact in the float32 RoPE angles (rope_angles).
 MAX_POSITIONS = 1 << 24
@@ -137,7 +137,9 @@ class ModelArgs:
     layer_types: Optional[tuple[str, ...]] = None  # per layer: "global" or "sliding"
     rope_local_theta: Optional[float] = None  # RoPE base of the sliding layers (Gemma 3); None: rope_theta
     attn_scale: Optional[float] = None  # softmax scale; None: head_dim ** -0.5 (Gemma 3: query_pre_attn_scalar ** -0.5)
-    activation: str = "silu"  # gated MLP: SwiGLU ("silu") or GeGLU with tanh-approximate GELU ("gelu_tanh", Gemma)
+    # gated MLP: SwiGLU ("silu"), or GeGLU with tanh-approximate GELU ("gelu_tanh", Gemma) or exact GELU
+    # ("gelu": Gemma 1's config as transformers 5 reads it)
+    activation: str = "silu"
     embed_scale: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(dim))
     post_norms: bool = False  # RMSNorm on the attention and MLP outputs before the residual add (Gemma 3)
     # Ministral 3 (Llama 4's rule): queries at position p are multiplied, after RoPE, by

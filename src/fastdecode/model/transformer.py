@@ -258,12 +258,15 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w13 = nn.Linear(args.dim, 2 * args.hidden_dim, bias=False)  # gate and up, fused
         self.w2 = nn.Linear(args.hidden_dim, args.dim, bias=False)
-        self.gelu = args.activation == "gelu_tanh"  # GeGLU (Gemma) instead of SwiGLU
+        self.activation = args.activation  # SwiGLU, or GeGLU (Gemma) with GELU's tanh form or its exact one
         self.register_load_state_dict_pre_hook(_fuse_w13)
 
     def forward(self, x: Tensor) -> Tensor:
         gate, up = self.w13(x).chunk(2, dim=-1)
-        gate = F.gelu(gate, approximate="tanh") if self.gelu else F.silu(gate)
+        if self.activation == "silu":
+            gate = F.silu(gate)
+        else:
+            gate = F.gelu(gate, approximate="tanh" if self.activation == "gelu_tanh" else "none")
         return self.w2(gate * up)
 
 
