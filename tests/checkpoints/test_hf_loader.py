@@ -319,6 +319,15 @@ def test_phi3_longrope_follows_the_context_the_caches_hold(tmp_path, context):
         assert (got - model(tokens).logits).abs().max().item() <= 1e-4
 
 
+def test_phi3_fused_tensor_of_the_wrong_size_is_named(tmp_path):
+    write_hf_dir(tmp_path, hf_model("phi3"))
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "intermediate_size": 80}))
+    message = error_of(tmp_path)
+    assert "model.safetensors: tensor layers.0.feed_forward.w13.weight has 192 rows, but the config makes it 160" \
+        in message and "\n" not in message
+
+
 def test_phi3_window_longer_than_the_context_is_none(tmp_path):
     """Phi-3.5-mini's config names a window of 262,144 over a context of 131,072: no window at all."""
     config = hf_config("phi3")

@@ -519,13 +519,13 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[
                         # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
                         # so our plain RMSNorm (and its kernel) computes them.
                         t = t.float() + 1.0
-                    out.update(_split_fused(key, t.to(dtype), args))
+                    out.update(_split_fused(key, t.to(dtype), args, file))
         except (SafetensorError, OSError) as e:
             raise FastDecodeError(f"{file}: cannot read safetensors ({e})") from None
     return out
 
 
-def _split_fused(key: str, t: torch.Tensor, args: ModelArgs) -> dict[str, torch.Tensor]:
+def _split_fused(key: str, t: torch.Tensor, args: ModelArgs, file: Path) -> dict[str, torch.Tensor]:
     """A fused q/k/v or gate/up tensor (Phi-3's) as its parts' row views, which the model fuses
     back without a copy (transformer.adjacent_rows); any other tensor as it is."""
     if key.endswith("attention.wqkv.weight"):
@@ -536,6 +536,6 @@ def _split_fused(key: str, t: torch.Tensor, args: ModelArgs) -> dict[str, torch.
     else:
         return {key: t}
     if t.shape[0] != sum(rows):
-        raise FastDecodeError(f"tensor {key} has {t.shape[0]} rows, but the config makes it {sum(rows)}")
+        raise FastDecodeError(f"{file}: tensor {key} has {t.shape[0]} rows, but the config makes it {sum(rows)}")
     base = key.rsplit(".", 2)[0]
     return {f"{base}.{n}.weight": part for n, part in zip(names, t.split(rows))}
