@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections import Counter
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -365,11 +366,10 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
         groups.setdefault(int(m.group(1)) if m else None, []).append(name)
     if None in groups:  # the embedding, the final norm and the head last
         groups[None] = groups.pop(None)
-    permuted = arch in PERMUTED
     for group in groups.values():
         out: dict[str, torch.Tensor] = {}
         for name in group:
-            out.update(_convert(f, name, args, dtype, weights, permuted, kinds))
+            out.update(_convert(f, name, args, dtype, weights, arch, kinds))
         yield out
         del out  # the caller has written it out
         f.drop_pages()
@@ -390,26 +390,28 @@ def _fused_rows(name: str, args: ModelArgs, arch: str) -> Optional[list[tuple[st
             (p + "attention.wv.weight", q + kv, q + 2 * kv)]
 
 
-def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weights: str, permuted: bool,
+def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weights: str, arch: str,
              kinds: Counter) -> dict[str, torch.Tensor]:
     """One GGUF tensor under our key names: its packed tensors, or one float tensor (a fused
     tensor: each part's)."""
     raw, qtype, shape = f.raw(name)
-    fused = _fused_rows(name, args, f.get("general.architecture"))
+    permuted = arch in PERMUTED
+    fused = _fused_rows(name, args, arch)
     if fused is None:
-        return _convert_rows(f, name, our_name(name), raw, qtype, shape, args, dtype, weights, permuted, kinds)
+        return _convert_rows(name, our_name(name), raw, qtype, shape, args, weights, permuted, kinds,
+                             lambda: f.tensor(name, dtype))
+    whole = functools.cache(lambda: f.tensor(name, dtype))  # the float path decodes the tensor once for its parts
     out: dict[str, torch.Tensor] = {}
     for key, r0, r1 in fused:
         rows = raw.reshape(shape[0], -1)[r0:r1].reshape(-1)
-        out.update(_convert_rows(f, name, key, rows, qtype, (r1 - r0, shape[1]), args, dtype, weights, permuted,
-                                 kinds, (r0, r1)))
+        out.update(_convert_rows(name, key, rows, qtype, (r1 - r0, shape[1]), args, weights, permuted, kinds,
+                                 lambda r0=r0, r1=r1: whole()[r0:r1]))
     return out
 
 
-def _convert_rows(f: GGUFFile, name: str, key: str, raw, qtype, shape: tuple[int, ...], args: ModelArgs,
-                  dtype: torch.dtype, weights: str, permuted: bool, kinds: Counter,
-                  rows: Optional[tuple[int, int]] = None) -> dict[str, torch.Tensor]:
-    """Tensor `name` (its rows [r0, r1) when `rows` is given, `raw` their bytes) as our `key`."""
+def _convert_rows(name: str, key: str, raw, qtype, shape: tuple[int, ...], args: ModelArgs, weights: str,
+                  permuted: bool, kinds: Counter, floats: Callable[[], torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Rows of tensor `name` (`raw` their bytes, `floats()` them in the model's dtype) as our `key`."""
     packed = None
     if weights == "auto" and len(shape) == 2:
         # Q and K rows are put back in order before packing (q4 packs rows in panels of 16).
@@ -427,9 +429,7 @@ def _convert_rows(f: GGUFFile, name: str, key: str, raw, qtype, shape: tuple[int
         return {f"{base}.{suffix}": t for suffix, t in packed.items()}
     note = " (dequantized: no native layout)" if weights == "auto" and qtype in GGUF_LAYOUTS else ""
     kinds[f"{qtype.name}->float{note}" if len(shape) == 2 else qtype.name] += 1
-    t = f.tensor(name, dtype)
-    if rows is not None:
-        t = t[rows[0]:rows[1]]
+    t = floats()
     return {key: (_unpermute(t, name, args) if permuted else t).contiguous()}
 
 
