@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write Llama-shaped GGUF files with random weights at real shapes, then quantize them.
+"""Write GGUF files with random weights at real shapes (Llama's, and a Qwen 3 MoE's), then quantize them.
 
     python benchmarks/make_models.py --out /work/models --shape llama-1b --types Q4_K_M Q4_0
 
@@ -51,16 +51,27 @@ class Shape:
     rope_theta: float = 500000.0
     rms_eps: float = 1e-5
     context: int = 8192
+    # Qwen 3 MoE (arch "qwen3moe"): QK-norm, heads of head_size, and each layer's MLP n_experts experts
+    # of `ffn` (n_experts_used chosen per token) under a float32 router.
+    arch: str = "llama"
+    n_experts: int = 0
+    n_experts_used: int = 0
+    head_size: int = 0  # 0: dim // n_heads
 
     @property
     def head_dim(self) -> int:
-        return self.dim // self.n_heads
+        return self.head_size or self.dim // self.n_heads
 
 
 SHAPES = {
     "llama-1b": Shape("Llama-3.2-1B", 2048, 16, 32, 8, 8192, tied=True, keep_f16=True),
     "llama-3b": Shape("Llama-3.2-3B", 3072, 28, 24, 8, 8192, tied=True, keep_f16=True),
     "llama-8b": Shape("Llama-3.1-8B", 4096, 32, 32, 8, 14336, tied=False, keep_f16=False),
+    # Qwen3-30B-A3B's widths (48 layers in the real model): 8 layers keep the files and their
+    # making short; per layer, a token reads what it reads in the real model.
+    "qwen3moe-30b-a3b-8l": Shape("Qwen3-30B-A3B, 8 of its 48 layers", 2048, 8, 32, 4, 768, tied=False,
+                                 keep_f16=False, rope_theta=1e6, rms_eps=1e-6, context=40960, arch="qwen3moe",
+                                 n_experts=128, n_experts_used=8, head_size=128),
 }
 
 # llama-quantize's names; --types takes these (case-insensitive).
@@ -141,6 +152,8 @@ def tensor_plan(shape: Shape, vocab: int) -> list[tuple[str, tuple[int, ...], ty
     """
     d, hd = shape.dim, shape.head_dim
     kv = shape.n_kv_heads * hd
+    e = (shape.n_experts,) if shape.n_experts else ()  # experts stack in a leading dim
+    mlp = "_exps" if shape.n_experts else ""
     plan = [("token_embd.weight", (vocab, d), np.float16)]
     for i in range(shape.n_layers):
         b = f"blk.{i}."
@@ -151,10 +164,14 @@ def tensor_plan(shape: Shape, vocab: int) -> list[tuple[str, tuple[int, ...], ty
             (b + "attn_v.weight", (kv, d), np.float16),
             (b + "attn_output.weight", (d, shape.n_heads * hd), np.float16),
             (b + "ffn_norm.weight", (d,), np.float32),
-            (b + "ffn_gate.weight", (shape.ffn, d), np.float16),
-            (b + "ffn_up.weight", (shape.ffn, d), np.float16),
-            (b + "ffn_down.weight", (d, shape.ffn), np.float16),
+            (b + f"ffn_gate{mlp}.weight", (*e, shape.ffn, d), np.float16),
+            (b + f"ffn_up{mlp}.weight", (*e, shape.ffn, d), np.float16),
+            (b + f"ffn_down{mlp}.weight", (*e, d, shape.ffn), np.float16),
         ]
+        if shape.arch == "qwen3moe":
+            plan += [(b + "attn_q_norm.weight", (hd,), np.float32), (b + "attn_k_norm.weight", (hd,), np.float32)]
+        if shape.n_experts:
+            plan.append((b + "ffn_gate_inp.weight", (shape.n_experts, d), np.float32))
     plan.append(("output_norm.weight", (d,), np.float32))
     if not shape.tied:
         plan.append(("output.weight", (vocab, d), np.float16))
@@ -168,11 +185,12 @@ def random_tensor(name: str, shp: tuple[int, ...], dtype, seed: int) -> np.ndarr
     if len(shp) == 1:  # RMSNorm weight
         return (1.0 + NORM_NOISE * rng.standard_normal(shp, dtype=np.float32)).astype(dtype)
     out = np.empty(shp, dtype=dtype)
-    rows = max(1, (16 << 20) // shp[1])  # 16M values (64 MB float32) per chunk
-    for r in range(0, shp[0], rows):
-        chunk = rng.standard_normal((min(rows, shp[0] - r), shp[1]), dtype=np.float32)
+    flat = out.reshape(-1, shp[-1])  # an experts tensor's matrices, one after the other
+    rows = max(1, (16 << 20) // shp[-1])  # 16M values (64 MB float32) per chunk
+    for r in range(0, flat.shape[0], rows):
+        chunk = rng.standard_normal((min(rows, flat.shape[0] - r), shp[-1]), dtype=np.float32)
         chunk *= STD
-        out[r:r + rows] = chunk
+        flat[r:r + rows] = chunk
     return out
 
 
@@ -186,7 +204,7 @@ def write_f16(name: str, shape: Shape, path: Path, seed: int, tok_path: Path) ->
         f"{n_params / 1e9:.3f}B params, seed {seed}")
 
     tmp = path.with_name(path.name + ".tmp")
-    w = gguf.GGUFWriter(tmp, "llama")
+    w = gguf.GGUFWriter(tmp, shape.arch)
     w.add_type("model")
     w.add_name(f"random {name} ({shape.hf_name} shape, SmolLM2 vocab)")
     w.add_description(f"random weights (normal, std {STD}, seed {seed}) written by fastdecode benchmarks/make_models.py")
@@ -199,6 +217,13 @@ def write_f16(name: str, shape: Shape, path: Path, seed: int, tok_path: Path) ->
     w.add_layer_norm_rms_eps(shape.rms_eps)
     w.add_rope_freq_base(shape.rope_theta)
     w.add_rope_dimension_count(shape.head_dim)
+    if shape.head_size:
+        w.add_key_length(shape.head_dim)
+        w.add_value_length(shape.head_dim)
+    if shape.n_experts:
+        w.add_expert_count(shape.n_experts)
+        w.add_expert_used_count(shape.n_experts_used)
+        w.add_expert_feed_forward_length(shape.ffn)
     w.add_vocab_size(vocab)
     w.add_file_type(F16_FILE_TYPE)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)

@@ -144,6 +144,18 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
             **common, partial_rotary_factor=0.75, original_max_position_embeddings=16, pad_token_id=0,
             rope_scaling={"type": "longrope", "short_factor": [1.0, 1.2, 1.5, 2.0, 1.1, 1.3],
                           "long_factor": [3.0, 5.0, 8.0, 4.0, 6.0, 7.0]})
+    # Mixture of experts: 4 experts of 32, 2 chosen per token; Qwen 2's with a shared expert, the chosen
+    # experts' weights not renormalized ("qwen2moe-dense": its last layer dense, by mlp_only_layers).
+    if arch == "mixtral":
+        return transformers.MixtralConfig(**{**common, "intermediate_size": 32}, num_local_experts=4,
+                                          num_experts_per_tok=2, rope_theta=10000.0)
+    if arch in ("qwen2moe", "qwen2moe-dense"):
+        return transformers.Qwen2MoeConfig(**common, moe_intermediate_size=32, shared_expert_intermediate_size=48,
+                                           num_experts=4, num_experts_per_tok=2, rope_theta=10000.0,
+                                           mlp_only_layers=[1] if arch.endswith("dense") else [])
+    if arch == "qwen3moe":
+        return transformers.Qwen3MoeConfig(**common, head_dim=24, moe_intermediate_size=32, num_experts=4,
+                                           num_experts_per_tok=2, norm_topk_prob=True, rope_theta=10000.0)
     raise ValueError(arch)
 
 
@@ -159,7 +171,9 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "granite": transformers.GraniteForCausalLM, "olmo2": transformers.Olmo2ForCausalLM,
            "olmo3": transformers.Olmo3ForCausalLM,
            "gemma": transformers.GemmaForCausalLM, "gemma2": transformers.Gemma2ForCausalLM, "gemma3": transformers.Gemma3ForCausalLM,
-           "phi3": transformers.Phi3ForCausalLM}[arch]
+           "phi3": transformers.Phi3ForCausalLM, "mixtral": transformers.MixtralForCausalLM,
+           "qwen2moe": transformers.Qwen2MoeForCausalLM, "qwen3moe": transformers.Qwen3MoeForCausalLM,
+           "qwen2moe-dense": transformers.Qwen2MoeForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim
@@ -185,6 +199,9 @@ _GGUF_NAMES = {
     "mlp.down_proj.weight": "ffn_down.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's fused
+    "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.experts.down_proj": "ffn_down_exps.weight",  # MoE
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight", "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
 }
 # llama.cpp's names for Gemma 3's four norms (its post_attention_layernorm is the sandwich norm).
 _GEMMA3_GGUF_NAMES = {
@@ -212,11 +229,18 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
                 out["output.weight"] = a
         else:
             _, _, i, rest = name.split(".", 3)
-            if arch == "llama" and rest.startswith("self_attn.q_proj"):
+            if arch in ("llama", "mixtral") and rest.startswith("self_attn.q_proj"):
                 a = llama_cpp_permute(a, cfg.num_attention_heads)
-            elif arch == "llama" and rest.startswith("self_attn.k_proj"):
+            elif arch in ("llama", "mixtral") and rest.startswith("self_attn.k_proj"):
                 a = llama_cpp_permute(a, cfg.num_key_value_heads)
-            out[f"blk.{i}.{names[rest]}"] = a
+            if rest == "mlp.experts.gate_up_proj":  # transformers' [experts, gate rows then up rows, dim]
+                gate, up = np.split(a, 2, axis=1)
+                out[f"blk.{i}.ffn_gate_exps.weight"] = np.ascontiguousarray(gate)
+                out[f"blk.{i}.ffn_up_exps.weight"] = np.ascontiguousarray(up)
+            elif rest == "mlp.shared_expert_gate.weight":  # a vector in GGUF
+                out[f"blk.{i}.ffn_gate_inp_shexp.weight"] = a[0]
+            else:
+                out[f"blk.{i}.{names[rest]}"] = a
     return out
 
 

@@ -103,7 +103,7 @@ def _build(opts: LoadOptions, sync: Optional[Any]) -> LLM:
     part.model.init_rope(context=max_seq_len)  # LongRoPE's factors follow the context; packages are keyed by them
     need = _cache_need(part, max_batch_size, max_seq_len)
     _check_memory(opts, part, need, max_batch_size, max_seq_len)
-    compile = _runnable_compile(opts.compile, dev)
+    compile = _runnable_compile(opts.compile, dev, part.model)
     steps = _steps(opts, part, compile, opts.package, max_seq_len)
     draft = None
     if opts.draft_model is not None:
@@ -256,8 +256,13 @@ def _check_memory(opts: LoadOptions, part: _Part, need: int, max_batch_size: int
 
 # -- the steps and the draft ----------------------------------------------------------------
 
-def _runnable_compile(compile: str, device: torch.device) -> str:
-    """`compile`, or "none" (with one line saying why) where Inductor cannot build code here."""
+def _runnable_compile(compile: str, device: torch.device, model: Transformer) -> str:
+    """`compile`, or "none" (with one line saying why) where Inductor cannot build code here
+    or the model cannot be traced."""
+    if compile != "none" and model.args.n_experts:
+        log.warning("compile=%s: a mixture-of-experts model runs eagerly (which experts run depends on the "
+                    "tokens): running the eager steps instead", compile)
+        return "none"
     if compile != "none" and device.type == "cpu" and shutil.which(os.environ.get("CXX", "c++")) is None:
         log.warning("compile=%s needs a C++ compiler for Inductor and none was found (apt-get install g++): "
                     "running the eager steps instead", compile)
@@ -275,6 +280,11 @@ def _steps(opts: LoadOptions, part: _Part, compile: str, compiled: Optional[str]
     from ..compile.aot import ExportedSteps, package_path
 
     model, kernels = part.model, part.kernels
+    if model.args.n_experts:  # eager only (model/moe.py): no package to use or export
+        if compiled not in (None, "auto"):
+            raise FastDecodeError(f"compiled={compiled!r}: mixture-of-experts models are not exported (they run "
+                                  "eagerly); use compiled=none")
+        return make_steps(model, compile)
     missing = native.unavailable_reason if not kernels.ops else None
     if compiled not in (None, "auto") and missing:
         log.warning("compiled=%s calls the native kernels, which are unavailable here (%s): running compile=%s "

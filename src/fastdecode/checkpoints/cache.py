@@ -149,7 +149,7 @@ def write_entry(directory: Path, source: Path, args: ModelArgs, tokenizer: HFTok
             state = {k: v.detach().to("cpu").contiguous() for k, v in part.items()}
             del part
             shapes.update({k: torch.empty(v.shape, dtype=v.dtype, device="meta") for k, v in state.items()})
-            fused.update(_fuse_groups(state, args.n_layers))
+            fused.update(_fuse_groups(state))
             name = f"model-{len(weights):05d}.safetensors"
             save_file(state, str(tmp / name))
             del state
@@ -214,26 +214,29 @@ def _replace(path: Path, data: bytes) -> None:
 
 # The matrices the model runs as one (transformer._fuse): stored concatenated, so that a
 # load assigns row views of the memory-mapped file (transformer.adjacent_rows) instead of
-# concatenating copies, and resident memory stays that of the file.
-_GROUPS = (("attention.", ("wq", "wk", "wv")), ("feed_forward.", ("w1", "w3")))
+# concatenating copies, and resident memory stays that of the file. Each group is found by its
+# first part's name, so an MoE layer's experts and shared expert are fused as a dense MLP is.
+_GROUPS = {"wq": ("wq", "wk", "wv"), "w1": ("w1", "w3")}
 
 
-def _fuse_groups(state: dict[str, torch.Tensor], n_layers: int) -> dict[str, dict]:
+def _fuse_groups(state: dict[str, torch.Tensor]) -> dict[str, dict]:
     """Concatenate each group's tensors in `state` (in place) where they share dtype and
     row shape; returns {fused key: {"parts": keys, "rows": row counts}} for meta.json."""
     fused: dict[str, dict] = {}
-    for i in range(n_layers):
-        for sub, parts in _GROUPS:
-            for suffix in ("weight", "bias", *SUFFIXES):
-                keys = [f"layers.{i}.{sub}{p}.{suffix}" for p in parts]
-                if not all(k in state for k in keys):
-                    continue
-                ts = [state[k] for k in keys]
-                if any(t.dtype != ts[0].dtype or t.shape[1:] != ts[0].shape[1:] for t in ts):
-                    continue
-                key = f"layers.{i}.{sub}{'+'.join(parts)}.{suffix}"
-                state[key] = torch.cat([state.pop(k) for k in keys])
-                fused[key] = {"parts": keys, "rows": [t.shape[0] for t in ts]}
+    for first in list(state):
+        module, _, suffix = first.rpartition(".")
+        base, _, name = module.rpartition(".")
+        if name not in _GROUPS or suffix not in ("weight", "bias", *SUFFIXES):
+            continue
+        keys = [f"{base}.{p}.{suffix}" for p in _GROUPS[name]]
+        if not all(k in state for k in keys):
+            continue
+        ts = [state[k] for k in keys]
+        if any(t.dtype != ts[0].dtype or t.shape[1:] != ts[0].shape[1:] for t in ts):
+            continue
+        key = f"{base}.{'+'.join(_GROUPS[name])}.{suffix}"
+        state[key] = torch.cat([state.pop(k) for k in keys])
+        fused[key] = {"parts": keys, "rows": [t.shape[0] for t in ts]}
     return fused
 
 

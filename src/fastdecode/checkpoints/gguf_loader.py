@@ -21,9 +21,10 @@ from .gguf_file import GGUFFile, number, optional_int
 # as "mistral3" (Llama's tensors, YaRN and a query scale by position); SmolLM3 and Granite are
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
 # sublayer only (an olmo2 file with a window is OLMo 3); Phi-3 and Phi-4-mini keep q/k/v and gate/up
-# each in one tensor, which load splits.
+# each in one tensor, which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe, qwen3moe)
+# keep each projection of a layer's experts in one 3-D tensor, which load splits per expert.
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "phi3")
+                   "phi3", "qwen2moe", "qwen3moe")
 PERMUTED = ("llama", "mistral3", "smollm3", "granite")  # the converter permutes these architectures' Q/K rows
 
 _GLOBAL_NAMES = {
@@ -49,6 +50,14 @@ _LAYER_NAMES = {
     "attn_k_norm.weight": "attention.k_norm.weight",
     "post_attention_norm.weight": "post_attention_norm.weight",  # gemma2/3's post-norms
     "post_ffw_norm.weight": "post_ffn_norm.weight",
+    "ffn_gate_inp.weight": "feed_forward.gate.weight",  # an MoE layer's router
+    "ffn_gate_exps.weight": "feed_forward.experts.w1.weight",  # [experts, rows, cols]: split (_fused_rows)
+    "ffn_down_exps.weight": "feed_forward.experts.w2.weight",
+    "ffn_up_exps.weight": "feed_forward.experts.w3.weight",
+    "ffn_gate_shexp.weight": "feed_forward.shared.w1.weight",  # qwen2moe's shared expert
+    "ffn_down_shexp.weight": "feed_forward.shared.w2.weight",
+    "ffn_up_shexp.weight": "feed_forward.shared.w3.weight",
+    "ffn_gate_inp_shexp.weight": "feed_forward.shared_gate.weight",  # a vector in the file, a row for us
 }
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 # Tensors that carry nothing our model needs as weights: RoPE tables (read into ModelArgs).
@@ -159,6 +168,24 @@ def _layer_types(f: GGUFFile, arch: str, n_layers: int, pattern: int) -> tuple[s
     return tuple("global" if (i + 1) % pattern == 0 else "sliding" for i in range(n_layers))
 
 
+def _moe_fields(f: GGUFFile, arch: str, hidden: int) -> dict:
+    """An MoE file's experts as llama.cpp reads them for `arch` ({} for a dense model): the experts'
+    size when no key gives it is the MLP's (Mixtral) or that over the experts used (Qwen); the
+    chosen experts' weights are renormalized except for qwen2moe."""
+    def key(name: str) -> Optional[int]:
+        return optional_int(f.get(f"{arch}.{name}"), f.path, name)
+
+    n = key("expert_count") or 0
+    if not n:
+        return {}
+    used = key("expert_used_count") or 0
+    qwen = arch in ("qwen2moe", "qwen3moe")
+    shared = (key("expert_shared_feed_forward_length") or hidden) if "blk.0.ffn_gate_shexp.weight" in f.tensors else 0
+    return dict(n_experts=n, n_experts_used=used,
+                expert_hidden_dim=key("expert_feed_forward_length") or (hidden // used if qwen and used else hidden),
+                norm_expert_weights=arch != "qwen2moe", shared_expert_dim=shared)
+
+
 def _granite_fields(f: GGUFFile, arch: str, n_layers: int) -> dict:
     """Granite's multipliers (a scale of 0 or none: 1, as llama.cpp reads them; the logit scale is
     required there), and no RoPE at all when the file says `rope.scaling.finetuned` false."""
@@ -257,8 +284,9 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     theta = number(f, f"{arch}.rope.freq_base", 10000.0)
     n_layers = need("block_count")
     context = optional_int(f.get(f"{arch}.context_length", 2048), f.path, "context_length")
+    hidden = need("feed_forward_length")
     family: dict = {}
-    if arch == "qwen3":
+    if arch in ("qwen3", "qwen3moe"):
         family = dict(qk_norm=True)
     elif arch == "mistral3" and (beta := number(f, f"{arch}.attention.temperature_scale", 0.0)):
         # llama.cpp's period is the YaRN original context (its n_ctx_orig_yarn)
@@ -290,7 +318,7 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
             head_dim=head_dim,
             rope_dim=None if rot == head_dim else rot,
             vocab_size=int(f.tensors["token_embd.weight"].shape[1]),
-            hidden_dim=need("feed_forward_length"),
+            hidden_dim=hidden,
             norm_eps=number(f, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
             rope_theta=theta,
             rope_scaling=scaling,
@@ -298,6 +326,7 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
             tie_embeddings="output.weight" not in f.tensors,
             qkv_bias="blk.0.attn_q.bias" in f.tensors,
             **family,
+            **_moe_fields(f, arch, hidden),
         )
     except FastDecodeError as e:
         if str(e).startswith(str(f.path)):
@@ -348,8 +377,10 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
     arch = f.get("general.architecture")
     for name in names:
         fused = _fused_rows(name, args, arch)
-        want = (fused[-1][2], args.dim) if fused else expected.get(our_name(name))
+        want = fused[1] if fused else expected.get(our_name(name))
         got = f.raw(name)[2]
+        if name.endswith(_SHARED_GATE):
+            got = (1, *got)
         if want is not None and tuple(got) != tuple(want):
             raise FastDecodeError(f"{f.path}: tensor {name!r} has shape {list(got)}, but the file's metadata "
                                   f"makes it {list(want)}")
@@ -375,19 +406,33 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
         f.drop_pages()
 
 
-def _fused_rows(name: str, args: ModelArgs, arch: str) -> Optional[list[tuple[str, int, int]]]:
-    """Our keys and row ranges [r0, r1) of a tensor holding several of our matrices (phi3's attn_qkv:
-    q, k, v; its ffn_up: gate then up), else None."""
+_SHARED_GATE = "ffn_gate_inp_shexp.weight"
+_EXPERTS = {"ffn_gate_exps.weight": "w1", "ffn_down_exps.weight": "w2", "ffn_up_exps.weight": "w3"}
+
+
+def _fused_rows(name: str, args: ModelArgs,
+                arch: str) -> Optional[tuple[list[tuple[str, int, int]], tuple[int, ...]]]:
+    """For a tensor holding several of our matrices: our keys with their row ranges [r0, r1) of
+    the tensor's rows (all dims but the last), and the tensor's expected shape; else None. Phi-3's
+    attn_qkv holds q, k, v, its ffn_up gate then up; an MoE layer's *_exps each expert's matrix."""
     m = _LAYER_RE.fullmatch(name)
-    if m is None or arch != "phi3" or m.group(2) not in ("attn_qkv.weight", "ffn_up.weight"):
+    if m is None:
         return None
-    p = f"layers.{m.group(1)}."
-    if m.group(2) == "ffn_up.weight":
+    layer, sub = int(m.group(1)), m.group(2)
+    p = f"layers.{layer}."
+    if sub in _EXPERTS and layer < args.n_layers:
+        n, dim, hidden = args.experts(layer), args.dim, args.expert_hidden_dim
+        rows, cols = (dim, hidden) if sub == "ffn_down_exps.weight" else (hidden, dim)
+        keys = [(f"{p}feed_forward.experts.{e}.{_EXPERTS[sub]}.weight", e * rows, (e + 1) * rows) for e in range(n)]
+        return keys, (n, rows, cols)
+    if arch != "phi3" or sub not in ("attn_qkv.weight", "ffn_up.weight"):
+        return None
+    if sub == "ffn_up.weight":
         h = args.hidden_dim
-        return [(p + "feed_forward.w1.weight", 0, h), (p + "feed_forward.w3.weight", h, 2 * h)]
+        return [(p + "feed_forward.w1.weight", 0, h), (p + "feed_forward.w3.weight", h, 2 * h)], (2 * h, args.dim)
     q, kv = args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim
     return [(p + "attention.wq.weight", 0, q), (p + "attention.wk.weight", q, q + kv),
-            (p + "attention.wv.weight", q + kv, q + 2 * kv)]
+            (p + "attention.wv.weight", q + kv, q + 2 * kv)], (q + 2 * kv, args.dim)
 
 
 def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weights: str, arch: str,
@@ -397,14 +442,19 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
     raw, qtype, shape = f.raw(name)
     permuted = arch in PERMUTED
     fused = _fused_rows(name, args, arch)
+    if name.endswith(_SHARED_GATE):
+        kinds[qtype.name] += 1
+        return {our_name(name): f.tensor(name, dtype).reshape(1, -1)}
     if fused is None:
         return _convert_rows(name, our_name(name), raw, qtype, shape, args, weights, permuted, kinds,
                              lambda: f.tensor(name, dtype))
-    whole = functools.cache(lambda: f.tensor(name, dtype))  # the float path decodes the tensor once for its parts
+    cols, n_rows = shape[-1], math.prod(shape[:-1])
+    # The float path decodes the tensor once for its parts.
+    whole = functools.cache(lambda: f.tensor(name, dtype).reshape(n_rows, cols))
     out: dict[str, torch.Tensor] = {}
-    for key, r0, r1 in fused:
-        rows = raw.reshape(shape[0], -1)[r0:r1].reshape(-1)
-        out.update(_convert_rows(name, key, rows, qtype, (r1 - r0, shape[1]), args, weights, permuted, kinds,
+    for key, r0, r1 in fused[0]:
+        rows = raw.reshape(n_rows, -1)[r0:r1].reshape(-1)
+        out.update(_convert_rows(name, key, rows, qtype, (r1 - r0, cols), args, weights, permuted, kinds,
                                  lambda r0=r0, r1=r1: whole()[r0:r1]))
     return out
 

@@ -17,12 +17,14 @@ from .keys import map_name
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
-                   "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM")
+                   "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
+                   "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
                 "olmo3": "Olmo3ForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
-                "phi3": "Phi3ForCausalLM"}
+                "phi3": "Phi3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+                "qwen3_moe": "Qwen3MoeForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -32,6 +34,12 @@ _GRANITE = "GraniteForCausalLM"
 _OLMO2 = "Olmo2ForCausalLM"
 _OLMO3 = "Olmo3ForCausalLM"  # OLMo 2 with three sliding layers in four, RoPE scaling on the others only
 _PHI3 = "Phi3ForCausalLM"  # Llama with q/k/v and gate/up each in one tensor, partial rotary, LongRoPE
+# Mixture of experts: Mistral's and Qwen 2's and 3's blocks with routed experts (Qwen 2's with a
+# shared expert too), and each config class's defaults for the keys a config may leave out:
+# (experts, used, the experts' size key, the shared expert's default size).
+_MIXTRAL, _QWEN2_MOE, _QWEN3_MOE = "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"
+_MOE = {_MIXTRAL: (8, 2, "intermediate_size", 0), _QWEN2_MOE: (60, 4, "moe_intermediate_size", 5632),
+        _QWEN3_MOE: (128, 8, "moe_intermediate_size", 0)}
 # Families whose rope_parameters may be given per layer type (transformers 5), the global layers'
 # scaled, the sliding layers' never.
 _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
@@ -87,6 +95,21 @@ _LAYER_NAMES = {
     "self_attn.k_norm.weight": "attention.k_norm.weight",
     "self_attn.qkv_proj.weight": "attention.wqkv.weight",  # Phi-3's fused tensors, split at load (_split_fused)
     "mlp.gate_up_proj.weight": "feed_forward.w13.weight",
+    # MoE layers: the router, each expert ("{}": its number), Qwen2-MoE's shared expert and its gate
+    "mlp.gate.weight": "feed_forward.gate.weight",
+    "mlp.experts.{}.gate_proj.weight": "feed_forward.experts.{}.w1.weight",
+    "mlp.experts.{}.down_proj.weight": "feed_forward.experts.{}.w2.weight",
+    "mlp.experts.{}.up_proj.weight": "feed_forward.experts.{}.w3.weight",
+    "mlp.shared_expert.gate_proj.weight": "feed_forward.shared.w1.weight",
+    "mlp.shared_expert.down_proj.weight": "feed_forward.shared.w2.weight",
+    "mlp.shared_expert.up_proj.weight": "feed_forward.shared.w3.weight",
+    "mlp.shared_expert_gate.weight": "feed_forward.shared_gate.weight",
+    "mlp.experts.gate_up_proj": "feed_forward.experts.w13.weight",  # transformers 5's [experts, rows, cols] form
+    "mlp.experts.down_proj": "feed_forward.experts.w2.weight",
+    "block_sparse_moe.gate.weight": "feed_forward.gate.weight",  # Mixtral's names
+    "block_sparse_moe.experts.{}.w1.weight": "feed_forward.experts.{}.w1.weight",
+    "block_sparse_moe.experts.{}.w2.weight": "feed_forward.experts.{}.w2.weight",
+    "block_sparse_moe.experts.{}.w3.weight": "feed_forward.experts.{}.w3.weight",
 }
 # Gemma 2 and 3 name their four norms differently: its post_attention_layernorm is the
 # sandwich norm on the attention output, not the MLP's input norm as in Llama (OLMo 2's
@@ -297,8 +320,13 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
     """(sliding_window, layer_types) as transformers reads them for `arch`."""
     window = _int(config, "sliding_window", None)
     names = config.get("layer_types")
-    if arch in ("MistralForCausalLM", _MINISTRAL3):
+    if arch in ("MistralForCausalLM", _MINISTRAL3, _MIXTRAL):
         return (window, None) if window else (None, None)  # every layer, when set
+    if arch == _QWEN3_MOE:  # every layer, when use_sliding_window
+        return (window, None) if window and config.get("use_sliding_window") else (None, None)
+    if names is None and arch == _QWEN2_MOE and config.get("use_sliding_window"):  # Qwen2MoeConfig's rule
+        first = _int(config, "max_window_layers", 28)
+        names = ["sliding_attention" if (i + 1) % 2 and i < first else "full_attention" for i in range(n_layers)]
     if arch == _PHI3:  # every layer, when shorter than the context (Phi-3.5's 262,144 is not)
         context = _int(config, "max_position_embeddings", 2048)
         return (window, None) if window and window < context else (None, None)
@@ -332,7 +360,7 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
 def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path,
                    scaling: Optional[RopeScaling], theta: float) -> dict[str, Any]:
     """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3 and Gemma 1/2/3 differ from Llama."""
-    if arch == "Qwen3ForCausalLM":
+    if arch in ("Qwen3ForCausalLM", _QWEN3_MOE):
         return dict(qk_norm=True)
     if arch == _SMOLLM3:
         return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
@@ -412,6 +440,32 @@ def _nope_layers(config: dict[str, Any], n_layers: int) -> tuple[int, ...]:
     return tuple(i for i, uses_rope in enumerate(flags) if not uses_rope)
 
 
+def _moe_fields(config: dict[str, Any], arch: str, n_layers: int) -> dict[str, Any]:
+    """The experts of Mixtral and Qwen 2/3 MoE as transformers reads them ({} for a dense model).
+    Qwen's layers in mlp_only_layers, or off every decoder_sparse_step-th one, are dense."""
+    if arch not in _MOE:
+        return {}
+    n_default, used_default, size_key, shared_default = _MOE[arch]
+    # transformers 5 saves Qwen's num_experts as num_local_experts, Mixtral's name
+    n = _int(config, "num_local_experts", None)
+    n = _int(config, "num_experts", n_default) if n is None else n
+    if n == 0:  # transformers' Qwen MoE with no experts: dense MLPs
+        return {}
+    step = _int(config, "decoder_sparse_step", 1)
+    if step < 1:
+        raise FastDecodeError(f"decoder_sparse_step must be >= 1, got {step}")
+    only = config.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
+        raise FastDecodeError(f"mlp_only_layers must be a list of layer indexes, got {only!r:.40}")
+    norm = arch == _MIXTRAL or config.get("norm_topk_prob", False)
+    if not isinstance(norm, bool):
+        raise FastDecodeError(f"norm_topk_prob must be true or false, got {norm!r:.40}")
+    return dict(n_experts=n, n_experts_used=_int(config, "num_experts_per_tok", used_default),
+                expert_hidden_dim=_int(config, size_key), norm_expert_weights=norm,
+                shared_expert_dim=_int(config, "shared_expert_intermediate_size", shared_default),
+                dense_layers=tuple(i for i in range(n_layers) if i in only or (i + 1) % step))
+
+
 def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
     path = directory / "config.json"
     arch = _architecture(config, path)
@@ -422,7 +476,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
     if not isinstance(act, str) or act not in _ACTIVATIONS:
         raise FastDecodeError(f"{path}: hidden activation {act!r} is not supported; "
                               f"supported: {', '.join(_ACTIVATIONS)}")
-    if config.get("mlp_bias") or (arch != "Qwen2ForCausalLM" and config.get("attention_bias")):
+    if config.get("mlp_bias") or (arch not in ("Qwen2ForCausalLM", _QWEN2_MOE) and config.get("attention_bias")):
         raise FastDecodeError(f"{path}: attention_bias/mlp_bias are not supported for {arch}")
     try:
         params = _object(config, "rope_parameters")
@@ -459,11 +513,12 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             rope_scaling=scaling,
             max_seq_len=scaling.context(context) if scaling else context,
             tie_embeddings=tie,
-            qkv_bias=arch == "Qwen2ForCausalLM",
+            qkv_bias=arch == "Qwen2ForCausalLM" or (arch == _QWEN2_MOE and config.get("qkv_bias", True) is True),
             sliding_window=window,
             layer_types=layer_types,
             activation=_ACTIVATIONS[act],
             **_family_fields(config, arch, dim, head_dim, path, scaling, theta),
+            **_moe_fields(config, arch, n_layers),
         )
     except KeyError as e:
         raise FastDecodeError(f"{path}: missing key {e.args[0]!r}") from None
@@ -526,8 +581,11 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[
 
 
 def _split_fused(key: str, t: torch.Tensor, args: ModelArgs, file: Path) -> dict[str, torch.Tensor]:
-    """A fused q/k/v or gate/up tensor (Phi-3's) as its parts' row views, which the model fuses
-    back without a copy (transformer.adjacent_rows); any other tensor as it is."""
+    """A fused q/k/v or gate/up tensor (Phi-3's), or all of an MoE layer's experts' gate/up or down
+    in one, as its parts' row views, which the model fuses back without a copy
+    (transformer.adjacent_rows); any other tensor as it is."""
+    if ".experts.w" in key:
+        return _split_experts(key, t, args, file)
     if key.endswith("attention.wqkv.weight"):
         rows = (args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim, args.n_kv_heads * args.head_dim)
         names = ("wq", "wk", "wv")
@@ -539,3 +597,18 @@ def _split_fused(key: str, t: torch.Tensor, args: ModelArgs, file: Path) -> dict
         raise FastDecodeError(f"{file}: tensor {key} has {t.shape[0]} rows, but the config makes it {sum(rows)}")
     base = key.rsplit(".", 2)[0]
     return {f"{base}.{n}.weight": part for n, part in zip(names, t.split(rows))}
+
+
+def _split_experts(key: str, t: torch.Tensor, args: ModelArgs, file: Path) -> dict[str, torch.Tensor]:
+    """transformers 5's experts tensor of a layer, [experts, 2 x hidden (gate, then up), dim] or
+    [experts, dim, hidden] (down), as each expert's matrices."""
+    base = key.rsplit(".", 3)[0]  # layers.N.feed_forward
+    n, dim, hidden = args.experts(int(key.split(".")[1])), args.dim, args.expert_hidden_dim
+    up = key.endswith("w13.weight")
+    want = (n, 2 * hidden, dim) if up else (n, dim, hidden)
+    if tuple(t.shape) != want:
+        raise FastDecodeError(f"{file}: tensor {key} has shape {list(t.shape)}, but the config makes it {list(want)}")
+    if not up:
+        return {f"{base}.experts.{e}.w2.weight": t[e] for e in range(n)}
+    return {f"{base}.experts.{e}.{w}.weight": t[e, i * hidden:(i + 1) * hidden]
+            for e in range(n) for i, w in enumerate(("w1", "w3"))}

@@ -34,10 +34,8 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
             p + "attention.wk.weight": (kv_rows, args.dim),
             p + "attention.wv.weight": (kv_rows, args.dim),
             p + "attention.wo.weight": (args.dim, q_rows),
-            p + "feed_forward.w1.weight": (args.hidden_dim, args.dim),
-            p + "feed_forward.w2.weight": (args.dim, args.hidden_dim),
-            p + "feed_forward.w3.weight": (args.hidden_dim, args.dim),
         })
+        shapes.update(_mlp_shapes(args, i))
         if args.qkv_bias:
             shapes.update({
                 p + "attention.wq.bias": (q_rows,),
@@ -50,6 +48,26 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
                            p + "attention.k_norm.weight": (kv_rows if full else args.head_dim,)})
         if args.post_norms:
             shapes.update({p + "post_attention_norm.weight": (args.dim,), p + "post_ffn_norm.weight": (args.dim,)})
+    return shapes
+
+
+def _gated_mlp(prefix: str, dim: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    return {prefix + "w1.weight": (hidden, dim), prefix + "w2.weight": (dim, hidden),
+            prefix + "w3.weight": (hidden, dim)}
+
+
+def _mlp_shapes(args: ModelArgs, layer: int) -> dict[str, tuple[int, ...]]:
+    """Layer `layer`'s MLP: one gated MLP, or an MoE layer's router, experts and shared expert."""
+    p = f"layers.{layer}.feed_forward."
+    n = args.experts(layer)
+    if not n:
+        return _gated_mlp(p, args.dim, args.hidden_dim)
+    shapes = {p + "gate.weight": (n, args.dim)}
+    for e in range(n):
+        shapes.update(_gated_mlp(f"{p}experts.{e}.", args.dim, args.expert_hidden_dim))
+    if args.shared_expert_dim:
+        shapes.update(_gated_mlp(p + "shared.", args.dim, args.shared_expert_dim))
+        shapes[p + "shared_gate.weight"] = (1, args.dim)
     return shapes
 
 
@@ -89,6 +107,15 @@ def map_name(name: str, global_names: dict[str, str], layer_re: re.Pattern,
     if name in global_names:
         return global_names[name]
     m = layer_re.fullmatch(name)
-    if m and m.group(2) in layer_names:
+    if m is None:
+        return None
+    if m.group(2) in layer_names:
         return f"layers.{m.group(1)}.{layer_names[m.group(2)]}"
+    # An MoE expert's tensor: the tables name it with "{}" for the expert's number.
+    e = _EXPERT_RE.fullmatch(m.group(2))
+    if e and (ours := layer_names.get(f"{e.group(1)}.{{}}.{e.group(3)}")):
+        return f"layers.{m.group(1)}.{ours.format(int(e.group(2)))}"
     return None
+
+
+_EXPERT_RE = re.compile(r"(.+\.experts)\.(\d+)\.(.+)")

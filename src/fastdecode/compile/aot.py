@@ -146,6 +146,9 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
         raise FastDecodeError(f"package path {str(path)!r} must end in .pt2")
     if not path.parent.is_dir():
         raise FastDecodeError(f"folder {str(path.parent)!r} for the package does not exist")
+    if model.args.n_experts:
+        raise FastDecodeError("mixture-of-experts models cannot be exported: which experts run depends on the "
+                              "tokens (they run eagerly)")
     device = model.device
     meta = _metadata(model)
     a = model.args

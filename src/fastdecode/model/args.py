@@ -109,7 +109,7 @@ class ModelArgs:
     window); Qwen2 adds q/k/v biases, Qwen3 QK-norm; Gemma 3 sets all of the
     Gemma fields below; SmolLM3 its layers without RoPE, Granite its multipliers, OLMo 2
     its norms after each sublayer only and QK-norm over all heads, Gemma 2 its soft-capping,
-    Phi-3 its partial rotary and LongRoPE.
+    Phi-3 its partial rotary and LongRoPE, Mixtral and Qwen 2/3 MoE their experts.
     Each field is one named difference, not a family name.
     """
 
@@ -156,6 +156,18 @@ class ModelArgs:
     # scale) and of the logits (after logits_scaling); 0: none.
     attn_softcap: float = 0.0
     logit_softcap: float = 0.0
+    # Mixture of experts (Mixtral, Qwen 2/3 MoE): a layer's MLP is the weighted sum of the
+    # n_experts_used of its n_experts gated MLPs (of expert_hidden_dim; None: hidden_dim) that a
+    # softmax router ranks highest for the token, weighted by their probabilities, renormalized
+    # over the chosen ones where norm_expert_weights. 0 experts: a dense MLP.
+    n_experts: int = 0
+    n_experts_used: int = 0
+    expert_hidden_dim: Optional[int] = None
+    norm_expert_weights: bool = True
+    # Qwen2-MoE's shared expert: a gated MLP of this size every token runs, scaled by sigmoid(w . x)
+    # and added to the experts' sum; 0: none.
+    shared_expert_dim: int = 0
+    dense_layers: tuple[int, ...] = ()  # an MoE model's layers with a dense MLP (Qwen3-MoE's mlp_only_layers)
 
     def __post_init__(self) -> None:
         # Derived fields are filled in here so every consumer sees concrete ints.
@@ -195,6 +207,33 @@ class ModelArgs:
             raise FastDecodeError(f"rope_scaling's factors must be one per frequency ({self.rotary_dim // 2}), "
                                   f"got {len(s.short_factor)}")
         self._check_attention_variants()
+        self._check_experts()
+
+    def _check_experts(self) -> None:
+        for name in ("n_experts", "n_experts_used", "shared_expert_dim"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise FastDecodeError(f"ModelArgs.{name} must be an integer >= 0, got {value!r}")
+        if self.expert_hidden_dim is None:
+            object.__setattr__(self, "expert_hidden_dim", self.hidden_dim)
+        e = self.expert_hidden_dim
+        if not isinstance(e, int) or isinstance(e, bool) or e < 1:
+            raise FastDecodeError(f"ModelArgs.expert_hidden_dim must be an integer >= 1, got {e!r}")
+        if self.n_experts and not 1 <= self.n_experts_used <= self.n_experts:
+            raise FastDecodeError(f"ModelArgs.n_experts_used must be from 1 to n_experts ({self.n_experts}), "
+                                  f"got {self.n_experts_used}")
+        if not self.n_experts and (self.n_experts_used or self.shared_expert_dim):
+            raise FastDecodeError("ModelArgs.n_experts_used and shared_expert_dim need n_experts > 0")
+        dense = tuple(self.dense_layers)  # a tuple (JSON gives lists), so that args compare and hash by value
+        object.__setattr__(self, "dense_layers", dense)
+        if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.n_layers for i in dense) or (
+                list(dense) != sorted(set(dense))):
+            raise FastDecodeError(f"ModelArgs.dense_layers must be distinct layer indexes below {self.n_layers}, "
+                                  f"in order; got {list(dense)}")
+
+    def experts(self, layer: int) -> int:
+        """How many experts layer `layer`'s MLP routes between; 0: a dense MLP."""
+        return 0 if layer in self.dense_layers else self.n_experts
 
     def _check_attention_variants(self) -> None:
         if self.activation not in ACTIVATIONS:

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from .args import ModelArgs, RopeScaling
 from .kv_cache import DynamicKVCache, KVCache, KvDtype, kv_name, to_float
+from .moe import MoEFeedForward
 
 
 class RMSNorm(nn.Module):
@@ -254,10 +255,11 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: Optional[float]
 
 
 class FeedForward(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, hidden_dim: Optional[int] = None):
         super().__init__()
-        self.w13 = nn.Linear(args.dim, 2 * args.hidden_dim, bias=False)  # gate and up, fused
-        self.w2 = nn.Linear(args.hidden_dim, args.dim, bias=False)
+        hidden_dim = hidden_dim or args.hidden_dim  # an expert's or a shared expert's size in MoE models
+        self.w13 = nn.Linear(args.dim, 2 * hidden_dim, bias=False)  # gate and up, fused
+        self.w2 = nn.Linear(hidden_dim, args.dim, bias=False)
         self.activation = args.activation  # SwiGLU, or GeGLU (Gemma) with GELU's tanh form or its exact one
         self.register_load_state_dict_pre_hook(_fuse_w13)
 
@@ -292,7 +294,9 @@ class TransformerBlock(nn.Module):
         self.attention_norm = RMSNorm(args.dim, args.norm_eps) if args.pre_norms else None
         self.attention = Attention(args, window=args.window(layer), rope=layer not in args.nope_layers)
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.pre_norms else None
-        self.feed_forward = FeedForward(args)
+        experts = args.experts(layer)
+        self.feed_forward = (MoEFeedForward(args, lambda hidden: FeedForward(args, hidden)) if experts
+                             else FeedForward(args))
         # Gemma 3's sandwich (OLMo 2's only norms): the attention and MLP outputs are
         # normalized before they join the residual stream.
         self.post_attention_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None

@@ -24,9 +24,6 @@ from .formats import PANEL, PANEL_LAYOUTS, SUFFIXES, BlockSizeError, dequantize,
 from .linear import LAYOUT_OPS, QuantEmbedding, QuantLinear, SplitLinear, _Packed
 
 WEIGHTS = ("auto", "float", "int8", "int4")
-# Fused modules and the checkpoint matrices they concatenate (see model.transformer._fuse).
-_GROUPS = {"attention.wqkv": ("attention.wq", "attention.wk", "attention.wv"),
-           "feed_forward.w13": ("feed_forward.w1", "feed_forward.w3")}
 
 
 def check_weights(weights: object) -> str:
@@ -50,8 +47,18 @@ def _module_paths(args: ModelArgs) -> list[tuple[str, tuple[str, ...]]]:
     out = []
     for i in range(args.n_layers):
         p = f"layers.{i}."
-        out += [(p + fused, tuple(p + part for part in parts)) for fused, parts in _GROUPS.items()]
-        out += [(p + "attention.wo", (p + "attention.wo",)), (p + "feed_forward.w2", (p + "feed_forward.w2",))]
+        out += [(p + "attention.wqkv", tuple(p + f"attention.{w}" for w in ("wq", "wk", "wv"))),
+                (p + "attention.wo", (p + "attention.wo",))]
+        ff = p + "feed_forward."
+        mlps = [ff]
+        if args.experts(i):  # an MoE layer: its router, each expert, and the shared expert and its gate
+            mlps = [f"{ff}experts.{e}." for e in range(args.experts(i))]
+            out.append((ff + "gate", (ff + "gate",)))
+            if args.shared_expert_dim:
+                mlps.append(ff + "shared.")
+                out.append((ff + "shared_gate", (ff + "shared_gate",)))
+        for m in mlps:
+            out += [(m + "w13", (m + "w1", m + "w3")), (m + "w2", (m + "w2",))]
     if not args.tie_embeddings:
         out.append(("output", ("output",)))
     return out
@@ -130,7 +137,10 @@ def _new_linear(pk: dict[str, Tensor], bias: bool, n: Optional[int] = None) -> Q
 def quantize_state_dict(state_dict: dict[str, Tensor], args: ModelArgs, weights: str, source: str) -> None:
     """weights=int8/int4: quantize the float matrices in place (int4: q4 linears, q8 embedding/head)."""
     layout = "q8" if weights == "int8" else "q4"
-    prefixes = [p for _, parts in _module_paths(args) for p in parts] + ["tok_embeddings"]
+    # An MoE router stays float, as llama-quantize keeps it: a small matrix whose rounding would change
+    # which experts run.
+    prefixes = [p for _, parts in _module_paths(args) for p in parts
+                if not p.endswith(("feed_forward.gate", "feed_forward.shared_gate"))] + ["tok_embeddings"]
     for p in prefixes:
         w = state_dict.get(f"{p}.weight")
         if w is None:
