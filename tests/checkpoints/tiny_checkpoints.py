@@ -153,6 +153,10 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
         return transformers.Qwen2MoeConfig(**common, moe_intermediate_size=32, shared_expert_intermediate_size=48,
                                            num_experts=4, num_experts_per_tok=2, rope_theta=10000.0,
                                            mlp_only_layers=[1] if arch.endswith("dense") else [])
+    if arch == "olmoe":  # as many K/V heads as query heads: llama.cpp's OLMoE assumes so (OLMoE-1B-7B's 16 and 16)
+        return transformers.OlmoeConfig(**{**common, "intermediate_size": 32, "num_key_value_heads": 4},
+                                        num_experts=4, num_experts_per_tok=2,
+                                        rope_theta=10000.0, pad_token_id=0)
     if arch == "qwen3moe":
         return transformers.Qwen3MoeConfig(**common, head_dim=24, moe_intermediate_size=32, num_experts=4,
                                            num_experts_per_tok=2, norm_topk_prob=True, rope_theta=10000.0)
@@ -173,7 +177,7 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "gemma": transformers.GemmaForCausalLM, "gemma2": transformers.Gemma2ForCausalLM, "gemma3": transformers.Gemma3ForCausalLM,
            "phi3": transformers.Phi3ForCausalLM, "mixtral": transformers.MixtralForCausalLM,
            "qwen2moe": transformers.Qwen2MoeForCausalLM, "qwen3moe": transformers.Qwen3MoeForCausalLM,
-           "qwen2moe-dense": transformers.Qwen2MoeForCausalLM}[arch]
+           "qwen2moe-dense": transformers.Qwen2MoeForCausalLM, "olmoe": transformers.OlmoeForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim

@@ -18,13 +18,13 @@ from .keys import map_name
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
                    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
-                   "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM")
+                   "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
                 "olmo3": "Olmo3ForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
                 "phi3": "Phi3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-                "qwen3_moe": "Qwen3MoeForCausalLM"}
+                "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -34,12 +34,13 @@ _GRANITE = "GraniteForCausalLM"
 _OLMO2 = "Olmo2ForCausalLM"
 _OLMO3 = "Olmo3ForCausalLM"  # OLMo 2 with three sliding layers in four, RoPE scaling on the others only
 _PHI3 = "Phi3ForCausalLM"  # Llama with q/k/v and gate/up each in one tensor, partial rotary, LongRoPE
-# Mixture of experts: Mistral's and Qwen 2's and 3's blocks with routed experts (Qwen 2's with a
-# shared expert too), and each config class's defaults for the keys a config may leave out:
-# (experts, used, the experts' size key, the shared expert's default size).
+# Mixture of experts: Mistral's, Qwen 2's and 3's and OLMo's (with QK-norm over all heads, as OLMo 2)
+# blocks with routed experts (Qwen 2's with a shared expert too), and each config class's defaults for
+# the keys a config may leave out: (experts, used, the experts' size key, the shared expert's default size).
 _MIXTRAL, _QWEN2_MOE, _QWEN3_MOE = "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"
+_OLMOE = "OlmoeForCausalLM"
 _MOE = {_MIXTRAL: (8, 2, "intermediate_size", 0), _QWEN2_MOE: (60, 4, "moe_intermediate_size", 5632),
-        _QWEN3_MOE: (128, 8, "moe_intermediate_size", 0)}
+        _QWEN3_MOE: (128, 8, "moe_intermediate_size", 0), _OLMOE: (64, 8, "intermediate_size", 0)}
 # Families whose rope_parameters may be given per layer type (transformers 5), the global layers'
 # scaled, the sliding layers' never.
 _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
@@ -362,6 +363,10 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
     """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3 and Gemma 1/2/3 differ from Llama."""
     if arch in ("Qwen3ForCausalLM", _QWEN3_MOE):
         return dict(qk_norm=True)
+    if arch == _OLMOE:
+        if config.get("clip_qkv") is not None:
+            raise FastDecodeError(f"{path}: clip_qkv is not supported")
+        return dict(qk_norm=True, qk_norm_full=True)
     if arch == _SMOLLM3:
         return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
     if arch in (_OLMO2, _OLMO3):

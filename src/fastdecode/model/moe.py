@@ -1,4 +1,4 @@
-"""Mixture-of-experts MLPs (Mixtral, Qwen 2/3 MoE): a softmax router picks, per token, the
+"""Mixture-of-experts MLPs (Mixtral, Qwen 2/3 MoE, OLMoE): a softmax router picks, per token, the
 top k of a layer's gated MLPs and sums their outputs weighted by the router's probabilities.
 
 Which experts run depends on the tokens, so this is an eager-mode module: the build runs MoE
@@ -33,12 +33,20 @@ class MoEFeedForward(nn.Module):
         weights, chosen = probs.topk(self.top_k, dim=-1)  # [T, k]
         if self.normalize:
             weights = weights / weights.sum(dim=-1, keepdim=True)
-        weights = weights.to(flat.dtype)
-        out = torch.zeros_like(flat)
-        # Each expert some token chose runs once, on the rows of the tokens that chose it.
-        for e in chosen.unique().tolist():
-            token, slot = (chosen == e).nonzero(as_tuple=True)
-            out.index_add_(0, token, self.experts[e](flat[token]) * weights[token, slot, None])
+        # The (token, expert) pairs grouped by expert: each chosen expert runs once, on one slice of
+        # the gathered rows. bincount's list is the one sync (which experts run is data).
+        experts = chosen.flatten()  # [T * k]
+        order = experts.argsort(stable=True)
+        counts = torch.bincount(experts, minlength=len(self.experts)).tolist()
+        token = order // self.top_k
+        rows = flat[token]  # [T * k, dim]
+        ys, start = [], 0
+        for e, n in enumerate(counts):
+            if n:
+                ys.append(self.experts[e](rows[start:start + n]))
+                start += n
+        y = torch.cat(ys) * weights.flatten()[order, None].to(flat.dtype)
+        out = torch.zeros_like(flat).index_add_(0, token, y)
         if self.shared is not None:
             out = out + torch.sigmoid(self.shared_gate(flat)) * self.shared(flat)
         return out.view_as(x)
