@@ -143,6 +143,10 @@ def test_packages_and_tensor_parallelism_are_refused_in_one_line(tmp_path):
     from fastdecode.parallel.shard import check_divisible, valid_tp
 
     llm = fastdecode.load(str(path), max_seq_len=64, max_batch_size=1)
+    # The stats' bandwidth counts the experts a token chooses, 2 of each layer's 4, in float32 here
+    experts = 2 * 4 * 3 * 64 * 32 * 4
+    assert llm.weight_bytes_per_token == sum(t.nbytes for t in llm.model.state_dict().values()) - 64 * VOCAB * 4 - (
+        experts // 2)
     with pytest.raises(FastDecodeError, match="cannot be exported"):
         export_package(llm.model, tmp_path / "y.pt2")
     with pytest.raises(FastDecodeError, match="does not split mixture-of-experts models"):

@@ -14,6 +14,7 @@ from ..engine import Completion, Engine, GenerationConfig
 from ..engine.draft import DraftProposer
 from ..errors import FastDecodeError
 from ..model.args import ModelArgs
+from ..model.moe import MoEFeedForward
 from ..model.transformer import Transformer
 from ..quant import KernelChoice
 from ..sampling import SamplingParams
@@ -95,13 +96,19 @@ class LLM:
     @property
     def weight_bytes_per_token(self) -> int:
         """Bytes of weights one decode step reads: all tensors except the embedding
-        table, of which one row is read (tied models read it whole as the output head)."""
+        table, of which one row is read (tied models read it whole as the output head),
+        and of an MoE layer's experts the share one token chooses (top_k of them)."""
         def nbytes(tensors) -> int:
             return sum(t.numel() * t.element_size() for t in tensors)
 
         total = nbytes(self.model.state_dict().values())
         if self.model.output is not None:
             total -= nbytes(self.model.tok_embeddings.state_dict().values())
+        for layer in self.model.layers:
+            ff = layer.feed_forward
+            if isinstance(ff, MoEFeedForward):
+                experts = nbytes(ff.experts.state_dict().values())
+                total -= experts - experts * ff.top_k // len(ff.experts)
         return total
 
     # -- requests ------------------------------------------------------------
