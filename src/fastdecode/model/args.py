@@ -224,12 +224,15 @@ class ModelArgs:
                                   f"got {self.n_experts_used}")
         if not self.n_experts and (self.n_experts_used or self.shared_expert_dim):
             raise FastDecodeError("ModelArgs.n_experts_used and shared_expert_dim need n_experts > 0")
-        dense = tuple(self.dense_layers)  # a tuple (JSON gives lists), so that args compare and hash by value
-        object.__setattr__(self, "dense_layers", dense)
-        if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.n_layers for i in dense) or (
-                list(dense) != sorted(set(dense))):
-            raise FastDecodeError(f"ModelArgs.dense_layers must be distinct layer indexes below {self.n_layers}, "
-                                  f"in order; got {list(dense)}")
+        self._check_layer_list("dense_layers")
+
+    def _check_layer_list(self, name: str) -> None:
+        layers = tuple(getattr(self, name))  # a tuple (JSON gives lists), so that args compare and hash by value
+        object.__setattr__(self, name, layers)
+        if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.n_layers for i in layers) or (
+                list(layers) != sorted(set(layers))):
+            raise FastDecodeError(f"ModelArgs.{name} must be distinct layer indexes below {self.n_layers}, "
+                                  f"in order; got {list(layers)}")
 
     def experts(self, layer: int) -> int:
         """How many experts layer `layer`'s MLP routes between; 0: a dense MLP."""
@@ -254,12 +257,7 @@ class ModelArgs:
         for name in ("attn_softcap", "logit_softcap"):
             if not 0 <= getattr(self, name) < math.inf:
                 raise FastDecodeError(f"ModelArgs.{name} must be >= 0 (0: no capping), got {getattr(self, name)}")
-        nope = tuple(self.nope_layers)  # a tuple (JSON gives lists), so that args compare and hash by value
-        object.__setattr__(self, "nope_layers", nope)
-        if any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.n_layers for i in nope) or (
-                list(nope) != sorted(set(nope))):
-            raise FastDecodeError(f"ModelArgs.nope_layers must be distinct layer indexes below {self.n_layers}, "
-                                  f"in order; got {list(nope)}")
+        self._check_layer_list("nope_layers")
         w = self.sliding_window
         if w is not None:
             if not isinstance(w, int) or isinstance(w, bool) or w < 1:
