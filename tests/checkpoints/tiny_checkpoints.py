@@ -153,6 +153,12 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
         return transformers.Qwen2MoeConfig(**common, moe_intermediate_size=32, shared_expert_intermediate_size=48,
                                            num_experts=4, num_experts_per_tok=2, rope_theta=10000.0,
                                            mlp_only_layers=[1] if arch.endswith("dense") else [])
+    if arch in ("granitemoe", "granitemoeshared"):  # Granite's multipliers (as "granite" above) with experts
+        cls = transformers.GraniteMoeSharedConfig if arch.endswith("shared") else transformers.GraniteMoeConfig
+        shared = dict(shared_intermediate_size=48) if arch.endswith("shared") else {}
+        return cls(**{**common, "intermediate_size": 32}, num_local_experts=4, num_experts_per_tok=2, rope_theta=1e4,
+                   pad_token_id=0, embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.3,
+                   logits_scaling=4.0, **shared)
     if arch == "olmoe":  # as many K/V heads as query heads: llama.cpp's OLMoE assumes so (OLMoE-1B-7B's 16 and 16)
         return transformers.OlmoeConfig(**{**common, "intermediate_size": 32, "num_key_value_heads": 4},
                                         num_experts=4, num_experts_per_tok=2,
@@ -177,7 +183,9 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "gemma": transformers.GemmaForCausalLM, "gemma2": transformers.Gemma2ForCausalLM, "gemma3": transformers.Gemma3ForCausalLM,
            "phi3": transformers.Phi3ForCausalLM, "mixtral": transformers.MixtralForCausalLM,
            "qwen2moe": transformers.Qwen2MoeForCausalLM, "qwen3moe": transformers.Qwen3MoeForCausalLM,
-           "qwen2moe-dense": transformers.Qwen2MoeForCausalLM, "olmoe": transformers.OlmoeForCausalLM}[arch]
+           "qwen2moe-dense": transformers.Qwen2MoeForCausalLM, "olmoe": transformers.OlmoeForCausalLM,
+           "granitemoe": transformers.GraniteMoeForCausalLM,
+           "granitemoeshared": transformers.GraniteMoeSharedForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim
@@ -204,6 +212,8 @@ _GGUF_NAMES = {
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's fused
     "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.experts.down_proj": "ffn_down_exps.weight",  # MoE
+    "block_sparse_moe.router.weight": "ffn_gate_inp.weight", "block_sparse_moe.experts.down_proj": "ffn_down_exps.weight",
+    "shared_mlp.output_linear.weight": "ffn_down_shexp.weight",
     "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight", "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
     "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
 }
@@ -233,14 +243,17 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
                 out["output.weight"] = a
         else:
             _, _, i, rest = name.split(".", 3)
-            if arch in ("llama", "mixtral") and rest.startswith("self_attn.q_proj"):
+            permuted = arch in ("llama", "mixtral") or arch.startswith("granitemoe")
+            if permuted and rest.startswith("self_attn.q_proj"):
                 a = llama_cpp_permute(a, cfg.num_attention_heads)
-            elif arch in ("llama", "mixtral") and rest.startswith("self_attn.k_proj"):
+            elif permuted and rest.startswith("self_attn.k_proj"):
                 a = llama_cpp_permute(a, cfg.num_key_value_heads)
-            if rest == "mlp.experts.gate_up_proj":  # transformers' [experts, gate rows then up rows, dim]
+            if rest.endswith("experts.gate_up_proj"):  # transformers' [experts, gate rows then up rows, dim]
                 gate, up = np.split(a, 2, axis=1)
                 out[f"blk.{i}.ffn_gate_exps.weight"] = np.ascontiguousarray(gate)
                 out[f"blk.{i}.ffn_up_exps.weight"] = np.ascontiguousarray(up)
+            elif rest == "shared_mlp.input_linear.weight":  # Granite's shared expert: gate rows, then up rows
+                out[f"blk.{i}.ffn_gate_shexp.weight"], out[f"blk.{i}.ffn_up_shexp.weight"] = np.split(a, 2)
             elif rest == "mlp.shared_expert_gate.weight":  # a vector in GGUF
                 out[f"blk.{i}.ffn_gate_inp_shexp.weight"] = a[0]
             else:

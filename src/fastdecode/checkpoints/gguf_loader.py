@@ -22,10 +22,10 @@ from .gguf_file import GGUFFile, number, optional_int
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
 # sublayer only (an olmo2 file with a window is OLMo 3); Phi-3 and Phi-4-mini keep q/k/v and gate/up
 # each in one tensor, which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe, qwen3moe
-# and olmoe) keep each projection of a layer's experts in one 3-D tensor, which load splits per expert.
+# olmoe and granitemoe: Granite's with experts) keep each projection of a layer's experts in one 3-D tensor, which load splits per expert.
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "phi3", "qwen2moe", "qwen3moe", "olmoe")
-PERMUTED = ("llama", "mistral3", "smollm3", "granite")  # the converter permutes these architectures' Q/K rows
+                   "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe")
+PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")  # the converter permutes these architectures' Q/K rows
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "tok_embeddings.weight",
@@ -171,7 +171,8 @@ def _layer_types(f: GGUFFile, arch: str, n_layers: int, pattern: int) -> tuple[s
 def _moe_fields(f: GGUFFile, arch: str, hidden: int) -> dict:
     """An MoE file's experts as llama.cpp reads them for `arch` ({} for a dense model): the experts'
     size when no key gives it is the MLP's (Mixtral, OLMoE) or that over the experts used (Qwen); the
-    chosen experts' weights are renormalized except for qwen2moe and olmoe."""
+    chosen experts' weights are renormalized except for qwen2moe and olmoe; only qwen2moe gates its shared
+    expert."""
     def key(name: str) -> Optional[int]:
         return optional_int(f.get(f"{arch}.{name}"), f.path, name)
 
@@ -183,7 +184,8 @@ def _moe_fields(f: GGUFFile, arch: str, hidden: int) -> dict:
     shared = (key("expert_shared_feed_forward_length") or hidden) if "blk.0.ffn_gate_shexp.weight" in f.tensors else 0
     return dict(n_experts=n, n_experts_used=used,
                 expert_hidden_dim=key("expert_feed_forward_length") or (hidden // used if qwen and used else hidden),
-                norm_expert_weights=arch not in ("qwen2moe", "olmoe"), shared_expert_dim=shared)
+                norm_expert_weights=arch not in ("qwen2moe", "olmoe"), shared_expert_dim=shared,
+                shared_expert_gate=arch == "qwen2moe")
 
 
 def _granite_fields(f: GGUFFile, arch: str, n_layers: int) -> dict:
@@ -301,7 +303,7 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = _gemma3_fields(f, arch, need, dim, n_heads, head_dim, n_layers)
     elif arch == "smollm3":  # llama.cpp's rule for the architecture: no RoPE on every fourth layer
         family = dict(nope_layers=tuple(i for i in range(n_layers) if (i + 1) % 4 == 0))
-    elif arch == "granite":
+    elif arch in ("granite", "granitemoe"):
         family = _granite_fields(f, arch, n_layers)
     elif arch == "olmoe":  # OLMo 2's QK-norm in Llama's pre-norm block
         family = dict(qk_norm=True, qk_norm_full=True)

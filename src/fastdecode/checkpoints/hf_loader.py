@@ -18,13 +18,15 @@ from .keys import map_name
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
                    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
-                   "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM")
+                   "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
+                   "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
                 "olmo3": "Olmo3ForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
                 "phi3": "Phi3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
-                "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM"}
+                "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "granitemoe": "GraniteMoeForCausalLM",
+                "granitemoeshared": "GraniteMoeSharedForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -39,8 +41,11 @@ _PHI3 = "Phi3ForCausalLM"  # Llama with q/k/v and gate/up each in one tensor, pa
 # the keys a config may leave out: (experts, used, the experts' size key, the shared expert's default size).
 _MIXTRAL, _QWEN2_MOE, _QWEN3_MOE = "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"
 _OLMOE = "OlmoeForCausalLM"
+# Granite's multipliers with experts (the shared one's size in shared_intermediate_size, not gated)
+_GRANITE_MOE, _GRANITE_MOE_SHARED = "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM"
 _MOE = {_MIXTRAL: (8, 2, "intermediate_size", 0), _QWEN2_MOE: (60, 4, "moe_intermediate_size", 5632),
-        _QWEN3_MOE: (128, 8, "moe_intermediate_size", 0), _OLMOE: (64, 8, "intermediate_size", 0)}
+        _QWEN3_MOE: (128, 8, "moe_intermediate_size", 0), _OLMOE: (64, 8, "intermediate_size", 0),
+        _GRANITE_MOE: (8, 2, "intermediate_size", 0), _GRANITE_MOE_SHARED: (8, 2, "intermediate_size", 0)}
 # Families whose rope_parameters may be given per layer type (transformers 5), the global layers'
 # scaled, the sliding layers' never.
 _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
@@ -107,10 +112,18 @@ _LAYER_NAMES = {
     "mlp.shared_expert_gate.weight": "feed_forward.shared_gate.weight",
     "mlp.experts.gate_up_proj": "feed_forward.experts.w13.weight",  # transformers 5's [experts, rows, cols] form
     "mlp.experts.down_proj": "feed_forward.experts.w2.weight",
+    "block_sparse_moe.experts.gate_up_proj": "feed_forward.experts.w13.weight",
+    "block_sparse_moe.experts.down_proj": "feed_forward.experts.w2.weight",
+    "block_sparse_moe.router.weight": "feed_forward.gate.weight",
     "block_sparse_moe.gate.weight": "feed_forward.gate.weight",  # Mixtral's names
     "block_sparse_moe.experts.{}.w1.weight": "feed_forward.experts.{}.w1.weight",
     "block_sparse_moe.experts.{}.w2.weight": "feed_forward.experts.{}.w2.weight",
     "block_sparse_moe.experts.{}.w3.weight": "feed_forward.experts.{}.w3.weight",
+    "block_sparse_moe.router.layer.weight": "feed_forward.gate.weight",  # Granite MoE's names
+    "block_sparse_moe.input_linear.weight": "feed_forward.experts.w13.weight",
+    "block_sparse_moe.output_linear.weight": "feed_forward.experts.w2.weight",
+    "shared_mlp.input_linear.weight": "feed_forward.shared.w13.weight",  # gate and up, split (_split_fused)
+    "shared_mlp.output_linear.weight": "feed_forward.shared.w2.weight",
 }
 # Gemma 2 and 3 name their four norms differently: its post_attention_layernorm is the
 # sandwich norm on the attention output, not the MLP's input norm as in Llama (OLMo 2's
@@ -372,7 +385,7 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
     if arch in (_OLMO2, _OLMO3):
         olmo = dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
         return olmo if arch == _OLMO2 else {**olmo, "rope_local_theta": _local_theta(config, path, theta)}
-    if arch == _GRANITE:
+    if arch in (_GRANITE, _GRANITE_MOE, _GRANITE_MOE_SHARED):
         return dict(embed_scale=_number(config, "embedding_multiplier", 1.0),
                     residual_scale=_number(config, "residual_multiplier", 1.0),
                     attn_scale=_number(config, "attention_multiplier", 1.0),  # transformers' default too
@@ -462,12 +475,15 @@ def _moe_fields(config: dict[str, Any], arch: str, n_layers: int) -> dict[str, A
     only = config.get("mlp_only_layers") or []
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise FastDecodeError(f"mlp_only_layers must be a list of layer indexes, got {only!r:.40}")
-    norm = arch == _MIXTRAL or config.get("norm_topk_prob", False)
+    # Mixtral's and Granite's routers softmax the top k logits: the same as renormalizing
+    norm = arch in (_MIXTRAL, _GRANITE_MOE, _GRANITE_MOE_SHARED) or config.get("norm_topk_prob", False)
     if not isinstance(norm, bool):
         raise FastDecodeError(f"norm_topk_prob must be true or false, got {norm!r:.40}")
+    shared = _int(config, "shared_intermediate_size" if arch == _GRANITE_MOE_SHARED
+                  else "shared_expert_intermediate_size", shared_default)
     return dict(n_experts=n, n_experts_used=_int(config, "num_experts_per_tok", used_default),
-                expert_hidden_dim=_int(config, size_key), norm_expert_weights=norm,
-                shared_expert_dim=_int(config, "shared_expert_intermediate_size", shared_default),
+                expert_hidden_dim=_int(config, size_key), norm_expert_weights=norm, shared_expert_dim=shared,
+                shared_expert_gate=arch == _QWEN2_MOE,
                 dense_layers=tuple(i for i in range(n_layers) if i in only or (i + 1) % step))
 
 
@@ -594,8 +610,9 @@ def _split_fused(key: str, t: torch.Tensor, args: ModelArgs, file: Path) -> dict
     if key.endswith("attention.wqkv.weight"):
         rows = (args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim, args.n_kv_heads * args.head_dim)
         names = ("wq", "wk", "wv")
-    elif key.endswith("feed_forward.w13.weight"):
-        rows, names = (args.hidden_dim, args.hidden_dim), ("w1", "w3")
+    elif key.endswith("w13.weight"):  # Phi-3's MLP, Granite MoE's shared expert
+        hidden = args.shared_expert_dim if key.endswith("shared.w13.weight") else args.hidden_dim
+        rows, names = (hidden, hidden), ("w1", "w3")
     else:
         return {key: t}
     if t.shape[0] != sum(rows):

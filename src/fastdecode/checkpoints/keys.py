@@ -67,7 +67,8 @@ def _mlp_shapes(args: ModelArgs, layer: int) -> dict[str, tuple[int, ...]]:
         shapes.update(_gated_mlp(f"{p}experts.{e}.", args.dim, args.expert_hidden_dim))
     if args.shared_expert_dim:
         shapes.update(_gated_mlp(p + "shared.", args.dim, args.shared_expert_dim))
-        shapes[p + "shared_gate.weight"] = (1, args.dim)
+        if args.shared_expert_gate:
+            shapes[p + "shared_gate.weight"] = (1, args.dim)
     return shapes
 
 

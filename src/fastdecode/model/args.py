@@ -109,7 +109,7 @@ class ModelArgs:
     window); Qwen2 adds q/k/v biases, Qwen3 QK-norm; Gemma 3 sets all of the
     Gemma fields below; SmolLM3 its layers without RoPE, Granite its multipliers, OLMo 2
     its norms after each sublayer only and QK-norm over all heads, Gemma 2 its soft-capping,
-    Phi-3 its partial rotary and LongRoPE, Mixtral, Qwen 2/3 MoE and OLMoE their experts.
+    Phi-3 its partial rotary and LongRoPE, Mixtral, Qwen 2/3 MoE, OLMoE and Granite MoE their experts.
     Each field is one named difference, not a family name.
     """
 
@@ -156,7 +156,7 @@ class ModelArgs:
     # scale) and of the logits (after logits_scaling); 0: none.
     attn_softcap: float = 0.0
     logit_softcap: float = 0.0
-    # Mixture of experts (Mixtral, Qwen 2/3 MoE, OLMoE): a layer's MLP is the weighted sum of the
+    # Mixture of experts (Mixtral, Qwen 2/3 MoE, OLMoE, Granite MoE): a layer's MLP is the weighted sum of the
     # n_experts_used of its n_experts gated MLPs (of expert_hidden_dim; None: hidden_dim) that a
     # softmax router ranks highest for the token, weighted by their probabilities, renormalized
     # over the chosen ones where norm_expert_weights. 0 experts: a dense MLP.
@@ -164,9 +164,10 @@ class ModelArgs:
     n_experts_used: int = 0
     expert_hidden_dim: Optional[int] = None
     norm_expert_weights: bool = True
-    # Qwen2-MoE's shared expert: a gated MLP of this size every token runs, scaled by sigmoid(w . x)
-    # and added to the experts' sum; 0: none.
+    # A shared expert: a gated MLP of this size every token runs, added to the experts' sum, scaled
+    # by sigmoid(w . x) where shared_expert_gate (Qwen2-MoE; Granite MoE's is not scaled); 0: none.
     shared_expert_dim: int = 0
+    shared_expert_gate: bool = True
     dense_layers: tuple[int, ...] = ()  # an MoE model's layers with a dense MLP (Qwen3-MoE's mlp_only_layers)
 
     def __post_init__(self) -> None:

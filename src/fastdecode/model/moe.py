@@ -1,4 +1,4 @@
-"""Mixture-of-experts MLPs (Mixtral, Qwen 2/3 MoE, OLMoE): a softmax router picks, per token, the
+"""Mixture-of-experts MLPs (Mixtral, Qwen 2/3 MoE, OLMoE, Granite MoE): a softmax router picks, per token, the
 top k of a layer's gated MLPs and sums their outputs weighted by the router's probabilities.
 
 Which experts run depends on the tokens, so this is an eager-mode module: the build runs MoE
@@ -25,7 +25,7 @@ class MoEFeedForward(nn.Module):
         self.normalize = args.norm_expert_weights
         shared = args.shared_expert_dim
         self.shared = expert(shared) if shared else None
-        self.shared_gate = nn.Linear(args.dim, 1, bias=False) if shared else None
+        self.shared_gate = nn.Linear(args.dim, 1, bias=False) if shared and args.shared_expert_gate else None
 
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, x.shape[-1])  # [T, dim]
@@ -48,5 +48,6 @@ class MoEFeedForward(nn.Module):
         y = torch.cat(ys) * weights.flatten()[order, None].to(flat.dtype)
         out = torch.zeros_like(flat).index_add_(0, token, y)
         if self.shared is not None:
-            out = out + torch.sigmoid(self.shared_gate(flat)) * self.shared(flat)
+            shared = self.shared(flat)
+            out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
         return out.view_as(x)

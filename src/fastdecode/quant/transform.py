@@ -56,6 +56,7 @@ def _module_paths(args: ModelArgs) -> list[tuple[str, tuple[str, ...]]]:
             out.append((ff + "gate", (ff + "gate",)))
             if args.shared_expert_dim:
                 mlps.append(ff + "shared.")
+            if args.shared_expert_dim and args.shared_expert_gate:
                 out.append((ff + "shared_gate", (ff + "shared_gate",)))
         for m in mlps:
             out += [(m + "w13", (m + "w1", m + "w3")), (m + "w2", (m + "w2",))]
