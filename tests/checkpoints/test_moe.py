@@ -59,7 +59,8 @@ def test_hf_checkpoint_matches_the_transformers_model(tmp_path, family):
     assert (a.qk_norm, a.qk_norm_full) == (family in ("qwen3moe", "olmoe"), family == "olmoe")
     assert a.shared_expert_dim == (48 if family.startswith("qwen2") or family == "granitemoeshared" else 0)
     assert a.shared_expert_gate is family.startswith("qwen2")
-    assert (a.embed_scale, a.residual_scale, a.logits_scaling) == ((3.0, 0.5, 4.0) if "granite" in family else (1, 1, 1))
+    granite = (3.0, 0.5, 4.0) if "granite" in family else (1, 1, 1)
+    assert (a.embed_scale, a.residual_scale, a.logits_scaling) == granite
     assert a.dense_layers == ((1,) if family == "qwen2moe-dense" else ())
     assert logits_diff(ckpt, model, TOKENS) <= 1e-4
 

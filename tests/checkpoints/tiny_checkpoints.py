@@ -212,7 +212,8 @@ _GGUF_NAMES = {
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's fused
     "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.experts.down_proj": "ffn_down_exps.weight",  # MoE
-    "block_sparse_moe.router.weight": "ffn_gate_inp.weight", "block_sparse_moe.experts.down_proj": "ffn_down_exps.weight",
+    "block_sparse_moe.router.weight": "ffn_gate_inp.weight",
+    "block_sparse_moe.experts.down_proj": "ffn_down_exps.weight",
     "shared_mlp.output_linear.weight": "ffn_down_shexp.weight",
     "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight", "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
     "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",

@@ -21,11 +21,13 @@ from .gguf_file import GGUFFile, number, optional_int
 # as "mistral3" (Llama's tensors, YaRN and a query scale by position); SmolLM3 and Granite are
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
 # sublayer only (an olmo2 file with a window is OLMo 3); Phi-3 and Phi-4-mini keep q/k/v and gate/up
-# each in one tensor, which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe, qwen3moe
-# olmoe and granitemoe: Granite's with experts) keep each projection of a layer's experts in one 3-D tensor, which load splits per expert.
+# each in one tensor, which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe,
+# qwen3moe, olmoe, and granitemoe: Granite's with experts) keep each projection of a layer's experts
+# in one 3-D tensor, which load splits per expert.
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
                    "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe")
-PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")  # the converter permutes these architectures' Q/K rows
+# The converter permutes these architectures' Q/K rows.
+PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "tok_embeddings.weight",
