@@ -45,6 +45,8 @@ class MoEFeedForward(nn.Module):
             if n:
                 ys.append(self.experts[e](rows[start:start + n]))
                 start += n
+        if not ys:  # no tokens
+            return torch.zeros_like(x)
         y = torch.cat(ys) * weights.flatten()[order, None].to(flat.dtype)
         out = torch.zeros_like(flat).index_add_(0, token, y)
         if self.shared is not None:
