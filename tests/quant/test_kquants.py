@@ -1,5 +1,5 @@
 """The layouts q4k, q5k, q6k (Q4_K, Q5_K, Q6_K kept in their own bytes), q5s and q5 (Q5_0, Q5_1),
-q4nl and q4xs (IQ4_NL, IQ4_XS), and SplitLinear; and every layout's 512-bit tiles.
+q4nl and q4xs (IQ4_NL, IQ4_XS), and SplitLinear; and every layout's 512-bit tiles and grouped calls.
 
 The gguf package cannot quantize K-quants or the IQ4 types, so their blocks are random bytes of
 the right structure (any byte pattern is a valid block) with float16 d/dmin set
@@ -231,3 +231,20 @@ def test_split_linear_equals_separate_matmuls(native):
         y = split(x)
         assert y.shape == (m, 64)
         assert torch.equal(y, torch.cat([packed_linear(x, "q4k", qk, native), packed_linear(x, "q6k", v, native)], 1))
+
+
+@pytest.mark.parametrize("qtype", list(WIDE_LAYOUT), ids=lambda t: t.name)
+def test_grouped_linear_equals_each_matmul(isa, qtype):
+    """grouped_linear (an MoE layer's chosen experts in one call): each matmul's rows as the single op
+    gives them, bit for bit; matrices of different sizes, 1 to 40 activation rows each (AMX from 32)."""
+    lay = WIDE_LAYOUT[qtype]
+    k = 512
+    packs = [formats.pack_gguf(random_blocks(qtype, n, k, seed=n)[0], qtype, n, k) for n in (48, 7, 301)]
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(m, k, generator=g) for m in (1, 3, 40)]
+    tensors = [p[name] for p in packs for name in formats.LAYOUT_TENSORS[lay]]
+    ys = torch.ops.fastdecode.grouped_linear(lay, xs, tensors)
+    for x, p, y in zip(xs, packs, ys):
+        assert torch.equal(y, packed_linear(x, lay, p, native=True))
+    with pytest.raises(RuntimeError, match=f"2 inputs need {2 * len(packs[0])} packed tensors"):
+        torch.ops.fastdecode.grouped_linear(lay, xs[:2], tensors[:-1])

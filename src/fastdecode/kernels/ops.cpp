@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels.h"
 
@@ -285,12 +286,14 @@ bool amx() {
   return ok;
 }
 
-at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
+// Sets a's activation and output fields for x: its quantized rows go to the returned Act, which
+// must outlive a's use, and y [M, N] is allocated.
+Act prepare(fd::QuantArgs& a, const at::Tensor& x, int64_t N, at::Tensor& y) {
   const bool vnni = active_isa() == kVnni;
   const bool by_rows = vnni && x.size(0) >= (a.layout == fd::kQ8 ? kAmxMinRowsQ8 : kAmxMinRows) &&
                        fd::on_amx(a.layout) && amx();
-  const Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout), by_rows);
-  at::Tensor y = at::empty({x.size(0), N}, x.options());
+  Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout), by_rows);
+  y = at::empty({x.size(0), N}, x.options());
   a.xq = act.q.data_ptr<int8_t>();
   a.xd = act.d.data_ptr<float>();
   a.xs = act.s.data_ptr<float>();
@@ -303,17 +306,42 @@ at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   a.wide = wide();
   static const bool far = far_prefetch();
   a.far = far;
-  const int64_t rt = fd::in_panels(a.layout) ? fd::kPanelRows : fd::kTileRows;
-  const int64_t tiles = (N + rt - 1) / rt, threads = at::get_num_threads();
-  const int64_t chunk = std::max<int64_t>(64 / rt, tiles / (threads * kChunksPerThread));
+  return act;
+}
+
+// Runs the prepared matmuls `as` in one parallel region: each one's tiles in chunks, the threads
+// taking chunks of any of them from one shared counter (several small matmuls, an MoE layer's
+// experts, then stream their weights as one large one would instead of each its own fork, join
+// and prefetch ramp).
+void run(const std::vector<fd::QuantArgs>& as) {
+  const bool vnni = active_isa() == kVnni;
+  const int64_t threads = at::get_num_threads();
+  struct Task {
+    int64_t i, n0, n1;
+  };
+  std::vector<Task> tasks;
+  for (int64_t i = 0; i < static_cast<int64_t>(as.size()); ++i) {
+    const fd::QuantArgs& a = as[i];
+    const int64_t rt = fd::in_panels(a.layout) ? fd::kPanelRows : fd::kTileRows;
+    const int64_t tiles = (a.N + rt - 1) / rt;
+    const int64_t chunk = std::max<int64_t>(64 / rt, tiles / (threads * kChunksPerThread));
+    for (int64_t t0 = 0; t0 < tiles; t0 += chunk) tasks.push_back({i, t0 * rt, std::min(a.N, (t0 + chunk) * rt)});
+  }
+  const int64_t n = static_cast<int64_t>(tasks.size());
   std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min(threads, (tiles + chunk - 1) / chunk), 1, [&](int64_t, int64_t) {
-    for (int64_t t0; (t0 = next.fetch_add(chunk, std::memory_order_relaxed)) < tiles;) {
-      const int64_t n0 = t0 * rt, n1 = std::min(N, (t0 + chunk) * rt);
-      if (vnni) fd::vnni::rows(a, n0, n1);
-      else fd::avx2::rows(a, n0, n1);
+  at::parallel_for(0, std::min(threads, n), 1, [&](int64_t, int64_t) {
+    for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
+      const Task& k = tasks[t];
+      if (vnni) fd::vnni::rows(as[k.i], k.n0, k.n1);
+      else fd::avx2::rows(as[k.i], k.n0, k.n1);
     }
   });
+}
+
+at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
+  at::Tensor y;
+  const Act act = prepare(a, x, N, y);
+  run({a});
   return y;
 }
 
@@ -335,7 +363,8 @@ void check(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const 
   }
 }
 
-at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn, bool q4) {
+fd::QuantArgs qlinear_args(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn,
+                           bool q4) {
   check(x, w, d, mn, q4);
   fd::QuantArgs a{};
   a.layout = q4 ? fd::kQ4 : fd::kQ8;
@@ -345,7 +374,11 @@ at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d
   a.mn = mn ? static_cast<const uint8_t*>(mn->data_ptr()) : nullptr;
   a.scs = d.size(1);
   a.nb = x.size(1) / 32;
-  return launch(a, x, w.size(0));
+  return a;
+}
+
+at::Tensor qlinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& d, const at::Tensor* mn, bool q4) {
+  return launch(qlinear_args(x, w, d, mn, q4), x, w.size(0));
 }
 
 at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scales,
@@ -361,8 +394,8 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
 // holds the fifth bits too, 5 units a block),
 // q6k (qweight, qhigh, sc, d), q4xs (qweight, sc, d), K a multiple of 256; q5 (qweight, qhigh, scales, mins), q5s
 // (qweight, qhigh, scales), q4s (qweight, scales) and q4nl (qweight, d), K a multiple of 32.
-at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
-                   const at::Tensor& sc, const at::Tensor* mn, const at::Tensor& d, const at::Tensor* dmin) {
+fd::QuantArgs klinear_args(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
+                           const at::Tensor& sc, const at::Tensor* mn, const at::Tensor& d, const at::Tensor* dmin) {
   const char* op = layout == fd::kQ4K   ? "q4k_linear"
                    : layout == fd::kQ5K ? "q5k_linear"
                    : layout == fd::kQ6K ? "q6k_linear"
@@ -407,7 +440,12 @@ at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, 
   a.d = q5 ? nullptr : static_cast<const uint16_t*>(d.data_ptr());
   a.dmin = dmin ? static_cast<const uint16_t*>(dmin->data_ptr()) : nullptr;
   a.nb = nb;
-  return launch(a, x, N);
+  return a;
+}
+
+at::Tensor klinear(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
+                   const at::Tensor& sc, const at::Tensor* mn, const at::Tensor& d, const at::Tensor* dmin) {
+  return launch(klinear_args(layout, x, q, qh, sc, mn, d, dmin), x, q.size(0));
 }
 
 at::Tensor q4k_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& sc, const at::Tensor& mn,
@@ -445,6 +483,44 @@ at::Tensor q4nl_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
 
 at::Tensor q4xs_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& sc, const at::Tensor& d) {
   return klinear(fd::kQ4XS, x, qweight, nullptr, sc, nullptr, d, nullptr);
+}
+
+// y_i = x_i w_i^T for G matmuls of one layout in one parallel region (run): w holds each one's
+// packed tensors in turn, in the order of its layout's op above (quant/formats.py LAYOUT_TENSORS).
+// Each row's arithmetic is that of the single op's.
+std::vector<at::Tensor> grouped_linear(c10::string_view layout, at::TensorList xs, at::TensorList w) {
+  static const char* names[] = {"q4", "q8", "q4k", "q5k", "q6k", "q5", "q5s", "q4s", "q4nl", "q4xs"};
+  static const int counts[] = {3, 2, 5, 5, 4, 4, 3, 2, 2, 3};
+  int L = -1;
+  for (int i = 0; i < 10; ++i)
+    if (layout == names[i]) L = i;
+  TORCH_CHECK(L >= 0, "grouped_linear: unknown layout ", layout);
+  const int64_t n = counts[L], G = static_cast<int64_t>(xs.size());
+  TORCH_CHECK(static_cast<int64_t>(w.size()) == G * n, "grouped_linear: ", G, " inputs need ", G * n,
+              " packed tensors for ", layout, ", got ", w.size());
+  std::vector<fd::QuantArgs> as(G);
+  std::vector<Act> acts;
+  std::vector<at::Tensor> ys(G);
+  acts.reserve(G);
+  for (int64_t i = 0; i < G; ++i) {
+    const at::Tensor& x = xs[i];
+    const at::Tensor* t = &w[i * n];
+    switch (static_cast<fd::Layout>(L)) {
+      case fd::kQ4: as[i] = qlinear_args(x, t[0], t[1], &t[2], true); break;
+      case fd::kQ8: as[i] = qlinear_args(x, t[0], t[1], nullptr, false); break;
+      case fd::kQ4K:
+      case fd::kQ5K: as[i] = klinear_args(static_cast<fd::Layout>(L), x, t[0], nullptr, t[1], &t[2], t[3], &t[4]); break;
+      case fd::kQ6K: as[i] = klinear_args(fd::kQ6K, x, t[0], &t[1], t[2], nullptr, t[3], nullptr); break;
+      case fd::kQ5: as[i] = klinear_args(fd::kQ5, x, t[0], &t[1], t[2], &t[3], t[2], nullptr); break;
+      case fd::kQ5S: as[i] = klinear_args(fd::kQ5S, x, t[0], &t[1], t[2], nullptr, t[2], nullptr); break;
+      case fd::kQ4S: as[i] = klinear_args(fd::kQ4S, x, t[0], nullptr, t[1], nullptr, t[1], nullptr); break;
+      case fd::kQ4NL: as[i] = klinear_args(fd::kQ4NL, x, t[0], nullptr, t[1], nullptr, t[1], nullptr); break;
+      case fd::kQ4XS: as[i] = klinear_args(fd::kQ4XS, x, t[0], nullptr, t[1], nullptr, t[2], nullptr); break;
+    }
+    acts.push_back(prepare(as[i], x, t[0].size(0), ys[i]));
+  }
+  run(as);
+  return ys;
 }
 
 }  // namespace
@@ -577,6 +653,7 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("q4s_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
   m.def("q4nl_linear(Tensor x, Tensor qweight, Tensor d) -> Tensor");
   m.def("q4xs_linear(Tensor x, Tensor qweight, Tensor sc, Tensor d) -> Tensor");
+  m.def("grouped_linear(str layout, Tensor[] x, Tensor[] w) -> Tensor[]");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale, "
         "float softcap=0.) -> Tensor");
@@ -594,6 +671,7 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("q4s_linear", &q4s_linear);
   m.impl("q4nl_linear", &q4nl_linear);
   m.impl("q4xs_linear", &q4xs_linear);
+  m.impl("grouped_linear", &grouped_linear);
   m.impl("rms_norm", &rms_norm);
   m.impl("attention", &attention);
 }

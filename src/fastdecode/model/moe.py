@@ -7,7 +7,7 @@ models on the eager steps (api/build.py) and does not export them.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -40,16 +40,35 @@ class MoEFeedForward(nn.Module):
         counts = torch.bincount(experts, minlength=len(self.experts)).tolist()
         token = order // self.top_k
         rows = flat[token]  # [T * k, dim]
-        ys, start = [], 0
-        for e, n in enumerate(counts):
-            if n:
-                ys.append(self.experts[e](rows[start:start + n]))
-                start += n
-        if not ys:  # no tokens
+        chosen_experts = [self.experts[e] for e, n in enumerate(counts) if n]
+        if not chosen_experts:  # no tokens
             return torch.zeros_like(x)
-        y = torch.cat(ys) * weights.flatten()[order, None].to(flat.dtype)
+        sizes = [n for n in counts if n]
+        h = _grouped([m.w13 for m in chosen_experts], rows, sizes)
+        if h is None:
+            y = torch.cat([m(part) for m, part in zip(chosen_experts, rows.split(sizes))])
+        else:  # every expert's gate/up came from one native call; their down projections take another
+            h = chosen_experts[0].glu(h)  # [T * k, expert_hidden_dim]
+            y = _grouped([m.w2 for m in chosen_experts], h, sizes)
+            if y is None:
+                y = torch.cat([m.w2(part) for m, part in zip(chosen_experts, h.split(sizes))])
+        y = y * weights.flatten()[order, None].to(flat.dtype)
         out = torch.zeros_like(flat).index_add_(0, token, y)
         if self.shared is not None:
             shared = self.shared(flat)
             out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
         return out.view_as(x)
+
+
+def _grouped(linears: list[nn.Module], x: Tensor, sizes: list[int]) -> Optional[Tensor]:
+    """x's consecutive row slices of `sizes` through linears[i] in one native call (the kernels'
+    grouped_linear: one parallel region streams all of the experts' weights), concatenated; None
+    unless every linear is a packed one of one layout on the native kernels, without a bias."""
+    first = linears[0]
+    layout = getattr(first, "layout", None)
+    if not all(getattr(m, "native", False) and getattr(m, "layout", None) == layout and hasattr(m, "packed")
+               and m.bias is None for m in linears):
+        return None
+    tensors = [t for m in linears for t in m.packed().values()]
+    ys = torch.ops.fastdecode.grouped_linear(layout, list(x.float().split(sizes)), tensors)
+    return torch.cat(ys).to(x.dtype)

@@ -264,12 +264,16 @@ class FeedForward(nn.Module):
         self.register_load_state_dict_pre_hook(_fuse_w13)
 
     def forward(self, x: Tensor) -> Tensor:
-        gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(self.glu(self.w13(x)))
+
+    def glu(self, h: Tensor) -> Tensor:
+        """w13's output [..., 2 * hidden] -> activation(gate) * up [..., hidden]."""
+        gate, up = h.chunk(2, dim=-1)
         if self.activation == "silu":
             gate = F.silu(gate)
         else:
             gate = F.gelu(gate, approximate="tanh" if self.activation == "gelu_tanh" else "none")
-        return self.w2(gate * up)
+        return gate * up
 
 
 class Embedding(nn.Embedding):
