@@ -36,12 +36,13 @@ _GRANITE = "GraniteForCausalLM"
 _OLMO2 = "Olmo2ForCausalLM"
 _OLMO3 = "Olmo3ForCausalLM"  # OLMo 2 with three sliding layers in four, RoPE scaling on the others only
 _PHI3 = "Phi3ForCausalLM"  # Llama with q/k/v and gate/up each in one tensor, partial rotary, LongRoPE
-# Mixture of experts: Mistral's, Qwen 2's and 3's and OLMo's (with QK-norm over all heads, as OLMo 2)
-# blocks with routed experts (Qwen 2's with a shared expert too), and each config class's defaults for
-# the keys a config may leave out: (experts, used, the experts' size key, the shared expert's default size).
+# Mixture of experts: Mistral's, Qwen 2's and 3's, OLMo's (with QK-norm over all heads, as OLMo 2) and
+# Granite's blocks with routed experts (Qwen 2's and Granite MoE Shared's with a shared expert too), and
+# each config class's defaults for the keys a config may leave out: (experts, used, the experts' size
+# key, the shared expert's default size).
 _MIXTRAL, _QWEN2_MOE, _QWEN3_MOE = "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"
 _OLMOE = "OlmoeForCausalLM"
-# Granite's multipliers with experts (the shared one's size in shared_intermediate_size, not gated)
+# Granite's shared expert: its size in shared_intermediate_size, not gated
 _GRANITE_MOE, _GRANITE_MOE_SHARED = "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM"
 _MOE = {_MIXTRAL: (8, 2, "intermediate_size", 0), _QWEN2_MOE: (60, 4, "moe_intermediate_size", 5632),
         _QWEN3_MOE: (128, 8, "moe_intermediate_size", 0), _OLMOE: (64, 8, "intermediate_size", 0),
@@ -459,8 +460,8 @@ def _nope_layers(config: dict[str, Any], n_layers: int) -> tuple[int, ...]:
 
 
 def _moe_fields(config: dict[str, Any], arch: str, n_layers: int) -> dict[str, Any]:
-    """The experts of Mixtral and Qwen 2/3 MoE as transformers reads them ({} for a dense model).
-    Qwen's layers in mlp_only_layers, or off every decoder_sparse_step-th one, are dense."""
+    """The experts of Mixtral, Qwen 2/3 MoE, OLMoE and Granite MoE as transformers reads them ({} for a
+    dense model). Qwen's layers in mlp_only_layers, or off every decoder_sparse_step-th one, are dense."""
     if arch not in _MOE:
         return {}
     n_default, used_default, size_key, shared_default = _MOE[arch]
