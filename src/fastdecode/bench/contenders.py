@@ -75,6 +75,10 @@ class StepClock:
         return Timing(ttft_s=self.marks[0] - self.start, step_s=steps, peak_memory_bytes=peak)
 
 
+class PeerSkipped(Exception):
+    """The contender (a peer, or a mode of ours) cannot run here; the message says why and how to fix it."""
+
+
 class EngineContender(Contender):
     """fastdecode itself in one of MODES, driven through `LLM.start` step by step."""
 
@@ -95,6 +99,9 @@ class EngineContender(Contender):
         self.llm = load(s.model, device=s.device, dtype=s.dtype, max_batch_size=s.max_batch_size,
                         max_seq_len=s.max_seq_len, tp=s.tp, prefix_cache=False, **kwargs)
         self.load_s = time.perf_counter() - t0
+        if self.compiles and self.llm.compile == "none":  # the load ran the eager steps instead, and said why
+            raise PeerSkipped(f"compile={MODES[mode]['compile']} does not run for {self.llm.source} here (a mixture-"
+                              "of-experts model, or no C++ compiler): its load ran the eager steps")
         if self.compiles and before:  # a strategy may compile while loading
             self.load_compile_s = compile_counters()["compile_s"] - before["compile_s"]
         self.weight_bytes_per_token = self.llm.weight_bytes_per_token

@@ -20,17 +20,13 @@ import numpy as np
 import torch
 
 from ..errors import FastDecodeError
-from .contenders import Contender, StepClock, Timing
+from .contenders import Contender, PeerSkipped, StepClock, Timing
 from .options import PEERS, BenchSettings
 
 INSTALL = {
     "transformers": 'pip install "transformers>=4.45" accelerate',
     "llama_cpp": "pip install llama-cpp-python",
 }
-
-
-class PeerSkipped(Exception):
-    """The peer cannot run here; the message says why and how to fix it."""
 
 
 @dataclass
