@@ -163,13 +163,15 @@ def test_packages_and_tensor_parallelism_are_refused_in_one_line(tmp_path):
 
 
 def test_bench_skips_the_compiled_modes_of_an_moe_model(tmp_path):
-    """`fastdecode bench`'s compile rows would run the eager steps under their names: skipped, saying so."""
+    """`fastdecode bench`'s compile rows would run the eager steps under their names, and no package can be
+    exported: skipped rows, saying so."""
     from fastdecode.bench.cli import main
 
     path, _ = write_moe(tmp_path / "m.gguf", "qwen3moe", T.Q8_0)
     out = tmp_path / "bench"
-    main([f"model={path}", "modes=static", "modes=static+compile", "peers=", "batch_sizes=1", "new_tokens=4",
-          "prompt_lengths=5", "runs=1", "warmup=0", "probe_mib=4", f"out={out}"])
+    main([f"model={path}", "modes=static", "modes=static+compile", "modes=package", "peers=", "batch_sizes=1",
+          "new_tokens=4", "prompt_lengths=5", "runs=1", "warmup=0", "probe_mib=4", f"out={out}"])
     rows = {r["name"]: r for r in json.loads((out / "results.json").read_text())["rows"]}
     assert rows["static"]["status"] == "ok"
     assert rows["static+compile"]["status"] == "skipped" and "ran the eager steps" in rows["static+compile"]["error"]
+    assert rows["package"]["status"] == "skipped" and "cannot be exported" in rows["package"]["error"]
