@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from ..model.args import ModelArgs
+from ..model.moe import gated_mlps, routers
 from ..errors import FastDecodeError
 from ..quant.formats import SUFFIXES, layout_of, packed_shapes
 
@@ -59,16 +60,9 @@ def _gated_mlp(prefix: str, dim: int, hidden: int) -> dict[str, tuple[int, ...]]
 def _mlp_shapes(args: ModelArgs, layer: int) -> dict[str, tuple[int, ...]]:
     """Layer `layer`'s MLP: one gated MLP, or an MoE layer's router, experts and shared expert."""
     p = f"layers.{layer}.feed_forward."
-    n = args.experts(layer)
-    if not n:
-        return _gated_mlp(p, args.dim, args.hidden_dim)
-    shapes = {p + "gate.weight": (n, args.dim)}
-    for e in range(n):
-        shapes.update(_gated_mlp(f"{p}experts.{e}.", args.dim, args.expert_hidden_dim))
-    if args.shared_expert_dim:
-        shapes.update(_gated_mlp(p + "shared.", args.dim, args.shared_expert_dim))
-        if args.shared_expert_gate:
-            shapes[p + "shared_gate.weight"] = (1, args.dim)
+    shapes = {f"{p}{name}.weight": (rows, args.dim) for name, rows in routers(args, layer)}
+    for prefix, hidden in gated_mlps(args, layer):
+        shapes.update(_gated_mlp(p + prefix, args.dim, hidden))
     return shapes
 
 

@@ -15,6 +15,26 @@ from torch import Tensor, nn
 from .args import ModelArgs
 
 
+def gated_mlps(args: ModelArgs, layer: int) -> list[tuple[str, int]]:
+    """Layer `layer`'s gated MLPs (w1/w3, w2) as (their prefix under its feed_forward module, inner
+    size): the dense MLP's (""), or an MoE layer's experts' ("experts.{e}.") and shared expert's
+    ("shared."). Checkpoint keys and the load-time transform follow MoEFeedForward by these."""
+    n = args.experts(layer)
+    if not n:
+        return [("", args.hidden_dim)]
+    shared = [("shared.", args.shared_expert_dim)] if args.shared_expert_dim else []
+    return [(f"experts.{e}.", args.expert_hidden_dim) for e in range(n)] + shared
+
+
+def routers(args: ModelArgs, layer: int) -> list[tuple[str, int]]:
+    """An MoE layer's other matrices, each [rows, dim], as (name, rows): the router ("gate") and
+    Qwen2-MoE's shared expert's gate ("shared_gate"); none for a dense layer."""
+    n = args.experts(layer)
+    if not n:
+        return []
+    return [("gate", n)] + ([("shared_gate", 1)] if args.shared_expert_dim and args.shared_expert_gate else [])
+
+
 class MoEFeedForward(nn.Module):
     def __init__(self, args: ModelArgs, expert: Callable[[int], nn.Module]):
         """expert(hidden_dim): one gated MLP of that inner size (transformer.FeedForward)."""

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model.args import ModelArgs
+from ..model.moe import gated_mlps, routers
 from ..errors import FastDecodeError
 from ..model.transformer import Attention, Embedding, RMSNorm, Transformer, adjacent_rows
 from .formats import PANEL, PANEL_LAYOUTS, SUFFIXES, BlockSizeError, dequantize, layout_of, packed_k, quantize
@@ -50,16 +51,9 @@ def _module_paths(args: ModelArgs) -> list[tuple[str, tuple[str, ...]]]:
         out += [(p + "attention.wqkv", tuple(p + f"attention.{w}" for w in ("wq", "wk", "wv"))),
                 (p + "attention.wo", (p + "attention.wo",))]
         ff = p + "feed_forward."
-        mlps = [ff]
-        if args.experts(i):  # an MoE layer: its router, each expert, and the shared expert and its gate
-            mlps = [f"{ff}experts.{e}." for e in range(args.experts(i))]
-            out.append((ff + "gate", (ff + "gate",)))
-            if args.shared_expert_dim:
-                mlps.append(ff + "shared.")
-            if args.shared_expert_dim and args.shared_expert_gate:
-                out.append((ff + "shared_gate", (ff + "shared_gate",)))
-        for m in mlps:
-            out += [(m + "w13", (m + "w1", m + "w3")), (m + "w2", (m + "w2",))]
+        out += [(ff + name, (ff + name,)) for name, _ in routers(args, i)]  # an MoE layer's
+        for m, _ in gated_mlps(args, i):  # the dense MLP, or each expert and the shared expert
+            out += [(ff + m + "w13", (ff + m + "w1", ff + m + "w3")), (ff + m + "w2", (ff + m + "w2",))]
     if not args.tie_embeddings:
         out.append(("output", ("output",)))
     return out
@@ -138,10 +132,10 @@ def _new_linear(pk: dict[str, Tensor], bias: bool, n: Optional[int] = None) -> Q
 def quantize_state_dict(state_dict: dict[str, Tensor], args: ModelArgs, weights: str, source: str) -> None:
     """weights=int8/int4: quantize the float matrices in place (int4: q4 linears, q8 embedding/head)."""
     layout = "q8" if weights == "int8" else "q4"
-    # An MoE router stays float, as llama-quantize keeps it: a small matrix whose rounding would change
-    # which experts run.
-    prefixes = [p for _, parts in _module_paths(args) for p in parts
-                if not p.endswith(("feed_forward.gate", "feed_forward.shared_gate"))] + ["tok_embeddings"]
+    # An MoE layer's routers stay float, as llama-quantize keeps them: small matrices whose rounding
+    # would change which experts run.
+    float_kept = {f"layers.{i}.feed_forward.{name}" for i in range(args.n_layers) for name, _ in routers(args, i)}
+    prefixes = [p for _, parts in _module_paths(args) for p in parts if p not in float_kept] + ["tok_embeddings"]
     for p in prefixes:
         w = state_dict.get(f"{p}.weight")
         if w is None:
