@@ -29,6 +29,9 @@ SUPPORTED_MODELS = ("gpt2", "llama")
 # token stops at the one its template uses as well as at EOS (llama.cpp's rule):
 # an instruction-tuned Gemma ends its turns with <end_of_turn>, not <eos>.
 END_OF_TURN = ("<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|end|>")
+# gpt-oss's o200k_harmony vocabulary: <|end|> closes every message of a reply, its reasoning's too; the
+# reply ends at <|return|> (an answer) or <|call|> (a tool call), as llama.cpp reads such a vocabulary.
+HARMONY_ENDS = ("<|return|>", "<|call|>")
 
 
 def byte_alphabet() -> dict[int, str]:
@@ -149,8 +152,10 @@ def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
 
     extra_eos = [f.get(f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom")]
     template = f.get("tokenizer.chat_template")
-    if extra_eos[0] is None and template:
-        index = {t: i for i, t in enumerate(tokens) if t in END_OF_TURN}
+    index = {t: i for i, t in enumerate(tokens) if t in (*END_OF_TURN, *HARMONY_ENDS)}
+    if all(t in index for t in HARMONY_ENDS):
+        extra_eos = [index[t] for t in HARMONY_ENDS]
+    elif extra_eos[0] is None and template:
         extra_eos += [index[t] for t in END_OF_TURN if t in index and t in template]
     return HFTokenizer(
         backend,

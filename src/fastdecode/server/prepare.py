@@ -16,6 +16,8 @@ from ..api.llm import LLM
 from ..sampling import SamplingParams
 from ..structured import Constraint
 from .errors import APIError, from_fastdecode
+from .harmony import MARKERS as HARMONY_MARKERS
+from .harmony import is_harmony
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .reasoning import MARKERS as THINK_MARKERS
 from .reasoning import inside_thinking, thinks
@@ -46,6 +48,7 @@ class Job:
     tools: Optional[ToolSetup] = None  # chat with tool calls possible: how to read them from the reply
     # chat whose reply's <think> block is read apart: whether the reply starts inside it; None: not read
     thinking: Optional[bool] = None
+    harmony: bool = False  # chat whose reply is gpt-oss's channels, read apart (harmony.py)
 
     @property
     def choice_prompts(self) -> list[list[int]]:
@@ -82,7 +85,8 @@ def prepare_completion(req: CompletionRequest, llm: LLM, max_tokens_limit: Optio
 
 def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optional[int],
                  reasoning: bool = True) -> Job:
-    """reasoning: read a thinking template's <think> block into reasoning_content."""
+    """reasoning: read a thinking template's <think> block, or a harmony reply's analysis channel, into
+    reasoning_content."""
     if llm.tokenizer.chat_template is None:
         raise APIError(400, "this model has no chat template; use /v1/completions with a plain prompt",
                        param="messages")
@@ -113,14 +117,17 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
     # format, never thinking; tool_choice auto leaves the reply free until its calls.
     thinking = None
     free = request_constraint(req) is None and (spec is None or spec.choice == "auto")
-    if reasoning and thinks(template) and free:
+    harmony = reasoning and is_harmony(template)
+    if harmony:  # channels, whatever the constraint: a reply without a header is all answer
+        specials = {**specials, **special_tokens(HARMONY_MARKERS, llm.tokenizer)}
+    elif reasoning and thinks(template) and free:
         thinking = inside_thinking(llm.tokenizer.decode(prompt[-8:], skip_special_tokens=False))
         specials = {**specials, **special_tokens(THINK_MARKERS, llm.tokenizer)}
     # Markers that are special tokens ([TOOL_CALLS], a <think> some vocabularies make special) are
     # read from the text: it keeps them.
     job = _job(req, [prompt], llm, max_tokens_limit, max_tokens, None, top, "messages", constraint=constraint,
                skip_special_tokens=not specials)
-    job.tools, job.thinking = setup, thinking
+    job.tools, job.thinking, job.harmony = setup, thinking, harmony
     return job
 
 

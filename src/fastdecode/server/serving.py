@@ -25,6 +25,7 @@ from .prepare import Job, prepare_chat, prepare_completion
 from .protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
                        ChatCompletionRequest, CompletionChoice, CompletionRequest, Delta,
                        PromptTokensDetails, TextCompletion, Usage)
+from .harmony import HarmonySplitter
 from .reasoning import ReasoningSplitter
 from .state import ServerState
 
@@ -97,7 +98,8 @@ class Run:
         self.timers = [ChoiceTimer(state.metrics) for _ in range(n)]
         self.sent_chars = [0] * n  # completions' text_offset while streaming
         self.readers = [job.tools.reader() for _ in range(n)] if job.tools is not None else None
-        self.splitters = ([ReasoningSplitter(job.thinking) for _ in range(n)] if job.thinking is not None
+        self.splitters = ([HarmonySplitter() for _ in range(n)] if job.harmony
+                          else [ReasoningSplitter(job.thinking) for _ in range(n)] if job.thinking is not None
                           else None)
         self.log = log_fields
         self.log.update(id=self.id, prompt_tokens=job.prompt_tokens)

@@ -48,8 +48,8 @@ class _ServerKeys:
         "false: GET / is a 404."))
     reasoning: str = field(default="auto", metadata=_help(
         "auto: with a chat template that has its model think in <think> blocks (Qwen 3, DeepSeek-R1's "
-        "distills), a chat reply's thinking goes to message.reasoning_content, the answer to content; "
-        "none: the whole reply in content."))
+        "distills) or in harmony's analysis channel (gpt-oss), a chat reply's thinking goes to "
+        "message.reasoning_content, the answer to content; none: the whole reply in content."))
     log_level: str = field(default="info", metadata=_help(
         f"{', '.join(LOG_LEVELS)}; info logs one line per request on stderr."))
 

@@ -1,0 +1,107 @@
+"""gpt-oss's harmony replies read as reasoning_content and content: the splitter against a plain
+reference over every way a reply can arrive in pieces; the server on a tiny model whose vocabulary
+holds harmony's markers as special tokens, its replies made to follow the format by a grammar; and
+a harmony vocabulary's end-of-reply tokens."""
+
+import itertools
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from test_reasoning import app_for, whole_and_streamed
+
+import fastdecode
+from fastdecode.server.harmony import MARKERS, HarmonySplitter, is_harmony
+
+
+def reference(text):
+    """The split, written plainly for the whole reply: each message's channel and body."""
+    if not text.startswith("<|"):
+        text = "<|channel|>final<|message|>" + text
+    reasoning = content = ""
+    for m in re.finditer(r"<\|channel\|>(\w*)[^<]*(?:<\|constrain\|>\w*)?<\|message\|>(.*?)"
+                         r"(?=<\|end\|>|<\|return\|>|<\|call\|>|<\|start\|>|$)", text, re.S):
+        if m.group(1) == "analysis":
+            reasoning += m.group(2)
+        else:
+            content += m.group(2)
+    return reasoning, content
+
+
+REPLIES = [
+    "<|channel|>analysis<|message|>User asks 2+2.<|end|><|start|>assistant<|channel|>final<|message|>4.",
+    "<|channel|>analysis<|message|>cut off mid-thought",
+    "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant<|channel|>final<|message|>Done",
+    "<|channel|>analysis<|message|>a<|start|>assistant<|channel|>final<|message|>b",  # no <|end|>
+    "Plain answer, no header.",
+    "<|channel|>final<|message|>x <|y|> and < and <| z",
+    "<|channel|>analysis<|mess",
+]
+
+
+@pytest.mark.parametrize("reply", REPLIES)
+def test_every_split_into_pieces_adds_up_to_the_reference(reply):
+    want = reference(reply)
+    assert HarmonySplitter().feed(reply, finished=True) == want
+    for cuts in itertools.chain(itertools.combinations(range(1, len(reply)), 1),
+                                itertools.combinations(range(1, len(reply)), 2)):
+        s = HarmonySplitter()
+        bounds = [0, *cuts, len(reply)]
+        pieces = [reply[a:b] for a, b in zip(bounds, bounds[1:])]
+        sent = [s.feed(p, finished=k == len(pieces) - 1) for k, p in enumerate(pieces)]
+        assert ("".join(r for r, _ in sent), "".join(c for _, c in sent)) == want, pieces
+
+
+def test_which_templates_are_harmony():
+    assert is_harmony("{{ '<|start|>assistant<|channel|>final<|message|>' }}")
+    assert not is_harmony("<|im_start|>assistant") and not is_harmony(None)
+
+
+# A harmony-like template: the prompt ends where the model writes its first header.
+TEMPLATE = ("{% for m in messages %}{{ '<|start|>' + m['role'] + '<|message|>' + m['content'] + '<|end|>' }}"
+            "{% endfor %}{% if add_generation_prompt %}{{ '<|start|>assistant' }}{% endif %}"
+            "{# <|channel|>final #}")
+
+
+@pytest.fixture(scope="module")
+def harmony_llm(tmp_path_factory):
+    """The tiny model with harmony's markers as control tokens (its end of reply <|return|>)."""
+    sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoints"))
+    from tiny_checkpoints import SPECIALS, byte_level_tokens, gguf_tensors, hf_model, write_gguf
+
+    tokens = byte_level_tokens() + list(MARKERS)
+    path = write_gguf(tmp_path_factory.mktemp("harmony") / "h.gguf",
+                      gguf_tensors(hf_model(vocab_size=len(tokens))), tokens=tokens,
+                      control=(*SPECIALS, *MARKERS), template=TEMPLATE, context=512)
+    llm = fastdecode.load(str(path), max_batch_size=2, max_seq_len=512)
+    yield llm
+    llm.engine.close()
+
+
+def test_a_harmony_vocabulary_ends_replies_at_return_and_call_not_at_end(harmony_llm):
+    tok = harmony_llm.tokenizer
+    ids = {m: tok.encode(m, add_special_tokens=False)[0] for m in ("<|end|>", "<|return|>", "<|call|>")}
+    assert ids["<|return|>"] in tok.eos_ids and ids["<|call|>"] in tok.eos_ids
+    assert ids["<|end|>"] not in tok.eos_ids
+
+
+def test_the_server_reads_the_channels_apart(harmony_llm):
+    """A reply made to follow harmony by a grammar that names the markers as tokens (they are special
+    tokens, which the reply's text keeps): the analysis body is reasoning_content, the final body
+    content, no marker in either."""
+    grammar = ('start: <|channel|> "analysis" <|message|> /[a-z]{3,8}/ <|end|> <|start|> "assistant" '
+               '<|channel|> "final" <|message|> /[a-z]{2,6}/')
+    pattern = (r"<\|channel\|>analysis<\|message\|>[a-z]{3,8}<\|end\|><\|start\|>assistant"
+               r"<\|channel\|>final<\|message\|>[a-z]{2,6}")
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60, "temperature": 0,
+            "structured_outputs": {"grammar": grammar}}
+    raw = app_for(harmony_llm, None, "reasoning=none")
+    from test_tools_models import post
+
+    text = post(raw, {**body, "skip_special_tokens": False}).json()["choices"][0]["message"]["content"]
+    assert re.fullmatch(pattern, text), text
+    message = whole_and_streamed(app_for(harmony_llm), body)
+    assert (message["reasoning_content"], message["content"]) == reference(text)
+    assert message["reasoning_content"] and message["content"] and "<|" not in json.dumps(message)
