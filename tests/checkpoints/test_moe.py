@@ -22,7 +22,7 @@ transformers = pytest.importorskip("transformers")
 
 GRANITE_MOE_META = {"granitemoe.expert_count": 4, "granitemoe.expert_used_count": 2, "granitemoe.embedding_scale": 3.0,
                     "granitemoe.residual_scale": 0.5, "granitemoe.attention.scale": 0.3, "granitemoe.logit_scale": 4.0}
-FAMILIES = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "granitemoeshared")
+FAMILIES = ("mixtral", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "granitemoeshared", "gptoss")
 # What llama.cpp's converter writes for tiny_checkpoints' models: (architecture, keys, the MLP's
 # size). Mixtral is a "llama" file whose MLP size is the experts'.
 GGUF = {
@@ -35,6 +35,10 @@ GGUF = {
     "olmoe": ("olmoe", {"olmoe.expert_count": 4, "olmoe.expert_used_count": 2}, 32),
     "granitemoe": ("granitemoe", GRANITE_MOE_META, 32),
     "granitemoeshared": ("granitemoe", {**GRANITE_MOE_META, "granitemoe.expert_shared_feed_forward_length": 48}, 32),
+    "gptoss": ("gpt-oss", {"gpt-oss.expert_count": 4, "gpt-oss.expert_used_count": 2,
+                           "gpt-oss.expert_feed_forward_length": 32, "gpt-oss.attention.sliding_window": 8,
+                           "gpt-oss.rope.scaling.type": "yarn", "gpt-oss.rope.scaling.factor": 8.0,
+                           "gpt-oss.rope.scaling.original_context_length": 16}, 32),
 }
 TOKENS = torch.randint(3, VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
 
@@ -55,7 +59,10 @@ def test_hf_checkpoint_matches_the_transformers_model(tmp_path, family):
     ckpt = load_checkpoint(write_hf_dir(tmp_path / "m", model), dtype=torch.float32, use_cache=False)
     a = ckpt.args
     assert (a.n_experts, a.n_experts_used, a.expert_hidden_dim) == (4, 2, 32)
-    assert a.norm_expert_weights is (family in ("mixtral", "qwen3moe", "granitemoe", "granitemoeshared"))
+    assert a.norm_expert_weights is (family in ("mixtral", "qwen3moe", "granitemoe", "granitemoeshared", "gptoss"))
+    oss = family == "gptoss"
+    assert (a.attn_sinks, a.attn_out_bias, a.expert_bias, a.qkv_bias) == (oss, oss, oss, oss or family.startswith("qwen2moe"))
+    assert (a.activation, a.layer_types) == (("swiglu_oai", ("sliding", "global")) if oss else ("silu", None))
     assert (a.qk_norm, a.qk_norm_full) == (family in ("qwen3moe", "olmoe"), family == "olmoe")
     assert a.shared_expert_dim == (48 if family.startswith("qwen2") or family == "granitemoeshared" else 0)
     assert a.shared_expert_gate is family.startswith("qwen2")

@@ -163,6 +163,16 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
         return transformers.OlmoeConfig(**{**common, "intermediate_size": 32, "num_key_value_heads": 4},
                                         num_experts=4, num_experts_per_tok=2,
                                         rope_theta=10000.0, pad_token_id=0)
+    if arch == "gptoss":
+        # Sliding and global layers in turn (a window of 8, short of the tests' prompts); YaRN over an
+        # original context of 16 without truncation, as gpt-oss's; eager attention, the one with sinks.
+        config = transformers.GptOssConfig(
+            **{**common, "intermediate_size": 32}, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+            sliding_window=8, layer_types=["sliding_attention", "full_attention"], pad_token_id=0,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0, "beta_fast": 32.0,
+                             "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False})
+        config._attn_implementation = "eager"
+        return config
     if arch == "qwen3moe":
         return transformers.Qwen3MoeConfig(**common, head_dim=24, moe_intermediate_size=32, num_experts=4,
                                            num_experts_per_tok=2, norm_topk_prob=True, rope_theta=10000.0)
@@ -185,7 +195,7 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "qwen2moe": transformers.Qwen2MoeForCausalLM, "qwen3moe": transformers.Qwen3MoeForCausalLM,
            "qwen2moe-dense": transformers.Qwen2MoeForCausalLM, "olmoe": transformers.OlmoeForCausalLM,
            "granitemoe": transformers.GraniteMoeForCausalLM,
-           "granitemoeshared": transformers.GraniteMoeSharedForCausalLM}[arch]
+           "granitemoeshared": transformers.GraniteMoeSharedForCausalLM, "gptoss": transformers.GptOssForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim
@@ -194,6 +204,10 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
         for name, p in model.named_parameters():
             if "norm" in name:
                 p.copy_(1 + 0.1 * torch.randn_like(p))
+            elif name.endswith("sinks"):  # gpt-oss's, near the scores' size so that they show
+                p.copy_(torch.randn_like(p))
+            elif name.endswith("bias"):  # gpt-oss's router and experts' biases (initialized to 0)
+                p.copy_(0.1 * torch.randn_like(p))
     return model
 
 
@@ -225,6 +239,29 @@ _GEMMA3_GGUF_NAMES = {
 }
 
 
+# gpt-oss's tensors as llama.cpp's converter writes them (_gpt_oss_tensor splits the experts').
+_GPT_OSS_GGUF = {
+    "post_attention_layernorm.weight": "post_attention_norm.weight", "self_attn.o_proj.bias": "attn_output.bias",
+    "self_attn.sinks": "attn_sinks.weight", "mlp.router.weight": "ffn_gate_inp.weight",
+    "mlp.router.bias": "ffn_gate_inp.bias", "mlp.experts.gate_up_proj": None, "mlp.experts.gate_up_proj_bias": None,
+    "mlp.experts.down_proj": "ffn_down_exps.weight", "mlp.experts.down_proj_bias": "ffn_down_exps.bias",
+}
+
+
+def _gpt_oss_tensor(prefix: str, rest: str, a: np.ndarray) -> dict[str, np.ndarray]:
+    """gpt-oss's experts are x @ w ([experts, in, out]), gate and up in alternate columns; GGUF's
+    are [experts, out, in] and apart."""
+    if rest == "mlp.experts.down_proj":
+        a = a.swapaxes(1, 2)
+    elif rest.startswith("mlp.experts.gate_up_proj"):
+        if a.ndim == 3:
+            a = a.swapaxes(1, 2)
+        suffix = "weight" if a.ndim == 3 else "bias"
+        return {f"{prefix}ffn_gate_exps.{suffix}": np.ascontiguousarray(a[:, 0::2]),
+                f"{prefix}ffn_up_exps.{suffix}": np.ascontiguousarray(a[:, 1::2])}
+    return {prefix + _GPT_OSS_GGUF[rest]: np.ascontiguousarray(a)}
+
+
 def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
     """The HF model's weights under GGUF names, Q/K permuted for llama; for the gemmas,
     norm weights + 1 as llama.cpp's converter stores Gemma's (1 + w) norms."""
@@ -249,7 +286,9 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
                 a = llama_cpp_permute(a, cfg.num_attention_heads)
             elif permuted and rest.startswith("self_attn.k_proj"):
                 a = llama_cpp_permute(a, cfg.num_key_value_heads)
-            if rest.endswith("experts.gate_up_proj"):  # transformers' [experts, gate rows then up rows, dim]
+            if arch == "gptoss" and rest in _GPT_OSS_GGUF:
+                out.update(_gpt_oss_tensor(f"blk.{i}.", rest, a))
+            elif rest.endswith("experts.gate_up_proj"):  # transformers' [experts, gate rows then up rows, dim]
                 gate, up = np.split(a, 2, axis=1)
                 out[f"blk.{i}.ffn_gate_exps.weight"] = np.ascontiguousarray(gate)
                 out[f"blk.{i}.ffn_up_exps.weight"] = np.ascontiguousarray(up)

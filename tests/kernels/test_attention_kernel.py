@@ -66,3 +66,26 @@ def test_negative_window_is_refused():
         torch.ops.fastdecode.attention(q, k, v, pos, rows, -1, 0.25)
     with pytest.raises(RuntimeError, match="softcap must be >= 0"):
         torch.ops.fastdecode.attention(q, k, v, pos, rows, 0, 0.25, -2.0)
+
+
+@pytest.mark.parametrize("window", [0, 3, 64])
+@pytest.mark.parametrize("D", [16, 256])
+def test_sinks_equal_twin(window, D):
+    """gpt-oss's sinks: each head's logit joins its softmax's sum and takes its share of the weight."""
+    q, k, v, pos, rows = inputs(D=D)
+    sinks = torch.tensor([-1.0, 0.5, 3.0, 20.0])  # the last takes nearly all of its head's weight
+    got = torch.ops.fastdecode.attention_sinks(q, k, v, pos, rows, window, D ** -0.5, 0.0, sinks)
+    want = cache_attention(q, k, v, pos, rows, window=window, sinks=sinks)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    plain = torch.ops.fastdecode.attention(q, k, v, pos, rows, window, D ** -0.5)
+    assert (got[:, :, 3].abs().max() < 1e-6) and (got - plain).abs().max() > 1e-2
+    none = torch.full((4,), float("-inf"))  # no sink at all: attention's own bits
+    assert torch.equal(torch.ops.fastdecode.attention_sinks(q, k, v, pos, rows, window, D ** -0.5, 0.0, none), plain)
+
+
+def test_sinks_opcheck_and_bad_shape():
+    q, k, v, pos, rows = inputs()
+    sinks = torch.randn(4)
+    torch.library.opcheck(torch.ops.fastdecode.attention_sinks, (q, k, v, pos, rows, 4, 0.25, 0.0, sinks))
+    with pytest.raises(RuntimeError, match=r"sinks must be \[4\]"):
+        torch.ops.fastdecode.attention_sinks(q, k, v, pos, rows, 0, 0.25, 0.0, torch.zeros(2))

@@ -189,3 +189,36 @@ def test_the_wide_path_needs_avx512():
     finally:
         kernels.set_isa(None)
         kernels.set_wide(None)
+
+
+@pytest.mark.parametrize("kv", ["float32", "q8_0"])
+def test_sinks_give_each_row_its_bits_on_every_path(kv):
+    """With sinks (gpt-oss), a decode step split over 2 threads and a prefill tile of 7 tokens give each
+    row the bits it has alone on one thread, on every instruction set path."""
+    H, Hkv, D, S = 8, 1, 64, 4200  # one kv head's 4200 keys of 256 B: the decode step splits
+    k_all, v_all = cache(kv, 2, S, Hkv, D, seed=11)
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(1, 7, H, D, generator=g)
+    pos = torch.arange(S - 7, S)[None]
+    rows, sinks = torch.tensor([1]), torch.randn(H, generator=g) * 3
+    paths = [("avx2", None)]
+    if "avx512-vnni" in kernels.available_isas():
+        paths += [("avx512-vnni", False), ("avx512-vnni", True)]
+    threads = torch.get_num_threads()
+
+    def attend(t0, t1):
+        return torch.ops.fastdecode.attention_sinks(q[:, t0:t1], k_all, v_all, pos[:, t0:t1], rows, 0, D ** -0.5,
+                                                    0.0, sinks)
+    try:
+        torch.set_num_threads(1)
+        alone = torch.cat([attend(t, t + 1) for t in range(7)], dim=1)
+        for isa, wide in paths:
+            kernels.set_isa(isa)
+            kernels.set_wide(wide)
+            torch.set_num_threads(2)
+            assert torch.equal(attend(6, 7), alone[:, 6:]), (isa, wide)
+            assert torch.equal(attend(0, 7), alone), (isa, wide)
+    finally:
+        torch.set_num_threads(threads)
+        kernels.set_isa(None)
+        kernels.set_wide(None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -23,9 +24,9 @@ from .gguf_file import GGUFFile, number, optional_int
 # sublayer only (an olmo2 file with a window is OLMo 3); Phi-3 and Phi-4-mini keep q/k/v and gate/up
 # each in one tensor, which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe,
 # qwen3moe, olmoe, and granitemoe: Granite's with experts) keep each projection of a layer's experts
-# in one 3-D tensor, which load splits per expert.
+# in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe")
+                   "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss")
 # The converter permutes these architectures' Q/K rows.
 PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
 
@@ -61,14 +62,26 @@ _LAYER_NAMES = {
     "ffn_up_shexp.weight": "feed_forward.shared.w3.weight",
     "ffn_gate_inp_shexp.weight": "feed_forward.shared_gate.weight",  # a vector in the file, a row for us
 }
+# gpt-oss's: its post_attention_norm is the MLP's input norm; biases on the attention's output, the
+# router and the experts; the attention sinks.
+_GPT_OSS_NAMES = {
+    **_LAYER_NAMES,
+    "post_attention_norm.weight": "ffn_norm.weight",
+    "attn_output.bias": "attention.wo.bias",
+    "attn_sinks.weight": "attention.sinks",
+    "ffn_gate_inp.bias": "feed_forward.gate.bias",
+    "ffn_gate_exps.bias": "feed_forward.experts.w1.bias",  # [experts, rows]: split (_expert_biases)
+    "ffn_down_exps.bias": "feed_forward.experts.w2.bias",
+    "ffn_up_exps.bias": "feed_forward.experts.w3.bias",
+}
 _LAYER_RE = re.compile(r"blk\.(\d+)\.(.+)")
 # Tensors that carry nothing our model needs as weights: RoPE tables (read into ModelArgs).
 _SKIPPED = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"}
 
 
-def our_name(gguf_name: str) -> Optional[str]:
-    """Our state-dict key for a GGUF tensor name, or None if we do not map it."""
-    return map_name(gguf_name, _GLOBAL_NAMES, _LAYER_RE, _LAYER_NAMES)
+def our_name(gguf_name: str, arch: Optional[str] = None) -> Optional[str]:
+    """Our state-dict key for a GGUF tensor name of architecture `arch`, or None if we do not map it."""
+    return map_name(gguf_name, _GLOBAL_NAMES, _LAYER_RE, _GPT_OSS_NAMES if arch == "gpt-oss" else _LAYER_NAMES)
 
 
 def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
@@ -309,6 +322,10 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = _granite_fields(f, arch, n_layers)
     elif arch == "olmoe":  # OLMo 2's QK-norm in Llama's pre-norm block
         family = dict(qk_norm=True, qk_norm_full=True)
+    elif arch == "gpt-oss":  # llama.cpp's constants for the clamped SwiGLU (gpt-oss's config values)
+        family = dict(attn_sinks=True, attn_out_bias="blk.0.attn_output.bias" in f.tensors, expert_bias=True,
+                      activation="swiglu_oai", sliding_window=need("attention.sliding_window"),
+                      layer_types=_layer_types(f, arch, n_layers, 2))
     elif arch == "olmo2":
         family = dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
         if f.get(f"{arch}.attention.sliding_window"):  # OLMo 3
@@ -316,6 +333,10 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     try:
         # llama.cpp runs phi3 without its sliding window (the converters' windows are not the models')
         scaling = _longrope(f, arch, rot, context) if arch == "phi3" else _rope_scaling(f, arch, head_dim, theta)
+        if arch == "gpt-oss" and scaling is not None and scaling.kind == "yarn":
+            # gpt-oss's YaRN ramp runs between the unrounded dims (its config's truncate: false, as OpenAI's
+            # reference computes it); llama.cpp rounds them as for other models.
+            scaling = dataclasses.replace(scaling, truncate=False)
         return ModelArgs(
             dim=dim,
             n_layers=n_layers,
@@ -374,16 +395,16 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
     part is converted. int8/int4 are not applied here (`gguf_state_dict` does it)."""
     f.check_tensor_types()
     names = [n for n in f.tensors if n not in _SKIPPED]
-    unknown = [n for n in names if our_name(n) is None]
+    arch = f.get("general.architecture")
+    unknown = [n for n in names if our_name(n, arch) is None]
     if unknown:
         raise FastDecodeError(f"{f.path}: unexpected tensor {unknown[0]!r} for a {f.get('general.architecture')} model")
     # Shapes against the metadata's before any conversion: un-permuting Q/K rows, for one, reshapes
     # by the head count (check_state_dict checks our converted tensors again later).
     expected = expected_shapes(args)
-    arch = f.get("general.architecture")
     for name in names:
         fused = _fused_rows(name, args, arch)
-        want = fused[1] if fused else expected.get(our_name(name))
+        want = fused[1] if fused else _expert_biases(name, args) or expected.get(our_name(name, arch))
         got = f.raw(name)[2]
         if name.endswith(_SHARED_GATE):
             got = (1, *got)
@@ -441,6 +462,17 @@ def _fused_rows(name: str, args: ModelArgs,
             (p + "attention.wv.weight", q + kv, q + 2 * kv)], (q + 2 * kv, args.dim)
 
 
+def _expert_biases(name: str, args: ModelArgs) -> Optional[tuple[int, int]]:
+    """The expected shape [experts, rows] of gpt-oss's biases of a layer's experts, else None."""
+    m = _LAYER_RE.fullmatch(name)
+    sub = m.group(2) if m else ""
+    if not sub.endswith(".bias") or sub.removesuffix(".bias") + ".weight" not in _EXPERTS:
+        return None
+    layer = int(m.group(1))
+    rows = args.dim if sub.startswith("ffn_down") else args.expert_hidden_dim
+    return (args.experts(layer), rows) if layer < args.n_layers else None
+
+
 def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weights: str, arch: str,
              kinds: Counter) -> dict[str, torch.Tensor]:
     """One GGUF tensor under our key names: its packed tensors, or one float tensor (a fused
@@ -450,9 +482,14 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
     fused = _fused_rows(name, args, arch)
     if name.endswith(_SHARED_GATE):
         kinds[qtype.name] += 1
-        return {our_name(name): f.tensor(name, dtype).reshape(1, -1)}
+        return {our_name(name, arch): f.tensor(name, dtype).reshape(1, -1)}
+    if _expert_biases(name, args):
+        kinds[qtype.name] += 1
+        key = our_name(name, arch)  # layers.N.feed_forward.experts.wK.bias
+        base, w = key.rsplit(".", 2)[0], key.rsplit(".", 2)[1]
+        return {f"{base}.{e}.{w}.bias": row for e, row in enumerate(f.tensor(name, dtype))}
     if fused is None:
-        return _convert_rows(name, our_name(name), raw, qtype, shape, args, weights, permuted, kinds,
+        return _convert_rows(name, our_name(name, arch), raw, qtype, shape, args, weights, permuted, kinds,
                              lambda: f.tensor(name, dtype))
     cols, n_rows = shape[-1], math.prod(shape[:-1])
     # The float path decodes the tensor once for its parts.

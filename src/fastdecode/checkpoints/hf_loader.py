@@ -19,14 +19,14 @@ SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausa
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
                    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
                    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
-                   "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM")
+                   "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
                 "olmo3": "Olmo3ForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
                 "phi3": "Phi3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
                 "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "granitemoe": "GraniteMoeForCausalLM",
-                "granitemoeshared": "GraniteMoeSharedForCausalLM"}
+                "granitemoeshared": "GraniteMoeSharedForCausalLM", "gpt_oss": "GptOssForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -44,9 +44,13 @@ _MIXTRAL, _QWEN2_MOE, _QWEN3_MOE = "MixtralForCausalLM", "Qwen2MoeForCausalLM", 
 _OLMOE = "OlmoeForCausalLM"
 # Granite's shared expert: its size in shared_intermediate_size, not gated
 _GRANITE_MOE, _GRANITE_MOE_SHARED = "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM"
+# gpt-oss: biases on every attention and expert matrix and on the router, clamped SwiGLU experts,
+# attention sinks, sliding and global layers in turn
+_GPT_OSS = "GptOssForCausalLM"
 _MOE = {_MIXTRAL: (8, 2, "intermediate_size", 0), _QWEN2_MOE: (60, 4, "moe_intermediate_size", 5632),
         _QWEN3_MOE: (128, 8, "moe_intermediate_size", 0), _OLMOE: (64, 8, "intermediate_size", 0),
-        _GRANITE_MOE: (8, 2, "intermediate_size", 0), _GRANITE_MOE_SHARED: (8, 2, "intermediate_size", 0)}
+        _GRANITE_MOE: (8, 2, "intermediate_size", 0), _GRANITE_MOE_SHARED: (8, 2, "intermediate_size", 0),
+        _GPT_OSS: (128, 4, "intermediate_size", 0)}
 # Families whose rope_parameters may be given per layer type (transformers 5), the global layers'
 # scaled, the sliding layers' never.
 _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
@@ -136,11 +140,22 @@ _GEMMA_LAYER_NAMES = {
     "post_feedforward_layernorm.weight": "post_ffn_norm.weight",
 }
 _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
+# gpt-oss's experts come as [experts, ...] tensors, gate and up interleaved (_split_gpt_oss)
+_GPT_OSS_EXPERTS = ("gate_up_proj", "gate_up_proj_bias", "down_proj", "down_proj_bias")
+_GPT_OSS_LAYER_NAMES = {
+    **_LAYER_NAMES,
+    "self_attn.o_proj.bias": "attention.wo.bias",
+    "self_attn.sinks": "attention.sinks",
+    "mlp.router.weight": "feed_forward.gate.weight",
+    "mlp.router.bias": "feed_forward.gate.bias",
+    **{f"mlp.experts.{n}": f"feed_forward.experts.{n}" for n in _GPT_OSS_EXPERTS},
+}
 
 
 def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
     post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3)
-    return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, _GEMMA_LAYER_NAMES if post_norm_names else _LAYER_NAMES)
+    names = _GEMMA_LAYER_NAMES if post_norm_names else _GPT_OSS_LAYER_NAMES if arch == _GPT_OSS else _LAYER_NAMES
+    return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, names)
 
 
 def read_config(directory: Path) -> dict[str, Any]:
@@ -352,6 +367,9 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
         names = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
     if names is None and arch == _OLMO3:  # Olmo3Config's default: every fourth layer global
         names = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n_layers)]
+    if names is None and arch == _GPT_OSS:  # GptOssConfig's default: every other layer, the first sliding
+        window = window or 128
+        names = ["full_attention" if i % 2 else "sliding_attention" for i in range(n_layers)]
     if names is None and arch == _GEMMA2:  # Gemma2Config's default: every other layer, the first sliding
         window = window or 4096
         names = ["full_attention" if i % 2 else "sliding_attention" for i in range(n_layers)]
@@ -377,6 +395,9 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
     """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3 and Gemma 1/2/3 differ from Llama."""
     if arch in ("Qwen3ForCausalLM", _QWEN3_MOE):
         return dict(qk_norm=True)
+    if arch == _GPT_OSS:
+        return dict(attn_sinks=True, attn_out_bias=_attention_bias(config), expert_bias=True,
+                    glu_alpha=_number(config, "swiglu_alpha", 1.702), glu_limit=_number(config, "swiglu_limit", 7.0))
     if arch == _OLMOE:
         if config.get("clip_qkv") is not None:
             raise FastDecodeError(f"{path}: clip_qkv is not supported")
@@ -416,6 +437,14 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
     local_theta = _local_theta(config, path, _number(config, "rope_local_base_freq", 10000.0))
     return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
                 attn_scale=_query_scale(config, head_dim))
+
+
+def _attention_bias(config: dict[str, Any]) -> bool:
+    """gpt-oss's attention_bias (GptOssConfig's default: true): biases on q, k, v and o."""
+    bias = config.get("attention_bias", True)
+    if not isinstance(bias, bool):
+        raise FastDecodeError(f"attention_bias must be true or false, got {bias!r:.40}")
+    return bias
 
 
 def _softcap(config: dict[str, Any], key: str, default: float) -> float:
@@ -476,8 +505,8 @@ def _moe_fields(config: dict[str, Any], arch: str, n_layers: int) -> dict[str, A
     only = config.get("mlp_only_layers") or []
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise FastDecodeError(f"mlp_only_layers must be a list of layer indexes, got {only!r:.40}")
-    # Mixtral's and Granite's routers softmax the top k logits: the same as renormalizing
-    norm = arch in (_MIXTRAL, _GRANITE_MOE, _GRANITE_MOE_SHARED) or config.get("norm_topk_prob", False)
+    # Mixtral's, Granite's and gpt-oss's routers softmax the top k logits: the same as renormalizing
+    norm = arch in (_MIXTRAL, _GRANITE_MOE, _GRANITE_MOE_SHARED, _GPT_OSS) or config.get("norm_topk_prob", False)
     if not isinstance(norm, bool):
         raise FastDecodeError(f"norm_topk_prob must be true or false, got {norm!r:.40}")
     shared = _int(config, "shared_intermediate_size" if arch == _GRANITE_MOE_SHARED
@@ -498,7 +527,8 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
     if not isinstance(act, str) or act not in _ACTIVATIONS:
         raise FastDecodeError(f"{path}: hidden activation {act!r} is not supported; "
                               f"supported: {', '.join(_ACTIVATIONS)}")
-    if config.get("mlp_bias") or (arch not in ("Qwen2ForCausalLM", _QWEN2_MOE) and config.get("attention_bias")):
+    if config.get("mlp_bias") or (arch not in ("Qwen2ForCausalLM", _QWEN2_MOE, _GPT_OSS)
+                                  and config.get("attention_bias")):
         raise FastDecodeError(f"{path}: attention_bias/mlp_bias are not supported for {arch}")
     try:
         params = _object(config, "rope_parameters")
@@ -535,10 +565,11 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             rope_scaling=scaling,
             max_seq_len=scaling.context(context) if scaling else context,
             tie_embeddings=tie,
-            qkv_bias=arch == "Qwen2ForCausalLM" or (arch == _QWEN2_MOE and config.get("qkv_bias", True) is True),
+            qkv_bias=arch == "Qwen2ForCausalLM" or (arch == _QWEN2_MOE and config.get("qkv_bias", True) is True)
+            or (arch == _GPT_OSS and _attention_bias(config)),
             sliding_window=window,
             layer_types=layer_types,
-            activation=_ACTIVATIONS[act],
+            activation="swiglu_oai" if arch == _GPT_OSS else _ACTIVATIONS[act],
             **_family_fields(config, arch, dim, head_dim, path, scaling, theta),
             **_moe_fields(config, arch, n_layers),
         )
@@ -608,6 +639,8 @@ def _split_fused(key: str, t: torch.Tensor, args: ModelArgs, file: Path) -> dict
     (transformer.adjacent_rows); any other tensor as it is."""
     if ".experts.w" in key:
         return _split_experts(key, t, args, file)
+    if key.rsplit(".", 1)[-1] in _GPT_OSS_EXPERTS:
+        return _split_gpt_oss(key, t, args, file)
     if key.endswith("attention.wqkv.weight"):
         rows = (args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim, args.n_kv_heads * args.head_dim)
         names = ("wq", "wk", "wv")
@@ -635,3 +668,27 @@ def _split_experts(key: str, t: torch.Tensor, args: ModelArgs, file: Path) -> di
         return {f"{base}.experts.{e}.w2.weight": t[e] for e in range(n)}
     return {f"{base}.experts.{e}.{w}.weight": t[e, i * hidden:(i + 1) * hidden]
             for e in range(n) for i, w in enumerate(("w1", "w3"))}
+
+
+def _split_gpt_oss(key: str, t: torch.Tensor, args: ModelArgs, file: Path) -> dict[str, torch.Tensor]:
+    """gpt-oss's experts tensors of a layer as each expert's matrices and biases: gate_up_proj
+    [experts, dim, 2 x hidden] (x @ w, gate and up in alternate columns), down_proj [experts, hidden,
+    dim], their biases [experts, 2 x hidden] and [experts, dim]."""
+    base, name = key.rsplit(".", 1)  # layers.N.feed_forward.experts, the tensor
+    n, dim, hidden = args.experts(int(key.split(".")[1])), args.dim, args.expert_hidden_dim
+    want = {"gate_up_proj": (n, dim, 2 * hidden), "gate_up_proj_bias": (n, 2 * hidden),
+            "down_proj": (n, hidden, dim), "down_proj_bias": (n, dim)}[name]
+    if tuple(t.shape) != want:
+        raise FastDecodeError(f"{file}: tensor {key} has shape {list(t.shape)}, but the config makes it {list(want)}")
+    out: dict[str, torch.Tensor] = {}
+    for e in range(n):
+        if name == "down_proj":
+            out[f"{base}.{e}.w2.weight"] = t[e].t().contiguous()
+        elif name == "down_proj_bias":
+            out[f"{base}.{e}.w2.bias"] = t[e]
+        else:
+            suffix = "weight" if name == "gate_up_proj" else "bias"
+            rows = t[e].t() if name == "gate_up_proj" else t[e]  # [2 x hidden, dim] or [2 x hidden]
+            out[f"{base}.{e}.w1.{suffix}"] = rows[0::2].contiguous()
+            out[f"{base}.{e}.w3.{suffix}"] = rows[1::2].contiguous()
+    return out

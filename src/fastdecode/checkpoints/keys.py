@@ -37,6 +37,10 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
             p + "attention.wo.weight": (args.dim, q_rows),
         })
         shapes.update(_mlp_shapes(args, i))
+        if args.attn_out_bias:
+            shapes[p + "attention.wo.bias"] = (args.dim,)
+        if args.attn_sinks:
+            shapes[p + "attention.sinks"] = (args.n_heads,)
         if args.qkv_bias:
             shapes.update({
                 p + "attention.wq.bias": (q_rows,),
@@ -52,17 +56,25 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _gated_mlp(prefix: str, dim: int, hidden: int) -> dict[str, tuple[int, ...]]:
-    return {prefix + "w1.weight": (hidden, dim), prefix + "w2.weight": (dim, hidden),
-            prefix + "w3.weight": (hidden, dim)}
+def _gated_mlp(prefix: str, dim: int, hidden: int, bias: bool) -> dict[str, tuple[int, ...]]:
+    shapes = {prefix + "w1.weight": (hidden, dim), prefix + "w2.weight": (dim, hidden),
+              prefix + "w3.weight": (hidden, dim)}
+    if bias:
+        shapes.update({prefix + "w1.bias": (hidden,), prefix + "w2.bias": (dim,), prefix + "w3.bias": (hidden,)})
+    return shapes
 
 
 def _mlp_shapes(args: ModelArgs, layer: int) -> dict[str, tuple[int, ...]]:
-    """Layer `layer`'s MLP: one gated MLP, or an MoE layer's router, experts and shared expert."""
+    """Layer `layer`'s MLP: one gated MLP, or an MoE layer's router, experts and shared expert (with
+    biases on the router and the experts where args.expert_bias)."""
     p = f"layers.{layer}.feed_forward."
-    shapes = {f"{p}{name}.weight": (rows, args.dim) for name, rows in routers(args, layer)}
+    shapes = {}
+    for name, rows in routers(args, layer):
+        shapes[f"{p}{name}.weight"] = (rows, args.dim)
+        if args.expert_bias and name == "gate":
+            shapes[f"{p}{name}.bias"] = (rows,)
     for prefix, hidden in gated_mlps(args, layer):
-        shapes.update(_gated_mlp(p + prefix, args.dim, hidden))
+        shapes.update(_gated_mlp(p + prefix, args.dim, hidden, args.expert_bias and prefix.startswith("experts.")))
     return shapes
 
 

@@ -378,6 +378,10 @@ def _register_fakes() -> None:
     def _(q, k, v, input_pos, rows, window, scale, softcap=0.0):
         return q.new_empty(q.shape)
 
+    @torch.library.register_fake("fastdecode::attention_sinks")
+    def _(q, k, v, input_pos, rows, window, scale, softcap, sinks):
+        return q.new_empty(q.shape)
+
     @torch.library.register_fake("fastdecode::rms_norm")
     def _(x, weight, eps):
         return torch.empty_like(x, memory_format=torch.contiguous_format)

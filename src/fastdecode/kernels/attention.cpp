@@ -3,7 +3,8 @@
 // allocates and runs attention_run on each thread.
 //
 // y[b, t, h] = softmax_j(scale * q[b, t, h] . k[r, h / n_rep, j]) v[r, h / n_rep, j]
-// (with softcap > 0, each score s is first softcap tanh(s / softcap), Gemma 2's capping)
+// (with softcap > 0, each score s is first softcap tanh(s / softcap), Gemma 2's capping;
+// with sinks, head h's softmax also counts e^sinks[h] in its sum, a key of no value: gpt-oss)
 // over the keys j <= input_pos[b, t] of cache slot r = rows[b]: each row reads
 // its own slot up to its own position, so cost follows the length in use. With
 // window > 0 (sliding-window layers) only keys input_pos - window < j <= input_pos
@@ -38,6 +39,7 @@
 // on the instruction set either.
 #include <immintrin.h>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -190,7 +192,17 @@ struct Row {
   float* y;
   float* s;  // n rounded up to 8
   int64_t first, n;
+  float sink;  // the head's sink logit (AttentionArgs::sinks), -inf without
 };
+
+inline float sink_of(const Args& a, int64_t head) {
+  return a.sinks ? a.sinks[head] : -std::numeric_limits<float>::infinity();
+}
+
+// 1 / the sum of the exponentials, with the sink's e^(sink - max) added last where there is one.
+inline float inverse_sum(float sum, float sink, float mx) {
+  return 1.f / (sink == -std::numeric_limits<float>::infinity() ? sum : sum + std::exp(sink - mx));
+}
 
 // Keys ahead of the scores that a decode tile prefetches. A decode step's tiles each read their
 // slot's K and then V once, from memory: without prefetching, 16 rows over 30 layers of 200-300
@@ -288,7 +300,7 @@ float softmax(Row& r) {
   for (int64_t i = 0; i < n8; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(s + i), m);  // keeps m on NaN
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, m);
-  float mx = lanes[0];
+  float mx = std::max(lanes[0], r.sink);
   for (int i = 1; i < 8; ++i) mx = std::max(mx, lanes[i]);
   const __m256 mv = _mm256_set1_ps(mx);
   __m256 sumv = _mm256_setzero_ps();
@@ -297,7 +309,7 @@ float softmax(Row& r) {
     _mm256_storeu_ps(s + i, p);
     sumv = _mm256_add_ps(sumv, p);
   }
-  return 1.f / hsum(sumv);
+  return inverse_sum(hsum(sumv), r.sink, mx);
 }
 
 // Gemma 2's soft-capping of r.s in place: s <- cap tanh(s / cap), bounding every score to
@@ -536,7 +548,7 @@ inline float softmax(Row& r) {
   if (n16 < n8) m8 = _mm256_max_ps(_mm256_loadu_ps(s + n16), m8);
   alignas(32) float lanes[8];
   _mm256_store_ps(lanes, m8);
-  float mx = lanes[0];
+  float mx = std::max(lanes[0], r.sink);
   for (int i = 1; i < 8; ++i) mx = std::max(mx, lanes[i]);
   const __m512 mv = _mm512_set1_ps(mx);
   __m256 sumv = _mm256_setzero_ps();
@@ -551,7 +563,7 @@ inline float softmax(Row& r) {
     _mm256_storeu_ps(s + n16, p);
     sumv = _mm256_add_ps(sumv, p);
   }
-  return 1.f / hsum(sumv);
+  return inverse_sum(hsum(sumv), r.sink, mx);
 }
 
 // y_r[d0, d0 + 16 C) += sum_i p_r[i] v_i, as narrow pv does 8 dims at a time.
@@ -703,7 +715,7 @@ void tile(const Args& a, const fd::AttentionTiles& p, int64_t i, Buffers& buf) {
     hi = std::max(hi, L);
     for (int64_t h = kvh * nh; h < (kvh + 1) * nh; ++h)
       buf.rows.push_back(Row{a.q + b * a.qs[0] + t * a.qs[1] + h * a.qs[2], a.y + ((b * a.T + t) * a.H + h) * D,
-                             buf.s.data() + buf.rows.size() * cap, first, L - first});
+                             buf.s.data() + buf.rows.size() * cap, first, L - first, sink_of(a, h)});
   }
   const int64_t n_rows = static_cast<int64_t>(buf.rows.size());
   // Keys per block: 16 KB of K or V as the rows read it, which the tile's tokens read
@@ -816,7 +828,7 @@ SplitTile<Fmt> split_tile(const Args& a, fd::AttentionSplit& plan, int64_t i) {
   for (int64_t h = 0; h < t.nh; ++h) {
     const int64_t head = kvh * t.nh + h;
     t.rows[h] = Row{a.q + b * a.qs[0] + head * a.qs[2], a.y + (b * a.H + head) * a.D,
-                    plan.s.data() + (i * t.nh + h) * plan.cap, t.lo, L - t.lo};
+                    plan.s.data() + (i * t.nh + h) * plan.cap, t.lo, L - t.lo, sink_of(a, head)};
   }
   const int64_t at = a.rows[b] * a.ks[0] + kvh * a.ks[1];
   t.kb = static_cast<const typename Fmt::T*>(a.k) + at;

@@ -36,6 +36,7 @@ struct AttentionArgs {
   KvFormat kv;
   int64_t L;  // the most keys any query row visits
   bool wide = false;  // AVX-512 (F, BW, VL) may be used: the same bits, in wider registers
+  const float* sinks = nullptr;  // [H] each head's sink logit, in its softmax's sum only (gpt-oss); nullptr: none
 };
 
 // The attention's work in tiles (attention.cpp): the query rows of one batch row

@@ -144,8 +144,9 @@ fd::KvFormat kv_format(const at::Tensor& k, int64_t D) {
   }
 }
 
-at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
-                     const at::Tensor& rows, int64_t window, double scale, double softcap) {
+// sinks: [H] float32, each head's sink logit (attention_sinks), or undefined for none.
+at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
+                  const at::Tensor& rows, int64_t window, double scale, double softcap, const at::Tensor& sinks) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "attention: 4-d q, k, v");
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == v.scalar_type(),
               "attention: float32 q, and k, v of one dtype");
@@ -171,11 +172,17 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   TORCH_CHECK(window >= 0, "attention: window must be >= 0 (0: no window), got ", window);
   TORCH_CHECK(softcap >= 0 && std::isfinite(softcap), "attention: softcap must be >= 0 (0: none), got ", softcap);
   if (window > 0) L = std::min(L, window);  // scores per query row
+  at::Tensor sink;
+  if (sinks.defined()) {
+    TORCH_CHECK(sinks.dim() == 1 && sinks.size(0) == H, "attention: sinks must be [", H, "] (one per head)");
+    sink = sinks.to(at::kFloat).contiguous();
+  }
   at::Tensor y = at::empty({B, T, H, D}, q.options());
   const fd::AttentionArgs a{q.data_ptr<float>(), k.data_ptr(), v.data_ptr(), pp, rp, y.data_ptr<float>(),
                             B, T, H, Hkv, D, window,
                             {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
-                            static_cast<float>(scale), static_cast<float>(softcap), kv, L, wide()};
+                            static_cast<float>(scale), static_cast<float>(softcap), kv, L, wide(),
+                            sink.defined() ? sink.data_ptr<float>() : nullptr};
   const int threads = at::get_num_threads();
   thread_local fd::AttentionSplit kept;  // its buffers kept between calls
   fd::AttentionSplit& split = kept;  // the caller's, not each worker's own thread_local
@@ -193,6 +200,19 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   at::parallel_for(0, std::min<int64_t>(threads, tiles.count), 1,
                    [&](int64_t, int64_t) { fd::attention_run(a, tiles, next); });
   return y;
+}
+
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
+                     const at::Tensor& rows, int64_t window, double scale, double softcap) {
+  return attend(q, k, v, input_pos, rows, window, scale, softcap, at::Tensor());
+}
+
+// A separate op, not an argument of attention's: attention's C entry point (the AOTInductor shim
+// below) stays as exported packages call it; the models with sinks (gpt-oss) run eagerly.
+at::Tensor attention_sinks(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
+                           const at::Tensor& rows, int64_t window, double scale, double softcap,
+                           const at::Tensor& sinks) {
+  return attend(q, k, v, input_pos, rows, window, scale, softcap, sinks);
 }
 
 // ---------------------------------------------------------------------------
@@ -657,6 +677,8 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale, "
         "float softcap=0.) -> Tensor");
+  m.def("attention_sinks(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale, "
+        "float softcap, Tensor sinks) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
@@ -674,4 +696,5 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("grouped_linear", &grouped_linear);
   m.impl("rms_norm", &rms_norm);
   m.impl("attention", &attention);
+  m.impl("attention_sinks", &attention_sinks);
 }

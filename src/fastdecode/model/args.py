@@ -94,7 +94,9 @@ class RopeScaling:
 
 
 LAYER_TYPES = ("global", "sliding")
-ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
+# "swiglu_oai" (gpt-oss): gate clamped above at glu_limit, up to +-glu_limit, then
+# gate * sigmoid(glu_alpha * gate) * (up + 1).
+ACTIVATIONS = ("silu", "gelu_tanh", "gelu", "swiglu_oai")
 # Most positions a model may declare: above every real context length (Llama 4 Scout's 10,485,760),
 # and every position exact in the float32 RoPE angles (rope_angles).
 MAX_POSITIONS = 1 << 24
@@ -109,7 +111,8 @@ class ModelArgs:
     window); Qwen2 adds q/k/v biases, Qwen3 QK-norm; Gemma 3 sets all of the
     Gemma fields below; SmolLM3 its layers without RoPE, Granite its multipliers, OLMo 2
     its norms after each sublayer only and QK-norm over all heads, Gemma 2 its soft-capping,
-    Phi-3 its partial rotary and LongRoPE, Mixtral, Qwen 2/3 MoE, OLMoE and Granite MoE their experts.
+    Phi-3 its partial rotary and LongRoPE, Mixtral, Qwen 2/3 MoE, OLMoE and Granite MoE their experts,
+    gpt-oss its experts with biases, clamped SwiGLU and attention sinks.
     Each field is one named difference, not a family name.
     """
 
@@ -140,6 +143,8 @@ class ModelArgs:
     # gated MLP: SwiGLU ("silu"), or GeGLU with tanh-approximate GELU ("gelu_tanh", Gemma) or exact GELU
     # ("gelu": Gemma 1's config as transformers 5 reads it)
     activation: str = "silu"
+    glu_alpha: float = 1.702  # swiglu_oai's
+    glu_limit: float = 7.0
     embed_scale: float = 1.0  # token embeddings are multiplied by this (Gemma: sqrt(dim))
     post_norms: bool = False  # RMSNorm on the attention and MLP outputs before the residual add (Gemma 3)
     # Ministral 3 (Llama 4's rule): queries at position p are multiplied, after RoPE, by
@@ -169,6 +174,11 @@ class ModelArgs:
     shared_expert_dim: int = 0
     shared_expert_gate: bool = True
     dense_layers: tuple[int, ...] = ()  # an MoE model's layers with a dense MLP (Qwen3-MoE's mlp_only_layers)
+    expert_bias: bool = False  # the router's and the experts' matrices have biases (gpt-oss)
+    # gpt-oss's attention: a bias on the output projection too, and a learned logit per query head
+    # that joins each softmax's sum as a key of no value ("attention sink").
+    attn_out_bias: bool = False
+    attn_sinks: bool = False
 
     def __post_init__(self) -> None:
         # Derived fields are filled in here so every consumer sees concrete ints.
@@ -223,8 +233,8 @@ class ModelArgs:
         if self.n_experts and not 1 <= self.n_experts_used <= self.n_experts:
             raise FastDecodeError(f"ModelArgs.n_experts_used must be from 1 to n_experts ({self.n_experts}), "
                                   f"got {self.n_experts_used}")
-        if not self.n_experts and (self.n_experts_used or self.shared_expert_dim):
-            raise FastDecodeError("ModelArgs.n_experts_used and shared_expert_dim need n_experts > 0")
+        if not self.n_experts and (self.n_experts_used or self.shared_expert_dim or self.expert_bias):
+            raise FastDecodeError("ModelArgs.n_experts_used, shared_expert_dim and expert_bias need n_experts > 0")
         self._check_layer_list("dense_layers")
 
     def _check_layer_list(self, name: str) -> None:
@@ -243,6 +253,9 @@ class ModelArgs:
         if self.activation not in ACTIVATIONS:
             raise FastDecodeError(f"ModelArgs.activation must be one of {', '.join(ACTIVATIONS)}, "
                                   f"got {self.activation!r}")
+        if not (0 < self.glu_alpha < math.inf and 0 < self.glu_limit < math.inf):
+            raise FastDecodeError(f"ModelArgs.glu_alpha and glu_limit must be > 0, got {self.glu_alpha}, "
+                                  f"{self.glu_limit}")
         if self.attn_scale is not None and not self.attn_scale > 0:
             raise FastDecodeError(f"ModelArgs.attn_scale must be > 0, got {self.attn_scale}")
         if self.rope_local_theta is not None and not self.rope_local_theta > 0:

@@ -1,5 +1,5 @@
-"""Mixture-of-experts MLPs (Mixtral, Qwen 2/3 MoE, OLMoE, Granite MoE): a softmax router picks, per token, the
-top k of a layer's gated MLPs and sums their outputs weighted by the router's probabilities.
+"""Mixture-of-experts MLPs (Mixtral, Qwen 2/3 MoE, OLMoE, Granite MoE, gpt-oss): a softmax router picks, per
+token, the top k of a layer's gated MLPs and sums their outputs weighted by the router's probabilities.
 
 Which experts run depends on the tokens, so this is an eager-mode module: the build runs MoE
 models on the eager steps (api/build.py) and does not export them.
@@ -36,15 +36,15 @@ def routers(args: ModelArgs, layer: int) -> list[tuple[str, int]]:
 
 
 class MoEFeedForward(nn.Module):
-    def __init__(self, args: ModelArgs, expert: Callable[[int], nn.Module]):
-        """expert(hidden_dim): one gated MLP of that inner size (transformer.FeedForward)."""
+    def __init__(self, args: ModelArgs, expert: Callable[[int, bool], nn.Module]):
+        """expert(hidden_dim, bias): one gated MLP of that inner size (transformer.FeedForward)."""
         super().__init__()
-        self.gate = nn.Linear(args.dim, args.n_experts, bias=False)  # the router
-        self.experts = nn.ModuleList(expert(args.expert_hidden_dim) for _ in range(args.n_experts))
+        self.gate = nn.Linear(args.dim, args.n_experts, bias=args.expert_bias)  # the router
+        self.experts = nn.ModuleList(expert(args.expert_hidden_dim, args.expert_bias) for _ in range(args.n_experts))
         self.top_k = args.n_experts_used
         self.normalize = args.norm_expert_weights
         shared = args.shared_expert_dim
-        self.shared = expert(shared) if shared else None
+        self.shared = expert(shared, False) if shared else None
         self.shared_gate = nn.Linear(args.dim, 1, bias=False) if shared and args.shared_expert_gate else None
 
     def forward(self, x: Tensor) -> Tensor:
@@ -82,13 +82,15 @@ class MoEFeedForward(nn.Module):
 
 def _grouped(linears: list[nn.Module], x: Tensor, sizes: list[int]) -> Optional[Tensor]:
     """x's consecutive row slices of `sizes` through linears[i] in one native call (the kernels'
-    grouped_linear: one parallel region streams all of the experts' weights), concatenated; None
-    unless every linear is a packed one of one layout on the native kernels, without a bias."""
+    grouped_linear: one parallel region streams all of the experts' weights), concatenated, plus each
+    linear's bias; None unless every linear is a packed one of one layout on the native kernels."""
     first = linears[0]
     layout = getattr(first, "layout", None)
     if not all(getattr(m, "native", False) and getattr(m, "layout", None) == layout and hasattr(m, "packed")
-               and m.bias is None for m in linears):
+               and (m.bias is None) == (first.bias is None) for m in linears):
         return None
     tensors = [t for m in linears for t in m.packed().values()]
     ys = torch.ops.fastdecode.grouped_linear(layout, list(x.float().split(sizes)), tensors)
+    if first.bias is not None:  # gpt-oss's: each expert's rows get its own
+        ys = [y + m.bias for y, m in zip(ys, linears)]
     return torch.cat(ys).to(x.dtype)

@@ -2,8 +2,8 @@
 a gated MLP, with each family's differences as `ModelArgs` fields (QK-norm,
 sliding-window layers, a second RoPE base, GeGLU, a scaled embedding, Gemma's
 post-norms, OLMo 2's post-norms alone, layers without RoPE, Granite's multipliers,
-Gemma 2's soft-capping, Phi-3's partial rotary and LongRoPE)
-and a small named branch where each applies.
+Gemma 2's soft-capping, Phi-3's partial rotary and LongRoPE, gpt-oss's attention sinks and clamped
+SwiGLU) and a small named branch where each applies.
 
 `Transformer.forward(tokens, input_pos, rows=...)` has two paths:
 - `input_pos=None`: full causal attention over `tokens`, no cache. This is the
@@ -148,7 +148,9 @@ class Attention(nn.Module):
         qkv_out = (args.n_heads + 2 * args.n_kv_heads) * args.head_dim
         # q, k and v share one matmul; checkpoints keep them apart (see _fuse_qkv).
         self.wqkv = nn.Linear(args.dim, qkv_out, bias=args.qkv_bias)
-        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=False)
+        self.wo = nn.Linear(args.n_heads * args.head_dim, args.dim, bias=args.attn_out_bias)
+        # gpt-oss: each head's sink logit [H], counted in its softmax's sum only; None: none
+        self.sinks = nn.Parameter(torch.zeros(args.n_heads)) if args.attn_sinks else None
         self.kv_cache: Optional[KVCache | DynamicKVCache] = None
         self.native = False  # the cache attention kernel (fp32 CPU); set at load by quant.transform.apply_kernels
         self.register_load_state_dict_pre_hook(_fuse_qkv)
@@ -181,20 +183,20 @@ class Attention(nn.Module):
             # unlike SDPA's CPU kernels, the same on every instruction set and length.
             pos = torch.arange(T, device=x.device).expand(B, T)
             rows = torch.arange(B, device=x.device)
-            y = torch.ops.fastdecode.attention(q, k.transpose(1, 2), v.contiguous().transpose(1, 2), pos, rows,
-                                               self.window, self.kernel_scale, self.softcap)
+            y = self._kernel(q, k.transpose(1, 2), v.contiguous().transpose(1, 2), pos, rows)
             return self.wo(y.view(B, T, H * D))
         if input_pos is None:
             # Reference path: plain expanded causal GQA over the current tokens only.
             q = q.transpose(1, 2)  # [B, H, T, D]
             k = k.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
             v = v.transpose(1, 2).repeat_interleave(H // Hkv, dim=1)
-            if self.window or self.softcap:
+            if self.window or self.softcap or self.sinks is not None:
                 i = torch.arange(T, device=x.device)
                 mask = i[None, :] <= i[:, None]  # [T, T]
                 if self.window:
                     mask = mask & (i[None, :] > i[:, None] - self.window)
-                y = attend(q, k, v, mask, self.scale, self.softcap)
+                sinks = None if self.sinks is None else self.sinks.view(1, H, 1, 1)
+                y = attend(q, k, v, mask, self.scale, self.softcap, sinks)
             else:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
             y = y.transpose(1, 2)  # [B, T, H, D]
@@ -204,24 +206,30 @@ class Attention(nn.Module):
                 # Reads each row's own slot up to its own position (from the window's
                 # first key on sliding layers), groups heads itself, and takes q /
                 # returns y as [B, T, H, D].
-                y = torch.ops.fastdecode.attention(q, k_all, v_all, input_pos, rows, self.window, self.kernel_scale,
-                                                   self.softcap)
+                y = self._kernel(q, k_all, v_all, input_pos, rows)
                 return self.wo(y.view(B, T, H * D))
             y = cache_attention(q, k_all, v_all, input_pos, rows, window=self.window, scale=self.scale,
-                                softcap=self.softcap)
+                                softcap=self.softcap, sinks=self.sinks)
         y = y.clone(memory_format=torch.contiguous_format)  # [B, T, H, D]
         return self.wo(y.view(B, T, H * D))
 
+    def _kernel(self, q: Tensor, k: Tensor, v: Tensor, pos: Tensor, rows: Tensor) -> Tensor:
+        if self.sinks is None:
+            return torch.ops.fastdecode.attention(q, k, v, pos, rows, self.window, self.kernel_scale, self.softcap)
+        return torch.ops.fastdecode.attention_sinks(q, k, v, pos, rows, self.window, self.kernel_scale, self.softcap,
+                                                    self.sinks)
+
 
 def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, rows: Tensor, *,
-                    window: int = 0, scale: Optional[float] = None, softcap: float = 0.0) -> Tensor:
+                    window: int = 0, scale: Optional[float] = None, softcap: float = 0.0,
+                    sinks: Optional[Tensor] = None) -> Tensor:
     """Attention over cache slots with scaled_dot_product_attention (the
     portable path; the native kernel computes the same on fp32 CPUs).
 
     q: [B, T, H, D]; k_all, v_all: [B_cache, Hkv, S, D]; input_pos: [B, T];
     rows: [B]. Returns y: [B, T, H, D]. Spans the whole buffer under a mask
     (keys j <= input_pos, and j > input_pos - window when window > 0); softcap > 0
-    caps the scores (Gemma 2).
+    caps the scores (Gemma 2); sinks [H]: each head's sink logit (gpt-oss).
     """
     B, T, H, D = q.shape
     Hkv, S = k_all.shape[1], k_all.shape[2]
@@ -238,29 +246,40 @@ def cache_attention(q: Tensor, k_all: Tensor, v_all: Tensor, input_pos: Tensor, 
         mask = mask & (keys[None, None, None, :] > input_pos[:, None, :, None] - window)
     if n_rep > 1:
         mask = mask.repeat(1, 1, n_rep, 1)  # [B, 1, n_rep*T, S]; row r*T + t is head (kv, r), token t
-    y = attend(q, k, v, mask, scale, softcap)
+    if sinks is not None:  # [H] -> the grouped query rows' [1, Hkv, n_rep * T, 1]
+        sinks = sinks.view(Hkv, n_rep, 1).expand(Hkv, n_rep, T).reshape(1, Hkv, n_rep * T, 1)
+    y = attend(q, k, v, mask, scale, softcap, sinks)
     # reshape, not view: SDPA's CUDA kernels lay y out as [B, n_rep*T, Hkv, D] under
     # [B, Hkv, n_rep*T, D] strides, which no view regroups into heads (a copy there).
     return y.reshape(B, H, T, D).transpose(1, 2)
 
 
-def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: Optional[float], softcap: float) -> Tensor:
-    """SDPA over keys where `mask` is True, or with softcap > 0 its arithmetic written out, with the
-    scores capped to softcap tanh(s / softcap) before the softmax (Gemma 2), which SDPA cannot do."""
-    if not softcap:
+def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: Optional[float], softcap: float,
+           sinks: Optional[Tensor] = None) -> Tensor:
+    """SDPA over keys where `mask` is True, or its arithmetic written out where SDPA cannot do it:
+    with softcap > 0 the scores capped to softcap tanh(s / softcap) before the softmax (Gemma 2);
+    with sinks (broadcast to [..., rows, 1]) one more logit per row in the softmax's sum (gpt-oss)."""
+    if not softcap and sinks is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
-    s = (q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)
-    s = (torch.tanh(s.float() / softcap) * softcap).masked_fill(~mask, float("-inf"))
-    return (torch.softmax(s, dim=-1).to(v.dtype)) @ v
+    s = ((q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5 if scale is None else scale)).float()
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    s = s.masked_fill(~mask, float("-inf"))
+    if sinks is None:
+        return torch.softmax(s, dim=-1).to(v.dtype) @ v
+    s = torch.cat([s, sinks.float().expand(*s.shape[:-1], 1)], dim=-1)
+    return torch.softmax(s, dim=-1)[..., :-1].to(v.dtype) @ v
 
 
 class FeedForward(nn.Module):
-    def __init__(self, args: ModelArgs, hidden_dim: Optional[int] = None):
+    def __init__(self, args: ModelArgs, hidden_dim: Optional[int] = None, bias: bool = False):
         super().__init__()
         hidden_dim = hidden_dim or args.hidden_dim  # an expert's or a shared expert's size in MoE models
-        self.w13 = nn.Linear(args.dim, 2 * hidden_dim, bias=False)  # gate and up, fused
-        self.w2 = nn.Linear(hidden_dim, args.dim, bias=False)
-        self.activation = args.activation  # SwiGLU, or GeGLU (Gemma) with GELU's tanh form or its exact one
+        self.w13 = nn.Linear(args.dim, 2 * hidden_dim, bias=bias)  # gate and up, fused
+        self.w2 = nn.Linear(hidden_dim, args.dim, bias=bias)
+        # SwiGLU, GeGLU (Gemma) with GELU's tanh form or its exact one, or gpt-oss's clamped SwiGLU
+        self.activation = args.activation
+        self.alpha, self.limit = args.glu_alpha, args.glu_limit
         self.register_load_state_dict_pre_hook(_fuse_w13)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -269,6 +288,9 @@ class FeedForward(nn.Module):
     def glu(self, h: Tensor) -> Tensor:
         """w13's output [..., 2 * hidden] -> activation(gate) * up [..., hidden]."""
         gate, up = h.chunk(2, dim=-1)
+        if self.activation == "swiglu_oai":
+            gate, up = gate.clamp(max=self.limit), up.clamp(-self.limit, self.limit)
+            return gate * torch.sigmoid(self.alpha * gate) * (up + 1)
         if self.activation == "silu":
             gate = F.silu(gate)
         else:
@@ -299,7 +321,7 @@ class TransformerBlock(nn.Module):
         self.attention = Attention(args, window=args.window(layer), rope=layer not in args.nope_layers)
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.pre_norms else None
         experts = args.experts(layer)
-        self.feed_forward = (MoEFeedForward(args, lambda hidden: FeedForward(args, hidden)) if experts
+        self.feed_forward = (MoEFeedForward(args, lambda hidden, bias: FeedForward(args, hidden, bias)) if experts
                              else FeedForward(args))
         # Gemma 3's sandwich (OLMo 2's only norms): the attention and MLP outputs are
         # normalized before they join the residual stream.
