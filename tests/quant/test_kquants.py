@@ -223,6 +223,23 @@ def _linear(p: dict, native: bool) -> QuantLinear:
     return ql
 
 
+@pytest.mark.parametrize("qtype", [T.IQ4_NL, T.IQ4_XS, T.MXFP4], ids=lambda t: t.name)
+def test_table_layouts_embed_without_constants(qtype):
+    """A token table in q4nl, q4xs or q4mx exported (as a package's step is): its lookup holds no tensor
+    constant, which the package would then ask the model for as a weight (and be exported again)."""
+    from fastdecode.quant.linear import QuantEmbedding
+
+    n, k = 16, 256
+    p = formats.pack_gguf(random_blocks(qtype, n, k, seed=4)[0], qtype, n, k)
+    emb = QuantEmbedding(n, k, LAYOUT[qtype])
+    for name, t in p.items():
+        setattr(emb, name, t)
+    tokens = torch.tensor([[1, 7, 15]])
+    ep = torch.export.export(emb, (tokens,))
+    assert not ep.constants
+    assert torch.equal(ep.module()(tokens), formats.dequantize(p)[tokens])
+
+
 @pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])
 def test_split_linear_equals_separate_matmuls(native):
     """A Q4_K_M wqkv: q and k Q4_K, v Q6_K; each part on its own kernel, outputs concatenated."""

@@ -664,9 +664,14 @@ def nonlinear_scales(t: dict[str, Tensor]) -> Tensor:
 
 def nonlinear_values(t: dict[str, Tensor]) -> Tensor:
     """A q4nl, q4xs or q4mx group's signed values [..., K] (int8, row order): NONLINEAR[q], q4mx's
-    MXFP4_VALUES[q]."""
-    table = torch.tensor(MXFP4_VALUES if "e" in t else NONLINEAR, dtype=torch.int8, device=t["qweight"].device)
-    return table[kquant_values(t).long()]
+    MXFP4_VALUES[q]. One comparison per entry rather than an index into a table tensor, which a
+    traced graph (an exported package's embedding lookup) would hold as a constant that the
+    package then asks the model for as a weight."""
+    q = kquant_values(t)
+    out = torch.zeros_like(q, dtype=torch.int8)
+    for i, v in enumerate(MXFP4_VALUES if "e" in t else NONLINEAR):
+        out = torch.where(q == i, v, out)
+    return out
 
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
