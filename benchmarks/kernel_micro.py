@@ -47,6 +47,8 @@ def random_group(layout: str, n: int, k: int, gen: torch.Generator) -> dict[str,
         if dt == torch.float16:
             t = (torch.rand(shape, generator=gen) * 0.01 + 0.001).half()
             out[name] = -t if name == "mins" else t
+        elif name == "e":  # q4mx: real weights' exponents (random bytes make subnormal and infinite scales)
+            out[name] = torch.randint(112, 123, shape, generator=gen, dtype=torch.uint8)
         elif name in ("sc", "mn") and layout in ("q4k", "q5k"):
             out[name] = torch.randint(0, 64, shape, generator=gen, dtype=torch.uint8)
         elif dt == torch.int8:

@@ -10,10 +10,10 @@ from fastdecode.checkpoints import dequant
 from fastdecode.checkpoints.gguf_file import GGUFFile
 
 # Byte offsets of each type's fp16 scale/min fields: random bytes there could be
-# NaN or inf, so those get real fp16 values.
+# NaN or inf, so those get real fp16 values (MXFP4's scale is an exponent byte: any is valid).
 FP16_FIELDS = {
     T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q8_0: [0],
-    T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0],
+    T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208], T.IQ4_NL: [0], T.IQ4_XS: [0], T.MXFP4: [],
 }
 
 
@@ -22,6 +22,8 @@ def random_blocks(qtype: T, rows: int, blocks_per_row: int, seed: int = 0) -> np
     rng = np.random.default_rng(seed)
     _, block_bytes = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(rows * blocks_per_row, block_bytes), dtype=np.uint8)
+    if qtype == T.MXFP4:  # exponents up to 250: 2^122 x 12 stays finite
+        raw[:, 0] = rng.integers(0, 251, size=raw.shape[0])
     for at in FP16_FIELDS[qtype]:
         scales = rng.standard_normal(raw.shape[0]).astype(np.float16)
         raw[:, at:at + 2] = scales.view(np.uint8).reshape(-1, 2)

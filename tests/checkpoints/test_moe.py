@@ -12,6 +12,7 @@ from gguf import GGMLQuantizationType as T
 from safetensors.torch import save_file
 
 import fastdecode
+from fastdecode import kernels
 from fastdecode.checkpoints import load_checkpoint
 from fastdecode.errors import FastDecodeError
 from test_gguf_families import logits_diff, one_line_error, ours_and_llama_cpps_logits
@@ -95,12 +96,34 @@ def test_gguf_matches_the_transformers_model_and_stays_packed(tmp_path, family):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gguf_matches_llama_cpp(tmp_path, family):
     """Measured apart at most (llama.cpp keeps K and V in float16): 7.3e-6 (Granite) to 2.2e-4 in float32,
-    3.1e-5 to 6.6e-4 with Q8_0 experts; the same argmax at all 100 positions, for each family."""
+    3.1e-5 to 6.6e-4 with Q8_0 experts, 2.7e-5 to 7.0e-4 with MXFP4 experts (q4mx); the same argmax at
+    all 100 positions, for each family."""
     pytest.importorskip("llama_cpp")
-    for quant in (None, T.Q8_0):
+    for quant in (None, T.Q8_0, T.MXFP4):
         path, _ = write_moe(tmp_path / f"{quant}.gguf", family, quant)
         ours, theirs = ours_and_llama_cpps_logits(path)
         assert (ours - theirs).abs().max().item() <= 2e-3
+
+
+def test_mxfp4_experts_stay_packed_on_the_grouped_kernel(tmp_path):
+    """gpt-oss' expert type: each expert's matrices q4mx (the file's bytes). The logits are those of
+    the same file dequantized to float but for the int8 activations, and the native kernels' (every
+    layer's chosen experts in one grouped_linear call per projection) are the PyTorch twin's bits."""
+    from fastdecode.quant import build_model
+    from fastdecode.quant.transform import set_native
+
+    path, _ = write_moe(tmp_path / "mx.gguf", "qwen3moe", T.MXFP4)
+    packed = load_checkpoint(path, dtype=torch.float32, weights="auto")
+    assert "MXFP4->q4mx x24" in packed.weights_summary
+    floats = load_checkpoint(path, dtype=torch.float32, weights="float")
+    model, ref_model = (build_model(c.args, c.state_dict, torch.float32)[0].eval() for c in (packed, floats))
+    assert {e.w13.layout for layer in model.layers for e in layer.feed_forward.experts} == {"q4mx"}
+    with torch.no_grad():
+        twin, ref = model(TOKENS, None), ref_model(TOKENS, None)
+        assert (twin - ref).abs().max().item() <= 2e-3  # measured 4.9e-4
+        if kernels.available_isas():
+            set_native(model, True)
+            assert torch.equal(model(TOKENS, None), twin)
 
 
 def test_engine_batches_a_shared_expert_model_as_the_cache_free_forward(tmp_path, caplog):

@@ -61,7 +61,8 @@ def _quant_linear(layout: str, n: int, k: int) -> QuantLinear:
 
 
 def _gguf_linear(qtype, n: int, k: int) -> QuantLinear:
-    """A QuantLinear over random blocks of a GGUF type (finite float16 scale at byte 0)."""
+    """A QuantLinear over random blocks of a GGUF type (finite float16 scale at byte 0; MXFP4 takes
+    its low byte as the exponent, any of which is valid)."""
     import numpy as np
     from gguf import GGML_QUANT_SIZES
 
@@ -76,7 +77,7 @@ def _gguf_linear(qtype, n: int, k: int) -> QuantLinear:
     return lin
 
 
-@pytest.mark.parametrize("layout", ["q4", "q8", "q4s", "q4nl"])
+@pytest.mark.parametrize("layout", ["q4", "q8", "q4s", "q4nl", "q4mx"])
 def test_quantized_slices_are_exact(layout):
     from gguf import GGMLQuantizationType as T
 
@@ -84,7 +85,7 @@ def test_quantized_slices_are_exact(layout):
     if layout in ("q4", "q8"):
         lin = _quant_linear(layout, 12, 7 * 32)
     else:
-        lin = _gguf_linear(T.Q4_0 if layout == "q4s" else T.IQ4_NL, 12, 7 * 32)
+        lin = _gguf_linear({"q4s": T.Q4_0, "q4nl": T.IQ4_NL, "q4mx": T.MXFP4}[layout], 12, 7 * 32)
     assert lin.layout == layout
     full = dequantize(lin.packed())
     for start, n in [(0, 96), (96, 128), (32, 32), (64, 160)]:
@@ -99,8 +100,8 @@ def test_a_column_split_of_a_k_quant_is_one_line():
     from gguf import GGMLQuantizationType as T
 
     lin = _gguf_linear(T.Q6_K, 4, 512)
-    with pytest.raises(FastDecodeError, match=r"^w: tensor parallelism splits the inputs of q4, q4s, q4nl and q8 "
-                                              r"matrices, not q6k; run this model with tp=1$"):
+    with pytest.raises(FastDecodeError, match=r"^w: tensor parallelism splits the inputs of q4, q4s, q4nl, q4mx and "
+                                              r"q8 matrices, not q6k; run this model with tp=1$"):
         take_columns(lin, 0, 256, rank=0, name="w")
 
 

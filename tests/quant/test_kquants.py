@@ -1,9 +1,11 @@
 """The layouts q4k, q5k, q6k (Q4_K, Q5_K, Q6_K kept in their own bytes), q5s and q5 (Q5_0, Q5_1),
-q4nl and q4xs (IQ4_NL, IQ4_XS), and SplitLinear; and every layout's 512-bit tiles and grouped calls.
+q4nl, q4xs and q4mx (IQ4_NL, IQ4_XS, MXFP4), and SplitLinear; and every layout's 512-bit tiles and
+grouped calls (tests/quant/test_mxfp4.py has q4mx's own).
 
 The gguf package cannot quantize K-quants or the IQ4 types, so their blocks are random bytes of
 the right structure (any byte pattern is a valid block) with float16 d/dmin set
-to sane values; Q4_0/Q4_1/Q8_0/Q5_0/Q5_1 blocks come from `gguf.quants.quantize`. The reference
+to sane values (MXFP4's: random bytes too, every nibble, with exponent bytes of weights near
+2^-6); Q4_0/Q4_1/Q8_0/Q5_0/Q5_1 blocks come from `gguf.quants.quantize`. The reference
 weights are `gguf.quants.dequantize` of the same bytes.
 Native kernels == the PyTorch twin bit for bit on every instruction set; the
 twin == dequantize-then-matmul with the same int8 activations, to float32 rounding.
@@ -21,8 +23,9 @@ from fastdecode.checkpoints import dequant
 from fastdecode.quant import formats, reference
 from fastdecode.quant.linear import QuantLinear, SplitLinear, packed_linear
 
-KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS]
-LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k", T.Q5_0: "q5s", T.Q5_1: "q5", T.IQ4_NL: "q4nl", T.IQ4_XS: "q4xs"}
+KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS, T.MXFP4]
+LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k", T.Q5_0: "q5s", T.Q5_1: "q5", T.IQ4_NL: "q4nl", T.IQ4_XS: "q4xs",
+          T.MXFP4: "q4mx"}
 _D_AT = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ4_NL: (0,), T.IQ4_XS: (0,)}  # byte offsets of the fp16 d (and dmin)
 ISAS = kernels.available_isas()
 MS = (1, 2, 3, 5, 8, 12, 16, 17, 64)
@@ -36,7 +39,9 @@ def random_blocks(qtype: T, n: int, k: int, seed: int) -> tuple[np.ndarray, torc
         return raw, torch.from_numpy(gq.dequantize(raw, qtype).reshape(n, k).copy())
     size, nbytes = GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, size=(n * k // size, nbytes), dtype=np.uint8)
-    for at in _D_AT[qtype]:
+    if qtype == T.MXFP4:  # exponent bytes: block scales 2^-16..2^-6, weights up to 12 times that
+        raw[:, 0] = rng.integers(112, 123, size=raw.shape[0])
+    for at in _D_AT.get(qtype, ()):
         d = rng.uniform(0.001, 0.02, size=raw.shape[0]).astype(np.float16)
         raw[:, at:at + 2] = d.view(np.uint8).reshape(-1, 2)
     raw = raw.reshape(n, -1)
@@ -62,7 +67,8 @@ def test_packing_is_exact_and_compact(qtype):
     assert torch.equal(formats.dequantize(p), ref)
     assert torch.equal(dequant.dequantize(raw, qtype, (n, k), torch.float32), ref)
     nbytes = sum(t.numel() * t.element_size() for t in p.values())
-    bpw = {T.Q4_K: 4.625, T.Q5_K: 5.625, T.Q6_K: 6.5625, T.Q5_0: 5.5, T.Q5_1: 6.0, T.IQ4_NL: 4.5, T.IQ4_XS: 4.3125}[qtype]
+    bpw = {T.Q4_K: 4.625, T.Q5_K: 5.625, T.Q6_K: 6.5625, T.Q5_0: 5.5, T.Q5_1: 6.0, T.IQ4_NL: 4.5, T.IQ4_XS: 4.3125,
+           T.MXFP4: 4.25}[qtype]
     assert nbytes * 8 / (n * k) == bpw == formats.bits_per_weight(LAYOUT[qtype])
     if qtype == T.Q6_K:  # the file's low nibbles, regrouped into the lane order
         ql = raw.reshape(-1, 210)[:, :128]
@@ -187,7 +193,7 @@ def test_wide_tiles_give_the_same_bits(qtype):
 
 
 @pytest.mark.parametrize("k", [96, 288, 576])  # fewer than 8 blocks in the last group (and its high bits)
-@pytest.mark.parametrize("qtype", [T.Q5_0, T.Q5_1, T.IQ4_NL], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q5_0, T.Q5_1, T.IQ4_NL, T.MXFP4], ids=lambda t: t.name)
 def test_partial_last_groups(isa, qtype, k):
     raw, ref = random_blocks(qtype, 11, k, seed=k)
     p = formats.pack_gguf(raw, qtype, 11, k)
@@ -215,6 +221,23 @@ def _linear(p: dict, native: bool) -> QuantLinear:
         setattr(ql, name, t)
     ql.native = native
     return ql
+
+
+@pytest.mark.parametrize("qtype", [T.IQ4_NL, T.IQ4_XS, T.MXFP4], ids=lambda t: t.name)
+def test_table_layouts_embed_without_constants(qtype):
+    """A token table in q4nl, q4xs or q4mx exported (as a package's step is): its lookup holds no tensor
+    constant, which the package would then ask the model for as a weight (and be exported again)."""
+    from fastdecode.quant.linear import QuantEmbedding
+
+    n, k = 16, 256
+    p = formats.pack_gguf(random_blocks(qtype, n, k, seed=4)[0], qtype, n, k)
+    emb = QuantEmbedding(n, k, LAYOUT[qtype])
+    for name, t in p.items():
+        setattr(emb, name, t)
+    tokens = torch.tensor([[1, 7, 15]])
+    ep = torch.export.export(emb, (tokens,))
+    assert not ep.constants
+    assert torch.equal(ep.module()(tokens), formats.dequantize(p)[tokens])
 
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "twin"])

@@ -1,5 +1,5 @@
 """The GGUF types without a kernel of their own (formats.REQUANTIZED: Q2_K, Q3_K, the IQ1-IQ3
-types, TQ1_0, TQ2_0, MXFP4): decoded by the `gguf` package, then rounded to q8 at load."""
+types, TQ1_0, TQ2_0): decoded by the `gguf` package, then rounded to q8 at load."""
 
 import sys
 from pathlib import Path
@@ -14,7 +14,7 @@ from fastdecode.checkpoints import dequant, load_checkpoint
 from fastdecode.quant import formats
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoints"))
-from tiny_checkpoints import gguf_tensors, hf_model, private_cache, write_gguf  # noqa: E402,F401  (autouse fixture)
+from tiny_checkpoints import VOCAB, private_cache, write_gguf  # noqa: E402,F401  (autouse fixture)
 
 
 def valid_blocks(qtype: T, rows: int, k: int, seed: int = 0) -> np.ndarray:
@@ -37,7 +37,7 @@ def valid_blocks(qtype: T, rows: int, k: int, seed: int = 0) -> np.ndarray:
     return out.reshape(rows, -1)
 
 
-@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ2_XXS, T.IQ3_S, T.IQ1_M, T.TQ2_0, T.MXFP4], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q2_K, T.Q3_K, T.IQ2_XXS, T.IQ3_S, T.IQ1_M, T.TQ2_0], ids=lambda t: t.name)
 def test_requantized_is_q8_of_gguf_values(qtype):
     """The packed q8 holds exactly `quantize(gguf's values, "q8")`, chunked or not, and each value
     is within half a q8 step (plus the float16 scale's rounding) of gguf's."""
@@ -58,17 +58,23 @@ def test_requantized_is_q8_of_gguf_values(qtype):
 
 
 def test_a_requantized_gguf_loads_packed_and_says_so(tmp_path):
-    """A tiny model whose matrices are MXFP4 (blocks of 32 fit its 64- and 96-wide rows): every
-    matrix becomes q8, the summary names the type, and the logits follow the float load's."""
+    """A one-layer model of 256-wide rows (these types' blocks are 256 values) whose matrices are
+    Q2_K, the tied embedding too: every matrix becomes q8, the summary names the type, and the
+    logits follow the float load's."""
     from fastdecode.quant import build_model
 
-    tensors = gguf_tensors(hf_model("llama", tie=True))
-    raws = {n: valid_blocks(T.MXFP4, a.shape[0], a.shape[1], seed=i)
-            for i, (n, a) in enumerate(tensors.items()) if a.ndim == 2}
-    path = write_gguf(tmp_path / "mxfp4.gguf", {**tensors, **raws}, quant={n: T.MXFP4 for n in raws})
+    dim, heads, kv_heads, head_dim = 256, 4, 2, 64
+    shapes = {"token_embd": (VOCAB, dim), "blk.0.attn_q": (heads * head_dim, dim),
+              "blk.0.attn_k": (kv_heads * head_dim, dim), "blk.0.attn_v": (kv_heads * head_dim, dim),
+              "blk.0.attn_output": (dim, heads * head_dim), "blk.0.ffn_gate": (dim, dim), "blk.0.ffn_up": (dim, dim),
+              "blk.0.ffn_down": (dim, dim)}
+    raws = {f"{n}.weight": valid_blocks(T.Q2_K, *shape, seed=i) for i, (n, shape) in enumerate(shapes.items())}
+    norms = {f"{n}.weight": np.ones(dim, dtype=np.float32) for n in ("output_norm", "blk.0.attn_norm", "blk.0.ffn_norm")}
+    path = write_gguf(tmp_path / "q2k.gguf", {**norms, **raws}, quant={n: T.Q2_K for n in raws}, n_layers=1,
+                      head_dim=head_dim, dim=dim, hidden_dim=dim, n_heads=heads, n_kv_heads=kv_heads)
     packed = load_checkpoint(path, dtype=torch.float32, use_cache=False, weights="auto")
     floats = load_checkpoint(path, dtype=torch.float32, use_cache=False, weights="float")
-    assert f"MXFP4->q8 (requantized: no native kernel for MXFP4) x{len(raws)}" in packed.weights_summary
+    assert f"Q2_K->q8 (requantized: no native kernel for Q2_K) x{len(raws)}" in packed.weights_summary
     assert not any(k.endswith(".weight") and v.ndim == 2 for k, v in packed.state_dict.items())
     tokens = torch.tensor([[1, 5, 9, 2, 7]])
     with torch.no_grad():

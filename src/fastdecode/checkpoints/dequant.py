@@ -19,7 +19,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf import quants as gguf_quants
 
 from ..errors import FastDecodeError
-from ..quant.formats import NONLINEAR, REQUANTIZED
+from ..quant.formats import GGUF_MXFP4, MXFP4_VALUES, NONLINEAR, REQUANTIZED
 
 _Decoder = Callable[[np.ndarray], np.ndarray]  # [n, block_bytes] uint8 -> [n, block_size] f32
 
@@ -77,6 +77,15 @@ def _iq4_xs(b: np.ndarray) -> np.ndarray:
     idx = _nibbles(b[:, 8:136].reshape(-1, 16)).reshape(-1, 8, 32)  # block j: 16 bytes, as Q4_0's
     q = np.array(NONLINEAR, dtype=np.float32)[idx]
     return (dl[..., None] * q).reshape(-1, 256)
+
+
+def _mxfp4(b: np.ndarray) -> np.ndarray:
+    """An E8M0 exponent byte e, then Q4_0's nibble order; the nibbles index MXFP4's 16 values
+    (E2M1's doubled), so w = 2^(e - 128) v: the float with bits (e - 1) << 23, or for e < 2
+    (an exponent field of -1 or 0) the subnormal with bits 0x00200000 << e."""
+    e = b[:, :1].astype(np.uint32)
+    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23)).astype(np.uint32)
+    return bits.view(np.float32) * np.array(MXFP4_VALUES, dtype=np.float32)[_nibbles(b[:, 1:17])]
 
 
 def _k_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,6 +146,7 @@ def _by_gguf(qtype: T) -> _Decoder:
 _DECODERS: dict[T, _Decoder] = {
     T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1: _q5_1, T.Q8_0: _q8_0,
     T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k, T.IQ4_NL: _iq4_nl, T.IQ4_XS: _iq4_xs,
+    **({GGUF_MXFP4: _mxfp4} if GGUF_MXFP4 is not None else {}),
     **{t: _by_gguf(t) for t in REQUANTIZED},
 }
 _FLOATS: dict[T, torch.dtype] = {T.F32: torch.float32, T.F16: torch.float16, T.BF16: torch.bfloat16}

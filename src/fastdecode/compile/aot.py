@@ -72,6 +72,7 @@ _SHIMS = {
     "q4s_linear": f"AOTITorchError aoti_torch_cpu_q4s_linear({_H} x, {_H} w, {_H} s, {_H}* ret0)",
     "q4nl_linear": f"AOTITorchError aoti_torch_cpu_q4nl_linear({_H} x, {_H} w, {_H} d, {_H}* ret0)",
     "q4xs_linear": f"AOTITorchError aoti_torch_cpu_q4xs_linear({_H} x, {_H} w, {_H} sc, {_H} d, {_H}* ret0)",
+    "q4mx_linear": f"AOTITorchError aoti_torch_cpu_q4mx_linear({_H} x, {_H} w, {_H} e, {_H}* ret0)",
     "rms_norm": f"AOTITorchError aoti_torch_cpu_rms_norm({_H} x, {_H} w, double eps, {_H}* ret0)",
     "attention": (f"AOTITorchError aoti_torch_cpu_attention({_H} q, {_H} k, {_H} v, {_H} pos, {_H} rows, "
                   f"int64_t window, double scale, double softcap, {_H}* ret0)"),

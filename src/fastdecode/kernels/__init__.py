@@ -374,6 +374,10 @@ def _register_fakes() -> None:
     def _(x, qweight, sc, d):
         return x.new_empty(x.shape[0], qweight.shape[0])
 
+    @torch.library.register_fake("fastdecode::q4mx_linear")
+    def _(x, qweight, e):
+        return x.new_empty(x.shape[0], qweight.shape[0])
+
     @torch.library.register_fake("fastdecode::attention")
     def _(q, k, v, input_pos, rows, window, scale, softcap=0.0):
         return q.new_empty(q.shape)

@@ -70,7 +70,9 @@ bool attention_split(const AttentionArgs& a, int threads, AttentionSplit& plan);
 void attention_split_run(const AttentionArgs& a, AttentionSplit& plan, int phase, std::atomic<int64_t>& next);
 
 // The quantized matmuls (quant_kernel.h), once per instruction set. Layouts: quant/formats.py.
-enum Layout : int { kQ4 = 0, kQ8 = 1, kQ4K = 2, kQ5K = 3, kQ6K = 4, kQ5 = 5, kQ5S = 6, kQ4S = 7, kQ4NL = 8, kQ4XS = 9 };
+enum Layout : int {
+  kQ4 = 0, kQ8 = 1, kQ4K = 2, kQ5K = 3, kQ6K = 4, kQ5 = 5, kQ5S = 6, kQ4S = 7, kQ4NL = 8, kQ4XS = 9, kQ4MX = 10
+};
 
 struct QuantArgs {
   Layout layout;
@@ -78,7 +80,8 @@ struct QuantArgs {
   int64_t qs;
   const uint8_t* qh;  // qhigh (q6k, q5, q5s), qhs bytes per row
   int64_t qhs;
-  const uint8_t *sc, *mn;  // per-block scales and minima (float16; q4k/q5k: sc, mn; q6k: sc), scs elements per row
+  // per-block scales and minima (float16; q4k/q5k: sc, mn; q6k, q4xs: sc; q4mx: its E8M0 bytes e), scs elements per row
+  const uint8_t *sc, *mn;
   int64_t scs;
   const uint16_t *d, *dmin;  // the K-quants' float16 d, dmin [N, nb / 8]
   int64_t nb;  // blocks of 32 per row: K / 32

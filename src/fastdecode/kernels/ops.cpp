@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include "kernels.h"
@@ -218,7 +219,7 @@ at::Tensor attention_sinks(const at::Tensor& q, const at::Tensor& k, const at::T
 // ---------------------------------------------------------------------------
 // Matmuls on block-quantized weights, for every M (decode, batches, prefill).
 //
-// Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s, q4s, q4nl, q4xs), K a
+// Layouts: fastdecode/quant/formats.py (q4, q8, q4k, q5k, q6k, q5, q5s, q4s, q4nl, q4xs, q4mx), K a
 // multiple of 32; q4's, q8's, q4s', q4k's, q5k's and q6k's rows in panels of 16, the others' blocks in
 // groups of 8 lanes. Activations are quantized once per call to int8 blocks of 32, as llama.cpp does,
 // so the inner loop is an int8 dot product: one scale per block, or per 256 values for the K-quants,
@@ -413,7 +414,7 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
 // The layouts beyond q4/q8 (quant/formats.py): q4k and q5k (qweight, sc, mn, d, dmin; q5k's qweight
 // holds the fifth bits too, 5 units a block),
 // q6k (qweight, qhigh, sc, d), q4xs (qweight, sc, d), K a multiple of 256; q5 (qweight, qhigh, scales, mins), q5s
-// (qweight, qhigh, scales), q4s (qweight, scales) and q4nl (qweight, d), K a multiple of 32.
+// (qweight, qhigh, scales), q4s (qweight, scales), q4nl (qweight, d) and q4mx (qweight, e), K a multiple of 32.
 fd::QuantArgs klinear_args(fd::Layout layout, const at::Tensor& x, const at::Tensor& q, const at::Tensor* qh,
                            const at::Tensor& sc, const at::Tensor* mn, const at::Tensor& d, const at::Tensor* dmin) {
   const char* op = layout == fd::kQ4K   ? "q4k_linear"
@@ -423,12 +424,14 @@ fd::QuantArgs klinear_args(fd::Layout layout, const at::Tensor& x, const at::Ten
                    : layout == fd::kQ5S ? "q5s_linear"
                    : layout == fd::kQ4S ? "q4s_linear"
                    : layout == fd::kQ4NL ? "q4nl_linear"
-                                         : "q4xs_linear";
+                   : layout == fd::kQ4XS ? "q4xs_linear"
+                                         : "q4mx_linear";
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.device().is_cpu(), op,
               ": x must be a float32 CPU matrix [M, K]");
   const int64_t K = x.size(1), N = q.size(0), nb = K / 32;
   const bool q5 = layout == fd::kQ5 || layout == fd::kQ5S || layout == fd::kQ4S || layout == fd::kQ4NL;  // float16 per block
-  const int64_t mult = q5 ? 32 : 256;
+  const bool mx = layout == fd::kQ4MX;  // an E8M0 byte per block
+  const int64_t mult = q5 || mx ? 32 : 256;
   TORCH_CHECK(K % mult == 0, op, ": K=", K, " must be a multiple of ", mult);
   auto expect = [&](const at::Tensor* t, const char* name, at::ScalarType dtype, int64_t cols) {
     TORCH_CHECK(t->dim() == 2 && t->is_contiguous() && t->device().is_cpu() && t->size(0) == N && t->size(1) == cols &&
@@ -442,6 +445,8 @@ fd::QuantArgs klinear_args(fd::Layout layout, const at::Tensor& x, const at::Ten
   if (q5) {
     expect(&sc, layout == fd::kQ4NL ? "d" : "scales", at::kHalf, nb);
     if (mn) expect(mn, "mins", at::kHalf, nb);
+  } else if (mx) {
+    expect(&sc, "e", at::kByte, nb);
   } else {
     expect(&sc, "sc", signed_sc ? at::kChar : at::kByte, q6 ? K / 16 : nb);
     if (mn) expect(mn, "mn", at::kByte, nb);
@@ -457,7 +462,7 @@ fd::QuantArgs klinear_args(fd::Layout layout, const at::Tensor& x, const at::Ten
   a.sc = static_cast<const uint8_t*>(sc.data_ptr());
   a.mn = mn ? static_cast<const uint8_t*>(mn->data_ptr()) : nullptr;
   a.scs = sc.size(1);
-  a.d = q5 ? nullptr : static_cast<const uint16_t*>(d.data_ptr());
+  a.d = q5 || mx ? nullptr : static_cast<const uint16_t*>(d.data_ptr());
   a.dmin = dmin ? static_cast<const uint16_t*>(dmin->data_ptr()) : nullptr;
   a.nb = nb;
   return a;
@@ -505,14 +510,19 @@ at::Tensor q4xs_linear(const at::Tensor& x, const at::Tensor& qweight, const at:
   return klinear(fd::kQ4XS, x, qweight, nullptr, sc, nullptr, d, nullptr);
 }
 
+at::Tensor q4mx_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& e) {
+  return klinear(fd::kQ4MX, x, qweight, nullptr, e, nullptr, e, nullptr);
+}
+
 // y_i = x_i w_i^T for G matmuls of one layout in one parallel region (run): w holds each one's
 // packed tensors in turn, in the order of its layout's op above (quant/formats.py LAYOUT_TENSORS).
 // Each row's arithmetic is that of the single op's.
 std::vector<at::Tensor> grouped_linear(c10::string_view layout, at::TensorList xs, at::TensorList w) {
-  static const char* names[] = {"q4", "q8", "q4k", "q5k", "q6k", "q5", "q5s", "q4s", "q4nl", "q4xs"};
-  static const int counts[] = {3, 2, 5, 5, 4, 4, 3, 2, 2, 3};
+  static const char* names[] = {"q4", "q8", "q4k", "q5k", "q6k", "q5", "q5s", "q4s", "q4nl", "q4xs", "q4mx"};
+  static const int counts[] = {3, 2, 5, 5, 4, 4, 3, 2, 2, 3, 2};
+  static_assert(std::size(names) == std::size(counts) && std::size(names) == fd::kQ4MX + 1, "one entry per Layout");
   int L = -1;
-  for (int i = 0; i < 10; ++i)
+  for (int i = 0; i < static_cast<int>(std::size(names)); ++i)
     if (layout == names[i]) L = i;
   TORCH_CHECK(L >= 0, "grouped_linear: unknown layout ", layout);
   const int64_t n = counts[L], G = static_cast<int64_t>(xs.size());
@@ -536,6 +546,7 @@ std::vector<at::Tensor> grouped_linear(c10::string_view layout, at::TensorList x
       case fd::kQ4S: as[i] = klinear_args(fd::kQ4S, x, t[0], nullptr, t[1], nullptr, t[1], nullptr); break;
       case fd::kQ4NL: as[i] = klinear_args(fd::kQ4NL, x, t[0], nullptr, t[1], nullptr, t[1], nullptr); break;
       case fd::kQ4XS: as[i] = klinear_args(fd::kQ4XS, x, t[0], nullptr, t[1], nullptr, t[2], nullptr); break;
+      case fd::kQ4MX: as[i] = klinear_args(fd::kQ4MX, x, t[0], nullptr, t[1], nullptr, t[1], nullptr); break;
     }
     acts.push_back(prepare(as[i], x, t[0].size(0), ys[i]));
   }
@@ -659,6 +670,11 @@ extern "C" AOTITorchError aoti_torch_cpu_q4xs_linear(AtenTensorHandle x, AtenTen
       { *ret0 = new_tensor_handle(q4xs_linear(FD_T(x), FD_T(w), FD_T(sc), FD_T(d))); });
 }
 
+extern "C" AOTITorchError aoti_torch_cpu_q4mx_linear(AtenTensorHandle x, AtenTensorHandle w, AtenTensorHandle e,
+                                                     AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({ *ret0 = new_tensor_handle(q4mx_linear(FD_T(x), FD_T(w), FD_T(e))); });
+}
+
 #undef FD_T
 
 TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
@@ -673,6 +689,7 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("q4s_linear(Tensor x, Tensor qweight, Tensor scales) -> Tensor");
   m.def("q4nl_linear(Tensor x, Tensor qweight, Tensor d) -> Tensor");
   m.def("q4xs_linear(Tensor x, Tensor qweight, Tensor sc, Tensor d) -> Tensor");
+  m.def("q4mx_linear(Tensor x, Tensor qweight, Tensor e) -> Tensor");
   m.def("grouped_linear(str layout, Tensor[] x, Tensor[] w) -> Tensor[]");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale, "
@@ -693,6 +710,7 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("q4s_linear", &q4s_linear);
   m.impl("q4nl_linear", &q4nl_linear);
   m.impl("q4xs_linear", &q4xs_linear);
+  m.impl("q4mx_linear", &q4mx_linear);
   m.impl("grouped_linear", &grouped_linear);
   m.impl("rms_norm", &rms_norm);
   m.impl("attention", &attention);

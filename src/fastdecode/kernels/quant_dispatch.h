@@ -17,7 +17,7 @@
 // q8 (timed through torch, 2-thread), and 0.74-0.78x at M = 16, K = 2048 (32 KB), which stays
 // on 4 x 4 (benchmarks/serve/README.md).
 // More rows: 4 x 4 (on AVX2's 16 registers it spills, and was still no slower than 4 x 2 or
-// 4 x 3, and faster for q6k). On VNNI also short rows (K <= kShortK) of the q5 layouts and q4nl
+// 4 x 3, and faster for q6k). On VNNI also short rows (K <= kShortK) of the q5 layouts, q4nl and q4mx
 // at any M > 1: there the one-row tiles ran 0.68-0.94x the 4 x 4's speed at M = 2..16 (K = 512
 // to 768, one thread, weights from DRAM; 1.0-1.2x at K = 1024, 1.1-2.0x at K >= 1536), while
 // AVX2's one-row tiles, and VNNI's for q8 and the K-quants, stayed ahead (benchmarks/batch_tiles.md,
@@ -25,7 +25,7 @@
 static_assert(::fd::kTileRows == 4, "ops.cpp splits rows in tiles of 4");
 constexpr int64_t kFewRows = 8, kFewK = 4096, kMoreRows = 16, kMoreBytes = 24576, kShortK = 768;
 template <int L>
-constexpr bool kShortRows4x4 = FD_VNNI && (L == kQ4NL || L == kQ5 || L == kQ5S);
+constexpr bool kShortRows4x4 = FD_VNNI && (L == kQ4NL || L == kQ4MX || L == kQ5 || L == kQ5S);
 #ifndef FD_PAIRS
 #define FD_PAIRS FD_VNNI
 #endif
@@ -58,5 +58,6 @@ static void dispatch(const Args& a, int64_t n0, int64_t n1) {
     case kQ4S: return panel_rows<kQ4S>(a, n0, n1);
     case kQ4NL: return run_layout<kQ4NL>(a, n0, n1);
     case kQ4XS: return run_layout<kQ4XS>(a, n0, n1);
+    case kQ4MX: return run_layout<kQ4MX>(a, n0, n1);
   }
 }

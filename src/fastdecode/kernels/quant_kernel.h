@@ -21,7 +21,8 @@
 //
 // I_b per layout (q: the stored unsigned values; x: int8 activations):
 //   q5 (0..31): sum q x;  q5s: sum q x - 16 sum x
-//   q4nl, q4xs: sum v[q] x, v IQ4_NL's 16 int8 values (nonlinear_table), q the stored index 0..15
+//   q4nl, q4xs: sum v[q] x, v IQ4_NL's 16 int8 values (value_table), q the stored index 0..15
+//   q4mx: the same with MXFP4's 16 values (E2M1's doubled, -12..12), its block scale 2^(e - 128)
 
 // (the including file has <cstring>, <algorithm>, <immintrin.h>)
 #include "simd.h"
@@ -29,7 +30,7 @@
 using Args = ::fd::QuantArgs;
 constexpr int kQ4 = ::fd::kQ4, kQ8 = ::fd::kQ8, kQ4K = ::fd::kQ4K, kQ5K = ::fd::kQ5K, kQ6K = ::fd::kQ6K,
               kQ5 = ::fd::kQ5, kQ5S = ::fd::kQ5S, kQ4S = ::fd::kQ4S, kQ4NL = ::fd::kQ4NL,
-              kQ4XS = ::fd::kQ4XS;
+              kQ4XS = ::fd::kQ4XS, kQ4MX = ::fd::kQ4MX;
 
 template <int L>
 constexpr bool kPlane5 = L == kQ5 || L == kQ5S;
@@ -38,16 +39,16 @@ constexpr bool kMins = L == kQ5;
 template <int L>
 constexpr bool kKQuant = L == kQ4XS;  // as the K-quants: per-256 d, 8-bit block scales
 template <int L>
-constexpr bool kNonLinear = L == kQ4NL || L == kQ4XS;  // nibbles index IQ4_NL's values
+constexpr bool kNonLinear = L == kQ4NL || L == kQ4XS || L == kQ4MX;  // nibbles index a table (value_table)
 // Bytes per group and row of qweight (nibbles), qhigh, and of one per-block scale.
 template <int L>
 constexpr int64_t kGroupBytes = 128;
 template <int L>
 constexpr int64_t kHighBytes = kPlane5<L> ? 32 : 0;
 template <int L>
-constexpr int64_t kScaleBytes = kKQuant<L> ? 1 : 2;  // q4xs' 8-bit sc; the others' float16
-// Layouts whose weights are signed bytes by the time they meet the activations (q4nl and q4xs
-// after their table lookup).
+constexpr int64_t kScaleBytes = kKQuant<L> || L == kQ4MX ? 1 : 2;  // q4xs' 8-bit sc, q4mx's e; the others' float16
+// Layouts whose weights are signed bytes by the time they meet the activations (q4nl, q4xs and
+// q4mx after their table lookup).
 template <int L>
 constexpr bool kSigned = kNonLinear<L>;
 // log2 of the offset of layouts whose stored values are offset (q5s: q - 16; the signed layouts
@@ -57,9 +58,10 @@ template <int L>
 constexpr int kOffsetShift = L == kQ5S ? 4 : (kSigned<L> && FD_VNNI) ? 7 : 0;
 #if !FD_VNNI
 // AVX2: maddubs's int16 pair sums are added in int16 for this many sub-steps before
-// madd widens them (each pair is at most 2 * qmax * 127; the run stays below 2^15).
+// madd widens them (each pair is at most 2 * qmax * 127; the run stays below 2^15: q4mx's
+// |v| <= 12 gives 8 x 3048).
 template <int L>
-constexpr int kRun = kSigned<L> ? 1 : 4;
+constexpr int kRun = L == kQ4MX ? 8 : kSigned<L> ? 1 : 4;
 #endif
 
 #define FD_INLINE inline __attribute__((always_inline))
@@ -88,7 +90,7 @@ static inline Row row_at(const Args& a, int64_t n) {
              kMins<L> ? a.mn + es * n * a.scs : nullptr, kKQuant<L> ? a.d + n * (a.nb / 8) : nullptr};
 }
 
-// A last group of g < 8 blocks (q4nl, q5, q5s only: q4xs' K is a multiple of 256)
+// A last group of g < 8 blocks (q4nl, q4mx, q5, q5s only: q4xs' K is a multiple of 256)
 // is stored packed: its 32-byte units hold 4 g bytes each, one 4-byte lane per block. It is
 // read with masked loads, so the empty lanes hold zeros, as the twin's zero padding does.
 static FD_INLINE __m256i lanes_below(int g) {
@@ -144,10 +146,14 @@ struct V512 {
 };
 #endif
 
-// IQ4_NL's 16 values (ggml's kvalues_iq4nl), for vpshufb in each 128-bit lane; on VNNI each
-// + 128 (x ^ 0x80), the unsigned operand. All lie in [-127, 127], as AVX2's sign trick needs.
-static FD_INLINE __m128i nonlinear_table() {
-  const __m128i v = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+// The 16 values the nibbles index, for vpshufb in each 128-bit lane: IQ4_NL's (ggml's
+// kvalues_iq4nl; q4nl, q4xs) or MXFP4's (formats.MXFP4_VALUES; q4mx); on VNNI each + 128
+// (x ^ 0x80), the unsigned operand. All lie in [-127, 127], as AVX2's sign trick needs.
+template <int L>
+static FD_INLINE __m128i value_table() {
+  const __m128i v = L == kQ4MX
+                        ? _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+                        : _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
 #if FD_VNNI
   return _mm_xor_si128(v, _mm_set1_epi8(static_cast<char>(0x80)));
 #else
@@ -156,7 +162,7 @@ static FD_INLINE __m128i nonlinear_table() {
 }
 
 // Sub-steps c and c + 4 (c = 0..3) of a row's group as 8 lanes of 4 bytes: unsigned
-// values (q4nl, q4xs: VNNI w ^ 0x80, i.e. w + 128; AVX2 the signed bytes).
+// values (q4nl, q4xs, q4mx: VNNI w ^ 0x80, i.e. w + 128; AVX2 the signed bytes).
 // ld(plane, i): the group's 32-byte unit i of the values (plane 0) or of their high bits (1),
 // in a register of Ops (two groups' units in a 512-bit one).
 template <int L, int c, class Ops = V256, class Ld>
@@ -167,13 +173,36 @@ static FD_INLINE void wchunk(const Ld& ld, typename Ops::V& lo, typename Ops::V&
   lo = O::and_(v, O::bytes(0x0F));
   hi = O::and_(O::template shr<4>(v), O::bytes(0x0F));
   if constexpr (kNonLinear<L>) {  // index -> value (masked tail lanes: index 0, against zero activations)
-    lo = O::lookup(nonlinear_table(), lo);
-    hi = O::lookup(nonlinear_table(), hi);
+    lo = O::lookup(value_table<L>(), lo);
+    hi = O::lookup(value_table<L>(), hi);
   } else if constexpr (kPlane5<L>) {  // bit i of each byte: the fifth bit of sub-step i, moved to bit 4
     const V p = ld(1, 0), b4 = O::bytes(0x10);
     lo = O::or_(lo, O::and_(O::template shl<4 - c>(p), b4));
     hi = O::or_(hi, O::and_(O::template shr<c>(p), b4));
   }
+}
+
+// 2^(e - 128) for 8 E8M0 bytes e (MXFP4's block scales, halved as its values are doubled): the
+// float with bits (e - 1) << 23, and for e < 2, where that exponent field would be -1 or 0, the
+// subnormals 2^-128 and 2^-127 (bits 0x00200000 << e), as formats.e8m0_half. As a signed max:
+// (e - 1) << 23 is negative for e = 0, 0 for e = 1, and from e = 2 at least 0x00200000 << 2.
+// (The blend of the two it replaced ran q4mx at 0.78x q4nl's speed at M = 1, this ~0.9x: a Xeon
+// with AVX-512 VNNI, one thread, 2880 x 2880 weights hot.)
+static FD_INLINE __m256 e8m0_half8(__m128i bytes) {
+  const __m256i e = _mm256_cvtepu8_epi32(bytes);
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+  const __m256i small = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), _mm256_min_epu32(e, _mm256_set1_epi32(2)));
+  return _mm256_castsi256_ps(_mm256_max_epi32(normal, small));
+}
+
+// The 8 bytes at p; a tail's g of them (copied: a masked load of whole words could run past the
+// tensor's end), the others 0.
+template <bool T>
+static FD_INLINE __m128i bytes8_at(const uint8_t* p, int g) {
+  if constexpr (!T) return load8(p);
+  uint64_t v = 0;
+  std::memcpy(&v, p, g);
+  return _mm_cvtsi64_si128(static_cast<long long>(v));
 }
 
 // The 8 blocks' weight scales (and minima) of group G of a row.
@@ -182,6 +211,7 @@ static inline __m256 wscales(const Row& w, int64_t G, int g) {
   constexpr int64_t es = kScaleBytes<L>;
   if constexpr (kKQuant<L>)  // d * (ls - 32): sc holds the signed ls - 32
     return _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(w.d[G])), sbytes8_ps(w.sc + 8 * G));
+  else if constexpr (L == kQ4MX) return e8m0_half8(bytes8_at<T>(w.sc + 8 * G, g));
   else return scales8_at<T>(w.sc + es * 8 * G, g);
 }
 
@@ -355,6 +385,11 @@ static FD_INLINE __m512 wscales2(const Row& w, int64_t G) {
   if constexpr (kKQuant<L>) {
     const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w.sc + 8 * G));
     return _mm512_mul_ps(halves2(w.d + G), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)));
+  } else if constexpr (L == kQ4MX) {  // e8m0_half8's bits for 16 bytes
+    const __m512i e = _mm512_cvtepu8_epi32(load16(w.sc + 8 * G));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __mmask16 small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_sllv_epi32(normal, small, _mm512_set1_epi32(0x00200000), e));
   } else {
     return _mm512_cvtph_ps(load32(w.sc + 2 * 8 * G));
   }

@@ -485,7 +485,7 @@ class Transformer(nn.Module):
 
 
 # The packed tensors' suffixes (quant.formats.SUFFIXES; not imported: quant imports this module).
-PACKED_SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin")
+PACKED_SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin", "e")
 
 
 def _fuse(state_dict: dict, prefix: str, parts: tuple[str, ...], fused: str) -> None:

@@ -48,14 +48,14 @@ def take_columns(linear: Linear, start: int, n: int, rank: int, name: str) -> Li
 def _packed_columns(linear: QuantLinear, start: int, n: int, name: str) -> dict[str, Tensor]:
     if start % BLOCK or n % BLOCK:  # check_divisible refuses these first
         raise FastDecodeError(f"{name}: inputs [{start}, {start + n}) do not fall on {BLOCK}-value blocks")
-    if linear.layout not in ("q4", "q4s", "q4nl", "q8"):
-        raise FastDecodeError(f"{name}: tensor parallelism splits the inputs of q4, q4s, q4nl and q8 matrices, "
+    if linear.layout not in ("q4", "q4s", "q4nl", "q4mx", "q8"):
+        raise FastDecodeError(f"{name}: tensor parallelism splits the inputs of q4, q4s, q4nl, q4mx and q8 matrices, "
                               f"not {linear.layout}; run this model with tp=1")
     b0, nb = start // BLOCK, n // BLOCK
     if linear.layout in PANEL_LAYOUTS:
         vals, fields = from_panels(linear.layout, linear.packed())
         return to_panels(linear.layout, vals[:, start:start + n], {k: f[:, b0:b0 + nb] for k, f in fields.items()})
-    scale = "d" if linear.layout == "q4nl" else "scales"  # the per-block scales, by the layout's name
+    scale = "d" if linear.layout == "q4nl" else "e"  # q4nl's and q4mx's per-block scales
     out = {scale: getattr(linear, scale)[:, b0:b0 + nb].clone()}
     # A row's blocks are stored in groups of 8 (formats.py): unpack, slice, regroup.
     out["qweight"] = pack_nibbles(unpack_q4(linear.qweight.cpu())[:, start:start + n]).to(_device(linear))

@@ -26,7 +26,7 @@ A slice of whole panels (rows a multiple of 16 apart) is the same slice of rows,
 tensor-parallel row shards and fused matrices whose parts are multiples of 16 rows
 concatenate as they are; anything else goes through `from_panels`.
 
-**Lane order** (the other layouts: q5, q5s, q4nl, q4xs). Within a row, the blocks go in
+**Lane order** (the other layouts: q5, q5s, q4nl, q4xs, q4mx). Within a row, the blocks go in
 groups of 8 (the last group may hold g < 8), one block per 32-bit lane of the kernels' 8-lane
 registers. A group's values are stored by sub-step: sub-step i (0..7) holds values
 4i..4i+3 of each of the group's blocks, block after block (4 g bytes of 8-bit
@@ -37,7 +37,7 @@ own lane (`to_lanes` makes that order, `from_lanes` undoes it). Per-block scales
 blocks (every group before the last is full, g = 8):
 
     nibbles:  4 chunks x 4g bytes; chunk c holds sub-step c in its low nibbles
-              and sub-step c + 4 in its high ones (q4nl, q5, q5s), so
+              and sub-step c + 4 in its high ones (q4nl, q4mx, q5, q5s), so
               sub-steps 0-3 are each block's values 0..15
     plane5:   4g bytes; bit i of byte l is the fifth bit of sub-step i's byte l
 
@@ -69,6 +69,8 @@ Bits per weight count every byte stored:
     q4xs (4.3125 bpw; IQ4_XS, 4.25; K a multiple of 256) q4nl's qweight, and
         sc int8 [N, K/32]        each block's 6-bit scale minus 32
         d float16 [N, K/256]     w = (d * sc) * NONLINEAR[q]
+    q4mx (4.25 bpw; MXFP4) q4nl's qweight, and
+        e uint8 [N, K/32]        each block's E8M0 exponent byte; w = 2^(e - 128) * MXFP4_VALUES[q]
 
 GGUF types and what they become (`GGUF_LAYOUTS`); "exact" means dequantizing
 the packed form gives bit-identical float32 values to dequantizing the file
@@ -86,9 +88,11 @@ the packed form gives bit-identical float32 values to dequantizing the file
     IQ4_NL -> q4nl                                     exact (the kernels look the indices up
                                                        in NONLINEAR)
     IQ4_XS -> q4xs                                     exact (scales unpacked; d * sc is exact)
+    MXFP4 -> q4mx                                      exact (the exponent bytes as they are; the
+                                                       kernels look the indices up in MXFP4_VALUES)
     F32, F16, BF16                                     float (or int8/int4 on request)
     Q2_K, Q3_K, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S,  q8, not exact: decoded by the `gguf`
-    IQ3_XXS, IQ3_S, TQ1_0, TQ2_0, MXFP4 (REQUANTIZED)  package, then each block of 32 rounded
+    IQ3_XXS, IQ3_S, TQ1_0, TQ2_0 (REQUANTIZED)         package, then each block of 32 rounded
                                                        to 8 bits (weights=int8's q8); no kernel
                                                        of ours runs their own blocks
 
@@ -107,14 +111,15 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from torch import Tensor
 
 # Bump when a layout changes; cached conversions are rebuilt (5: lane order; 6: Q4_0 as q4s;
-# 7: q4 in panels; 8: q8 in panels; 9: q4s in panels; 10: q4k and q6k in panels; 11: q5k in panels).
-LAYOUT_VERSION = 11
+# 7: q4 in panels; 8: q8 in panels; 9: q4s in panels; 10: q4k and q6k in panels; 11: q5k in panels;
+# 12: MXFP4 as q4mx, where it was requantized to q8).
+LAYOUT_VERSION = 12
 BLOCK = 32
 GROUP = 8  # blocks per lane group (the kernels' 8 lanes)
 PANEL = 16  # rows per panel (PANEL_LAYOUTS)
 SUPER = 256  # the K-quants' super-blocks
 # Every packed tensor's suffix, in the order the ops take them.
-SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin")
+SUFFIXES = ("qweight", "qhigh", "scales", "mins", "sc", "mn", "d", "dmin", "e")
 # Each layout's tensors in its op's argument order.
 LAYOUT_TENSORS: dict[str, tuple[str, ...]] = {
     "q4": ("qweight", "scales", "mins"),
@@ -127,12 +132,17 @@ LAYOUT_TENSORS: dict[str, tuple[str, ...]] = {
     "q4s": ("qweight", "scales"),
     "q4nl": ("qweight", "d"),  # d: IQ4_NL's per-block scale, by the file's name (a set no other layout has)
     "q4xs": ("qweight", "sc", "d"),
+    "q4mx": ("qweight", "e"),  # e: MXFP4's exponent byte per block, by ggml's name (a set no other layout has)
 }
 # IQ4_NL's 16 values (ggml's kvalues_iq4nl): w = d * NONLINEAR[q].
 NONLINEAR = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+# MXFP4's 16 values, E2M1's doubled (the gguf package's MXFP4.kvalues), so that they are integers;
+# the block scale is halved to match: w = 2^(e - 128) * MXFP4_VALUES[q].
+MXFP4_VALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+TABLE_LAYOUTS = ("q4nl", "q4xs", "q4mx")  # whose nibbles index a table of 16 values
 # Every layout's tensors have fixed dtypes.
 _DTYPES = {"qhigh": torch.uint8, "scales": torch.float16, "mins": torch.float16, "sc": torch.uint8, "mn": torch.uint8,
-           "d": torch.float16, "dmin": torch.float16}
+           "d": torch.float16, "dmin": torch.float16, "e": torch.uint8}
 
 
 @dataclass(frozen=True)
@@ -141,11 +151,14 @@ class Mapping:
     exact: bool
 
 
+# MXFP4's type; None with a gguf package older than it (which cannot read such files either).
+GGUF_MXFP4: Optional[T] = getattr(T, "MXFP4", None)
 GGUF_LAYOUTS: dict[T, Mapping] = {
     T.Q4_0: Mapping("q4s", True), T.Q4_1: Mapping("q4", True), T.Q4_K: Mapping("q4k", True),
     T.Q8_0: Mapping("q8", True), T.Q5_0: Mapping("q5s", True),
     T.Q5_1: Mapping("q5", True), T.Q5_K: Mapping("q5k", True), T.Q6_K: Mapping("q6k", True),
     T.IQ4_NL: Mapping("q4nl", True), T.IQ4_XS: Mapping("q4xs", True),
+    **({GGUF_MXFP4: Mapping("q4mx", True)} if GGUF_MXFP4 is not None else {}),
 }
 
 
@@ -153,14 +166,14 @@ GGUF_LAYOUTS: dict[T, Mapping] = {
 # q8's kernels are fast everywhere; the cost is memory, 8.5 bits a weight against their 1.6-3.4.
 REQUANTIZED: tuple[T, ...] = tuple(
     t for t in (getattr(T, name, None) for name in ("Q2_K", "Q3_K", "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S",
-                                                    "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0", "MXFP4"))
+                                                    "IQ3_XXS", "IQ3_S", "TQ1_0", "TQ2_0"))
     if t is not None)
 
 
 def layout_of(tensors: dict[str, Tensor]) -> str:
     """The layout of a packed tensor group, from which tensors it has (and qweight's dtype, or for
     q4k and q5k, its bytes a block: 16 and 20)."""
-    for layout in ("q4k", "q6k", "q5", "q5s", "q4", "q4nl", "q4xs"):
+    for layout in ("q4k", "q6k", "q5", "q5s", "q4", "q4nl", "q4xs", "q4mx"):
         if set(LAYOUT_TENSORS[layout]) == set(tensors):
             if layout == "q4k" and tensors["qweight"].shape[-1] == 20 * tensors["sc"].shape[-1]:
                 return "q5k"
@@ -194,6 +207,8 @@ def packed_shapes(layout: str, n: int, k: int) -> dict[str, tuple[int, ...]]:
         return {"qweight": (n, k // 2), "scales": (n, nb)}
     if layout == "q4nl":
         return {"qweight": (n, k // 2), "d": (n, nb)}
+    if layout == "q4mx":
+        return {"qweight": (n, k // 2), "e": (n, nb)}
     if layout in ("q5", "q5s"):
         out = {"qweight": (n, k // 2), "qhigh": (n, k // 8), "scales": (n, nb), "mins": (n, nb)}
         if layout == "q5s":
@@ -471,7 +486,9 @@ def _iq4_xs_fields(b: np.ndarray) -> dict[str, np.ndarray]:
 
 def _gguf_fields(b: np.ndarray, qtype: T, n: int) -> dict[str, np.ndarray]:
     """A GGUF tensor's blocks -> its values [n, K] and scale fields [n, *] (numpy)."""
-    if qtype in (T.Q4_0, T.Q4_1, T.Q8_0, T.Q5_0, T.Q5_1, T.IQ4_NL):
+    if qtype == GGUF_MXFP4:  # the exponent byte, then Q4_0's nibble order; the nibbles index MXFP4_VALUES
+        out = {"values": _nibble_values(b[:, 1:17]), "e": b[:, 0:1]}
+    elif qtype in (T.Q4_0, T.Q4_1, T.Q8_0, T.Q5_0, T.Q5_1, T.IQ4_NL):
         if qtype == T.Q4_0:
             out = {"values": _nibble_values(b[:, 2:18]), "scales": _f16(b, 0)}
         elif qtype == T.IQ4_NL:  # Q4_0's bytes; the nibbles index NONLINEAR
@@ -600,8 +617,8 @@ def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
 # -- layouts -> float (the reference) --------------------------------------------------------
 
 def kquant_values(t: dict[str, Tensor]) -> Tensor:
-    """The unsigned integer values of a q5/q5s/q4nl/q4xs group [..., K] (uint8, row
-    order; q4nl's and q4xs' are indices into NONLINEAR)."""
+    """The unsigned integer values of a q5/q5s/q4nl/q4xs/q4mx group [..., K] (uint8, row
+    order; q4nl's and q4xs' are indices into NONLINEAR, q4mx's into MXFP4_VALUES)."""
     vals = unpack_q4(t["qweight"])
     nb = vals.shape[-1] // BLOCK
     if "qhigh" in t:
@@ -626,18 +643,35 @@ def value_offset(t: dict[str, Tensor]) -> int:
     return 16 if "qhigh" in t else 8
 
 
+def e8m0_half(e: Tensor) -> Tensor:
+    """E8M0 exponent bytes -> 2^(e - 128) in float32, exactly (the gguf package's
+    e8m0_to_fp32_half): the float with bits (e - 1) << 23, and for e < 2, where that exponent
+    field would be -1 or 0, the subnormals 2^-128 and 2^-127 (bits 0x00200000 << e)."""
+    e = e.int()
+    small = torch.bitwise_left_shift(torch.full_like(e, 0x00200000), e)
+    return torch.where(e < 2, small, (e - 1) << 23).view(torch.float32)
+
+
 def nonlinear_scales(t: dict[str, Tensor]) -> Tensor:
-    """A q4nl or q4xs group's float32 block scales [..., K/32]: q4nl's d; q4xs' d * sc (exact: a
-    float16 times a 6-bit integer)."""
+    """A q4nl, q4xs or q4mx group's float32 block scales [..., K/32]: q4nl's d; q4xs' d * sc (exact: a
+    float16 times a 6-bit integer); q4mx's 2^(e - 128)."""
+    if "e" in t:
+        return e8m0_half(t["e"])
     if "sc" not in t:
         return t["d"].float()
     return t["d"].float().repeat_interleave(GROUP, dim=-1) * t["sc"].float()
 
 
 def nonlinear_values(t: dict[str, Tensor]) -> Tensor:
-    """A q4nl or q4xs group's signed values NONLINEAR[q] [..., K] (int8, row order)."""
-    table = torch.tensor(NONLINEAR, dtype=torch.int8, device=t["qweight"].device)
-    return table[kquant_values(t).long()]
+    """A q4nl, q4xs or q4mx group's signed values [..., K] (int8, row order): NONLINEAR[q], q4mx's
+    MXFP4_VALUES[q]. One comparison per entry rather than an index into a table tensor, which a
+    traced graph (an exported package's embedding lookup) would hold as a constant that the
+    package then asks the model for as a weight."""
+    q = kquant_values(t)
+    out = torch.zeros_like(q, dtype=torch.int8)
+    for i, v in enumerate(MXFP4_VALUES if "e" in t else NONLINEAR):
+        out = torch.where(q == i, v, out)
+    return out
 
 
 def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tensor:
@@ -646,7 +680,7 @@ def dequantize(t: dict[str, Tensor], dtype: torch.dtype = torch.float32) -> Tens
     layout = layout_of(t)
     if layout in PANEL_LAYOUTS:
         return _panel_float(layout, *from_panels(layout, t), dtype)
-    if layout in ("q4nl", "q4xs"):  # d * NONLINEAR[q], (d * sc) * NONLINEAR[q], as the gguf package computes them
+    if layout in TABLE_LAYOUTS:  # d * NONLINEAR[q], (d * sc) * NONLINEAR[q], 2^(e - 128) * MXFP4_VALUES[q], as gguf's
         vals = nonlinear_values(t)
         shape = vals.shape
         w = nonlinear_scales(t)[..., None] * vals.float().reshape(*shape[:-1], -1, BLOCK)

@@ -2,7 +2,7 @@
 
 The first two hold the packed tensors of `formats.py` as buffers (the layout's
 `LAYOUT_TENSORS`: qweight, scales and, for q4, mins; the other layouts' qweight,
-qhigh, scales, sc, mn, d, dmin as they have them), so the state dict is the packed form.
+qhigh, scales, sc, mn, d, dmin, e as they have them), so the state dict is the packed form.
 `native` picks the C++ kernel or its PyTorch twin (`reference.qlinear`,
 `reference.klinear`); the transform in `transform.py` sets it once, at load.
 `SplitLinear` runs a fused group (wqkv, w13) whose parts have different
@@ -22,7 +22,7 @@ from .formats import LAYOUT_TENSORS, dequantize_rows, packed_shapes, tensor_dtyp
 # The op each layout's matmul calls (torch.ops.fastdecode.<op>).
 LAYOUT_OPS = {"q4": "q4_linear", "q8": "q8_linear", "q4k": "q4k_linear", "q5k": "q5k_linear", "q6k": "q6k_linear",
               "q5": "q5_linear", "q5s": "q5s_linear", "q4s": "q4s_linear", "q4nl": "q4nl_linear",
-              "q4xs": "q4xs_linear"}
+              "q4xs": "q4xs_linear", "q4mx": "q4mx_linear"}
 
 
 def qlinear(x: Tensor, qweight: Tensor, scales: Tensor, mins: Optional[Tensor], native: bool) -> Tensor:

@@ -11,7 +11,7 @@ activations; then, in 8 float32 lanes, blocks in groups of 8 (lane j takes block
     acc[j] = acc[j] + I_b * (w_scale_b * x_scale_b)
     macc[j] = macc[j] + w_min_b * (x_scale_b * sum(q_b))     (layouts with minima)
 
-and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order (q5, q5s, q4nl, q4xs). q4, q8 and q4s,
+and y = hsum(acc) [+ hsum(macc)], hsum the kernels' tree order (q5, q5s, q4nl, q4xs, q4mx). q4, q8 and q4s,
 whose rows the kernels read in panels of 16 (one row per lane), have no lanes
 within a row: per output, blocks in order,
 
@@ -39,7 +39,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .formats import (BLOCK, GROUP, PANEL_LAYOUTS, from_panels, kquant_values, layout_of,
+from .formats import (BLOCK, GROUP, PANEL_LAYOUTS, TABLE_LAYOUTS, from_panels, kquant_values, layout_of,
                       nonlinear_scales, nonlinear_values, value_offset)
 
 _MAX_ELEMENTS = 1 << 24  # bounds the [rows, N, K/32] products per chunk of rows
@@ -175,20 +175,21 @@ def _groups_in_order(x: Tensor, w: Tensor, f: dict[str, Tensor]) -> Tensor:
 
 
 def klinear(x: Tensor, t: dict[str, Tensor]) -> Tensor:
-    """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s, q4s, q4nl or q4xs weight group `t`,
-    as the kernels compute it.
+    """x [M, K] float -> [M, N] float32 for a q4k, q5k, q6k, q5, q5s, q4s, q4nl, q4xs or q4mx weight
+    group `t`, as the kernels compute it.
 
-    q5, q5s, q4nl and q4xs sum in lanes (module docstring); the others, in panels, sum their
+    q5, q5s, q4nl, q4xs and q4mx sum in lanes (module docstring); the others, in panels, sum their
     blocks (the K-quants: groups of 8 blocks) in order (_panel_linear). q5 has 5-bit values, a
     scale and a minimum per block; q5s has values q - 16; q4nl values NONLINEAR[q] and its scales
-    named d, q4xs the same with block scales d * sc.
+    named d, q4xs the same with block scales d * sc, q4mx values MXFP4_VALUES[q] and block scales
+    2^(e - 128).
     """
     N, K = t["qweight"].shape[0], x.shape[1]
     nb = K // BLOCK
     layout = layout_of(t)
     if layout in PANEL_LAYOUTS:
         return _panel_linear(x, layout, t)
-    if layout in ("q4nl", "q4xs"):
+    if layout in TABLE_LAYOUTS:
         return _matmul(x, nonlinear_values(t).float().reshape(N, nb, BLOCK), nonlinear_scales(t), None, None)
     vals = kquant_values(t).float().reshape(N, nb, BLOCK)  # q5 (with minima), q5s (values q - 16)
     mins = t["mins"].float() if "mins" in t else None
