@@ -27,7 +27,7 @@ KTYPES = [T.Q4_K, T.Q5_K, T.Q6_K, T.Q5_0, T.Q5_1, T.IQ4_NL, T.IQ4_XS, T.MXFP4]
 LAYOUT = {T.Q4_K: "q4k", T.Q5_K: "q5k", T.Q6_K: "q6k", T.Q5_0: "q5s", T.Q5_1: "q5", T.IQ4_NL: "q4nl", T.IQ4_XS: "q4xs",
           T.MXFP4: "q4mx"}
 _D_AT = {T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q6_K: (208,), T.IQ4_NL: (0,), T.IQ4_XS: (0,)}  # byte offsets of the fp16 d (and dmin)
-ISAS = kernels.available_isas()
+from isa_fixture import ISAS, isa  # noqa: F401  (fixture)
 MS = (1, 2, 3, 5, 8, 12, 16, 17, 64)
 
 
@@ -46,16 +46,6 @@ def random_blocks(qtype: T, n: int, k: int, seed: int) -> tuple[np.ndarray, torc
         raw[:, at:at + 2] = d.view(np.uint8).reshape(-1, 2)
     raw = raw.reshape(n, -1)
     return raw, torch.from_numpy(gq.dequantize(raw, qtype).reshape(n, k).copy())
-
-
-@pytest.fixture(params=ISAS or [None], ids=lambda i: i or "no-native")
-def isa(request):
-    if request.param is None:
-        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
-    before = kernels.active_isa()
-    kernels.set_isa(request.param)
-    yield request.param
-    kernels.set_isa(before)
 
 
 @pytest.mark.parametrize("qtype", KTYPES, ids=lambda t: t.name)

@@ -20,17 +20,7 @@ from fastdecode.checkpoints import dequant
 from fastdecode.quant import formats
 from fastdecode.quant.linear import packed_linear
 
-ISAS = kernels.available_isas()
-
-
-@pytest.fixture(params=ISAS or [None], ids=lambda i: i or "no-native")
-def isa(request):
-    if request.param is None:
-        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
-    before = kernels.active_isa()
-    kernels.set_isa(request.param)
-    yield request.param
-    kernels.set_isa(before)
+from isa_fixture import ISAS, isa  # noqa: F401  (fixture)
 
 
 def mxfp4_blocks(n: int, k: int, exponents, seed: int) -> np.ndarray:

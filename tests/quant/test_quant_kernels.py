@@ -29,7 +29,7 @@ from fastdecode.quant import formats, reference
 from fastdecode.quant.linear import packed_linear, qlinear
 
 TYPES = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K]
-ISAS = kernels.available_isas()
+from isa_fixture import ISAS, isa  # noqa: F401  (fixture)
 
 
 def gguf_weight(qtype: T, n: int, k: int, seed: int) -> tuple[np.ndarray, torch.Tensor]:
@@ -51,16 +51,6 @@ def act_bound(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     half_step = xb.abs().amax(-1) / 127 / 2  # [M, nb]
     wabs = w.double().abs().reshape(w.shape[0], -1, 32).sum(-1)  # [N, nb]
     return half_step @ wabs.T
-
-
-@pytest.fixture(params=ISAS or [None], ids=lambda i: i or "no-native")
-def isa(request):
-    if request.param is None:
-        pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
-    before = kernels.active_isa()
-    kernels.set_isa(request.param)
-    yield request.param
-    kernels.set_isa(before)
 
 
 @pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
