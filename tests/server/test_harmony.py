@@ -13,7 +13,7 @@ import pytest
 from test_reasoning import app_for, whole_and_streamed
 
 import fastdecode
-from fastdecode.server.harmony import MARKERS, HarmonySplitter, is_harmony
+from fastdecode.text.harmony import MARKERS, HarmonySplitter, is_harmony
 
 
 def reference(text):
@@ -105,3 +105,19 @@ def test_the_server_reads_the_channels_apart(harmony_llm):
     message = whole_and_streamed(app_for(harmony_llm), body)
     assert (message["reasoning_content"], message["content"]) == reference(text)
     assert message["reasoning_content"] and message["content"] and "<|" not in json.dumps(message)
+
+
+def test_the_chat_repl_shows_and_keeps_the_answer_only(harmony_llm):
+    """`fastdecode chat` on a harmony template: the reply (shaped by the same grammar) streams its final
+    channel alone, and the history keeps that as the assistant's message."""
+    from fastdecode.api.llm import split_options
+    from fastdecode.cli.repl import ChatSession
+
+    grammar = ('start: <|channel|> "analysis" <|message|> /[a-z]{3,8}/ <|end|> <|start|> "assistant" '
+               '<|channel|> "final" <|message|> /[a-z]{2,6}/')
+    params, config = split_options({"grammar": grammar, "temperature": 0, "max_new_tokens": 60})
+    session = ChatSession(harmony_llm, params, config)
+    shown = []
+    text, stopped = session.answer(session.ask("hi")[0], shown.append)
+    assert not stopped and text == "".join(shown) and re.fullmatch("[a-z]{2,6}", text), shown
+    assert session.turns[-1] == {"role": "assistant", "content": text}

@@ -8,6 +8,7 @@ turns are dropped (the system message stays).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from typing import IO, Callable, Optional, Sequence
 
@@ -15,6 +16,7 @@ from ..api.llm import LLM
 from ..engine.request import GenerationConfig
 from ..errors import FastDecodeError
 from ..sampling import SamplingParams
+from ..text.harmony import HarmonySplitter, is_harmony
 
 COMMANDS = ("/reset", "/exit")
 
@@ -24,7 +26,10 @@ class ChatSession:
 
     def __init__(self, llm: LLM, params: SamplingParams, config: GenerationConfig,
                  system: Optional[str] = None):
-        self.llm, self.params, self.config, self.system = llm, params, config, system
+        self.llm, self.params, self.system = llm, params, system
+        # gpt-oss: its reply decoded with the channel markers, and only the answer shown and kept
+        self.harmony = is_harmony(llm.tokenizer.chat_template)
+        self.config = dataclasses.replace(config, skip_special_tokens=False) if self.harmony else config
         self.turns: list[dict] = []  # alternating user / assistant messages
 
     @property
@@ -74,11 +79,15 @@ class ChatSession:
         """
         steps = iter(self.llm.start([ids], self.params, self.config))  # a generator: close() cancels
         text, stopped = "", False
+        splitter = HarmonySplitter() if self.harmony else None
         try:
             for step in steps:
-                if step.pieces[0]:
-                    write(step.pieces[0])
-                    text += step.pieces[0]
+                piece = step.pieces[0]
+                if splitter is not None:
+                    piece = splitter.feed(piece, step.finished[0])[1]
+                if piece:
+                    write(piece)
+                    text += piece
         except KeyboardInterrupt:
             stopped = True
         finally:

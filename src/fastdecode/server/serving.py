@@ -25,7 +25,7 @@ from .prepare import Job, prepare_chat, prepare_completion
 from .protocol import (AssistantMessage, ChatChoice, ChatChunkChoice, ChatCompletion, ChatCompletionChunk,
                        ChatCompletionRequest, CompletionChoice, CompletionRequest, Delta,
                        PromptTokensDetails, TextCompletion, Usage)
-from .harmony import HarmonySplitter
+from ..text.harmony import HarmonySplitter
 from .reasoning import ReasoningSplitter
 from .state import ServerState
 

@@ -1,11 +1,12 @@
-"""gpt-oss's replies (OpenAI's "harmony" format) read as `reasoning_content` and `content`.
+"""gpt-oss's replies (OpenAI's "harmony" format) read as reasoning and answer (the server's
+`reasoning_content` and `content`; the chat REPL shows the answer).
 
 A harmony reply is a run of messages, each a header and a body:
 `<|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>...`. The
 analysis channel is the model's reasoning; the final channel (and commentary addressed to no tool,
 which OpenAI shows users as a preamble) is the answer. A message ends at `<|end|>`, or at
 `<|return|>` / `<|call|>`, which end the reply and are not in its text. The markers are special
-tokens, so the reply's text keeps them (see `prepare.py`), and none reaches the client.
+tokens, so the reply's text is decoded keeping them, and the splitter takes every one out.
 """
 
 from __future__ import annotations
