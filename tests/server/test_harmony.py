@@ -121,3 +121,54 @@ def test_the_chat_repl_shows_and_keeps_the_answer_only(harmony_llm):
     text, stopped = session.answer(session.ask("hi")[0], shown.append)
     assert not stopped and text == "".join(shown) and re.fullmatch("[a-z]{2,6}", text), shown
     assert session.turns[-1] == {"role": "assistant", "content": text}
+
+
+# -- tool calls ---------------------------------------------------------------------------------
+
+CALL_REPLY = ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+              'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}')
+
+
+def test_a_call_reads_through_the_splitter_in_any_pieces():
+    """With tools, a message to a function reaches the call parser whole; the analysis stays reasoning."""
+    from fastdecode.server.tools.formats import HARMONY
+    from fastdecode.server.tools.parse import CallParser
+
+    for size in (1, 2, 3, 7, len(CALL_REPLY)):
+        splitter, parser = HarmonySplitter(keep_calls=True), CallParser(HARMONY, ["get_weather"])
+        reasoning = ""
+        for i in range(0, len(CALL_REPLY), size):
+            r, c = splitter.feed(CALL_REPLY[i:i + size], finished=i + size >= len(CALL_REPLY))
+            reasoning += r
+            parser.feed(c)
+        parser.finish()
+        assert reasoning == "Need weather." and parser.content is None, size
+        assert [(c.name, json.loads(c.arguments)) for c in parser.calls] == [("get_weather", {"city": "Paris"})]
+    # the recipient after the role, as the template writes earlier calls, and no <|constrain|>
+    other = ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant to=functions.get_weather"
+             '<|channel|>commentary<|message|>{"city": "Paris"}')
+    parser = CallParser(HARMONY, ["get_weather"])
+    parser.feed(HarmonySplitter(keep_calls=True).feed(other, finished=True)[1])
+    parser.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in parser.calls] == [("get_weather", {"city": "Paris"})]
+    # without tools the message to a function is neither reasoning nor shown
+    assert HarmonySplitter().feed(CALL_REPLY, finished=True) == ("Need weather.", '{"city": "Paris"}')
+
+
+def test_harmony_templates_call_tools_in_their_own_format(harmony_llm):
+    """tool_choice required holds the reply to one harmony call from its first token; the response has the
+    call, finish_reason tool_calls, and no marker in any field, streamed or whole."""
+    from fastdecode.server.tools.formats import HARMONY, detect
+
+    assert detect(TEMPLATE) is HARMONY
+    tools = [{"type": "function", "function": {"name": "pick", "parameters": {
+        "type": "object", "properties": {"n": {"enum": [1, 2]}}, "required": ["n"], "additionalProperties": False}}}]
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools, "tool_choice": "required",
+            "max_tokens": 60, "temperature": 0}
+    from test_tools_models import post
+
+    assert post(app_for(harmony_llm), body).json()["choices"][0]["finish_reason"] == "tool_calls"
+    message = whole_and_streamed(app_for(harmony_llm), body)
+    (call,) = message["tool_calls"]
+    assert call["function"]["name"] == "pick" and json.loads(call["function"]["arguments"])["n"] in (1, 2)
+    assert not message.get("content") and "<|" not in json.dumps(message)

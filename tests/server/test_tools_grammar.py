@@ -71,7 +71,7 @@ def test_required_named_and_parallel(tokenizer, fmt):
     for args in (json.loads(a) for _, a in GOOD):
         jsonschema.validate(args, SCHEMAS["get_weather"] if "city" in args else ADD)  # the test's own calls are valid
     one, two = fmt.render(GOOD[:1]), fmt.render(GOOD)
-    assert accepts(tokenizer, fmt, one) and accepts(tokenizer, fmt, two)
+    assert accepts(tokenizer, fmt, one) and accepts(tokenizer, fmt, two) is not fmt.one_call  # harmony: one a reply
     assert accepts(tokenizer, fmt, one, parallel=False) and not accepts(tokenizer, fmt, two, parallel=False)
     assert not accepts(tokenizer, fmt, "")  # at least one call
     assert not accepts(tokenizer, fmt, "Sure. " + one)  # no text first

@@ -98,7 +98,7 @@ class Run:
         self.timers = [ChoiceTimer(state.metrics) for _ in range(n)]
         self.sent_chars = [0] * n  # completions' text_offset while streaming
         self.readers = [job.tools.reader() for _ in range(n)] if job.tools is not None else None
-        self.splitters = ([HarmonySplitter() for _ in range(n)] if job.harmony
+        self.splitters = ([HarmonySplitter(keep_calls=job.tools is not None) for _ in range(n)] if job.harmony
                           else [ReasoningSplitter(job.thinking) for _ in range(n)] if job.thinking is not None
                           else None)
         self.log = log_fields

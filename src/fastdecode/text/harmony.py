@@ -11,11 +11,15 @@ tokens, so the reply's text is decoded keeping them, and the splitter takes ever
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 CHANNEL, MESSAGE, START = "<|channel|>", "<|message|>", "<|start|>"
 ENDS = ("<|end|>", "<|return|>", "<|call|>")
 MARKERS = (CHANNEL, MESSAGE, START, "<|constrain|>", *ENDS)
+# A message to a tool, as the model writes it and as tool calls are read: recipient, then arguments.
+CALL_HEADER = CHANNEL + "commentary to={} <|constrain|>json" + MESSAGE
+_RECIPIENT = re.compile(r" to=([^\s<]+)")
 
 
 def is_harmony(template: Optional[str]) -> bool:
@@ -27,7 +31,11 @@ class HarmonySplitter:
     """One choice's reply, fed piece by piece: each piece gives (reasoning, content) to send.
     The same interface as reasoning.ReasoningSplitter; a marker cut across pieces is held back."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_calls: bool = False) -> None:
+        """keep_calls: a message to a tool (`to=` in its header) goes to content as CALL_HEADER and its
+        body, for the tool-call parser to read (server/tools/formats.py's harmony), whichever of the
+        header's two orders the model wrote (the recipient after the role or after the channel)."""
+        self.keep_calls = keep_calls
         self.buf = ""
         self.in_header = True  # before the current message's <|message|> (its header is in buf)
         self.reasoning_body = False
@@ -46,8 +54,13 @@ class HarmonySplitter:
                     if finished:  # cut off inside a header: nothing of it is text
                         self.buf = ""
                     break
-                self.reasoning_body = _channel(self.buf[:at]) == "analysis"
+                header = self.buf[:at]
+                self.reasoning_body = _channel(header) == "analysis"
                 self.buf, self.in_header = self.buf[at + len(MESSAGE):], False
+                to = _RECIPIENT.search(header)
+                if self.keep_calls and to:
+                    content += CALL_HEADER.format(to.group(1))
+                    self.reasoning_body = False
                 continue
             end, marker = _first_end(self.buf)
             if end < 0:  # all of it is body, but for a tail that may begin a marker

@@ -16,6 +16,9 @@ families differ in the text around the calls and between them:
   `[TOOL_CALLS]f[ARGS]{...}`, once per call;
 - granite (Granite 3.x: templates that write `<|tool_call|>`):
   `<|tool_call|>[{"name": "f", "arguments": {...}}, ...]`;
+- harmony (gpt-oss: templates that write harmony's channels): one call a reply, a commentary
+  message to the function, `<|channel|>commentary to=functions.f <|constrain|>json<|message|>{...}`,
+  which `<|call|>` ends (an end of the reply, so not in its text);
 - generic (every other template, SmolLM2's included): the template knows nothing of
   tools, so our own system message lists them and asks for
   `{"tool_calls": [{"name": "f", "arguments": {...}}, ...]}`.
@@ -31,6 +34,8 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
+
+from ...text.harmony import is_harmony
 
 if TYPE_CHECKING:
     from ...text.tokenizer import Tokenizer
@@ -58,6 +63,10 @@ class ToolFormat:
     native: bool  # the template renders `tools`, tool_calls and tool results itself
     markers: tuple[str, ...] = ()  # texts in the format that a vocabulary may hold as special tokens
     short_ids: bool = False  # call ids of 9 letters and digits (Mistral's templates refuse others)
+    one_call: bool = False  # a reply holds one call at most (separator unused)
+    # tool_choice=auto is held to the format by a lazy grammar after the trigger; False: not held
+    # (harmony's free text, its other channels, has special tokens that no free-text rule passes)
+    lazy_grammar: bool = True
 
     def __post_init__(self) -> None:
         if not (self.begin + self.call_open).startswith(self.trigger):
@@ -93,13 +102,20 @@ MISTRAL_ARGS = ToolFormat(
 
 GRANITE = dataclasses.replace(MISTRAL, name="granite", begin="<|tool_call|>[", trigger="<|tool_call|>",
                               markers=("<|tool_call|>",), short_ids=False)
+HARMONY = ToolFormat(
+    "harmony", begin="<|channel|>commentary to=functions.", call_open="", args_key=" <|constrain|>json<|message|>",
+    call_close="", separator="", end="", trigger="<|channel|>commentary to=", anywhere=True, native=True,
+    markers=("<|channel|>", "<|constrain|>", "<|message|>"), one_call=True, lazy_grammar=False)
 
-FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_SPACED, MISTRAL_ARGS, GRANITE, GENERIC)}
+FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_SPACED, MISTRAL_ARGS, GRANITE, HARMONY,
+                               GENERIC)}
 
 
 def detect(template: Optional[str]) -> ToolFormat:
     """The call format a chat template was written for, from what its text mentions."""
     text = template or ""
+    if is_harmony(text):
+        return HARMONY
     if "<tool_call>" in text:
         return HERMES
     if "<|python_tag|>" in text or "ipython" in text:

@@ -68,7 +68,7 @@ def _calls(fmt: ToolFormat, functions: Sequence[Function], parallel: bool, skip:
         rules.append(f"args_{i}: {json_schema_lark(f.parameters)}")
         names.append(f"fn_{i}")
     rules.append("call: " + " | ".join(names))
-    more = f"({_lit(fmt.separator + fmt.call_open, specials)} call)*" if parallel else ""
+    more = f"({_lit(fmt.separator + fmt.call_open, specials)} call)*" if parallel and not fmt.one_call else ""
     rules.insert(0, "calls: " + _seq(_lit(opening, specials), "call", more, _lit(fmt.end, specials)))
     return rules
 

@@ -245,7 +245,7 @@ class CallParser:
                 self._state = "done"  # cut off inside the arguments: the call keeps what came
             return False
         fmt = self.fmt
-        after = [(fmt.separator + fmt.call_open, "name"), (fmt.end, "done")]
+        after = [(fmt.end, "done")] if fmt.one_call else [(fmt.separator + fmt.call_open, "name"), (fmt.end, "done")]
         self._expect = [(fmt.call_close + t, s) for t, s in after]
         self._state = "literal"
         return True
