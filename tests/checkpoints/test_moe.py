@@ -205,3 +205,22 @@ def test_bench_skips_the_compiled_modes_of_an_moe_model(tmp_path):
     assert rows["static"]["status"] == "ok"
     assert rows["static+compile"]["status"] == "skipped" and "ran the eager steps" in rows["static+compile"]["error"]
     assert rows["package"]["status"] == "skipped" and "cannot be exported" in rows["package"]["error"]
+
+
+def test_bad_gpt_oss_input_is_named(tmp_path):
+    """gpt-oss's own fields: an experts' bias of the wrong size in a GGUF, and its config's numbers."""
+    model = hf_model("gptoss", tie=False, seed=3)
+    arch, meta, hidden = GGUF["gptoss"]
+    tensors = gguf_tensors(model, "gptoss")
+    tensors["blk.1.ffn_up_exps.bias"] = tensors["blk.1.ffn_up_exps.bias"][:, :16]
+    path = write_gguf(tmp_path / "m.gguf", tensors, arch=arch, extra=meta, hidden_dim=hidden,
+                      n_kv_heads=model.config.num_key_value_heads)
+    one_line_error(path, r"'blk.1.ffn_up_exps.bias' has shape \[4, 16\], but the file's metadata makes it \[4, 32\]")
+    d = write_hf_dir(tmp_path / "hf", model)
+    config = json.loads((d / "config.json").read_text())
+    for change, match in (({"swiglu_limit": "high"}, "swiglu_limit"), ({"attention_bias": "yes"}, "attention_bias"),
+                          ({"swiglu_alpha": -1.0}, "glu_alpha and glu_limit must be > 0")):
+        (d / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(FastDecodeError, match=match) as e:
+            load_checkpoint(d, dtype=torch.float32, use_cache=False)
+        assert "\n" not in str(e.value)
