@@ -198,7 +198,7 @@ def random_tensor(name: str, shp: tuple[int, ...], dtype, seed: int) -> np.ndarr
     # One generator per tensor, keyed by (seed, name): a tensor's values do not
     # depend on the order or on which other tensors exist.
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-    if not name.endswith("norm.weight") and (name.endswith((".bias", "sinks.weight"))):  # small, as the weights
+    if name.endswith((".bias", "sinks.weight")):  # small, as the weights
         return (STD * rng.standard_normal(shp, dtype=np.float32)).astype(dtype)
     if len(shp) == 1:  # RMSNorm weight
         return (1.0 + NORM_NOISE * rng.standard_normal(shp, dtype=np.float32)).astype(dtype)

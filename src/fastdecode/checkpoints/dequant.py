@@ -19,7 +19,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf import quants as gguf_quants
 
 from ..errors import FastDecodeError
-from ..quant.formats import GGUF_MXFP4, MXFP4_VALUES, NONLINEAR, REQUANTIZED
+from ..quant.formats import GGUF_MXFP4, MXFP4_VALUES, NONLINEAR, REQUANTIZED, e8m0_half
 
 _Decoder = Callable[[np.ndarray], np.ndarray]  # [n, block_bytes] uint8 -> [n, block_size] f32
 
@@ -81,11 +81,9 @@ def _iq4_xs(b: np.ndarray) -> np.ndarray:
 
 def _mxfp4(b: np.ndarray) -> np.ndarray:
     """An E8M0 exponent byte e, then Q4_0's nibble order; the nibbles index MXFP4's 16 values
-    (E2M1's doubled), so w = 2^(e - 128) v: the float with bits (e - 1) << 23, or for e < 2
-    (an exponent field of -1 or 0) the subnormal with bits 0x00200000 << e."""
-    e = b[:, :1].astype(np.uint32)
-    bits = np.where(e < 2, np.uint32(0x00200000) << e, (e - 1) << np.uint32(23)).astype(np.uint32)
-    return bits.view(np.float32) * np.array(MXFP4_VALUES, dtype=np.float32)[_nibbles(b[:, 1:17])]
+    (E2M1's doubled), so w = 2^(e - 128) v (formats.e8m0_half, exactly)."""
+    scale = e8m0_half(torch.from_numpy(np.ascontiguousarray(b[:, :1]))).numpy()
+    return scale * np.array(MXFP4_VALUES, dtype=np.float32)[_nibbles(b[:, 1:17])]
 
 
 def _k_scales(s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

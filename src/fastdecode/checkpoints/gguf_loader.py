@@ -398,7 +398,7 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
     arch = f.get("general.architecture")
     unknown = [n for n in names if our_name(n, arch) is None]
     if unknown:
-        raise FastDecodeError(f"{f.path}: unexpected tensor {unknown[0]!r} for a {f.get('general.architecture')} model")
+        raise FastDecodeError(f"{f.path}: unexpected tensor {unknown[0]!r} for a {arch} model")
     # Shapes against the metadata's before any conversion: un-permuting Q/K rows, for one, reshapes
     # by the head count (check_state_dict checks our converted tensors again later).
     expected = expected_shapes(args)
@@ -485,8 +485,7 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
         return {our_name(name, arch): f.tensor(name, dtype).reshape(1, -1)}
     if _expert_biases(name, args):
         kinds[qtype.name] += 1
-        key = our_name(name, arch)  # layers.N.feed_forward.experts.wK.bias
-        base, w = key.rsplit(".", 2)[0], key.rsplit(".", 2)[1]
+        base, w, _ = our_name(name, arch).rsplit(".", 2)  # layers.N.feed_forward.experts, wK, bias
         return {f"{base}.{e}.{w}.bias": row for e, row in enumerate(f.tensor(name, dtype))}
     if fused is None:
         return _convert_rows(name, our_name(name, arch), raw, qtype, shape, args, weights, permuted, kinds,

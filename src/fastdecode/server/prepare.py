@@ -15,9 +15,9 @@ from ..errors import FastDecodeError
 from ..api.llm import LLM
 from ..sampling import SamplingParams
 from ..structured import Constraint
-from .errors import APIError, from_fastdecode
 from ..text.harmony import MARKERS as HARMONY_MARKERS
 from ..text.harmony import is_harmony
+from .errors import APIError, from_fastdecode
 from .protocol import ChatCompletionRequest, CompletionRequest
 from .reasoning import MARKERS as THINK_MARKERS
 from .reasoning import inside_thinking, thinks

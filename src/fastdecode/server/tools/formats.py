@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from ...text.harmony import is_harmony
+from ...text.harmony import CALL_HEADER, is_harmony
 
 if TYPE_CHECKING:
     from ...text.tokenizer import Tokenizer
@@ -102,10 +102,11 @@ MISTRAL_ARGS = ToolFormat(
 
 GRANITE = dataclasses.replace(MISTRAL, name="granite", begin="<|tool_call|>[", trigger="<|tool_call|>",
                               markers=("<|tool_call|>",), short_ids=False)
+_TO, _ARGS = CALL_HEADER.split("{}")  # the header HarmonySplitter hands on, around the recipient
 HARMONY = ToolFormat(
-    "harmony", begin="<|channel|>commentary to=functions.", call_open="", args_key=" <|constrain|>json<|message|>",
-    call_close="", separator="", end="", trigger="<|channel|>commentary to=", anywhere=True, native=True,
-    markers=("<|channel|>", "<|constrain|>", "<|message|>"), one_call=True, lazy_grammar=False)
+    "harmony", begin=_TO + "functions.", call_open="", args_key=_ARGS, call_close="", separator="", end="",
+    trigger=_TO, anywhere=True, native=True, markers=("<|channel|>", "<|constrain|>", "<|message|>"),
+    one_call=True, lazy_grammar=False)
 
 FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_SPACED, MISTRAL_ARGS, GRANITE, HARMONY,
                                GENERIC)}
