@@ -86,6 +86,29 @@ def test_float_checkpoint_quantized_at_load(tmp_path, weights):
     assert len(out.token_ids) == 4
 
 
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_a_float_gguf_is_quantized_a_layer_at_a_time(tmp_path, weights):
+    """Each converted part (a layer, then the embedding and head) leaves quantized, so the float model
+    is never held whole; its matrices are quantize() of the float path's, bit for bit."""
+    from collections import Counter
+
+    from fastdecode.checkpoints.gguf_file import GGUFFile
+    from fastdecode.checkpoints.gguf_loader import gguf_model_args, gguf_shards
+    from fastdecode.quant.formats import quantize
+
+    f = GGUFFile(write_gguf(tmp_path / "f.gguf", gguf_tensors(hf_model(tie=False))))
+    args = gguf_model_args(f)
+    floats = {k: v for part in gguf_shards(f, args, torch.float32, "float", Counter()) for k, v in part.items()}
+    parts = list(gguf_shards(f, args, torch.float32, weights, Counter()))
+    assert len(parts) == 3
+    for part in parts:
+        assert not [k for k, t in part.items() if k.endswith(".weight") and t.dim() == 2]
+    packed = {k: v for part in parts for k, v in part.items()}
+    for key in ("layers.1.feed_forward.w2", "output", "tok_embeddings"):
+        want = quantize(floats[f"{key}.weight"], "q4" if weights == "int4" and "layers" in key else "q8")
+        assert all(torch.equal(packed[f"{key}.{name}"], t) for name, t in want.items()), key
+
+
 def test_int4_on_a_quantized_file_is_refused(quant_gguf):
     with pytest.raises(fastdecode.FastDecodeError, match="quantizes float checkpoints"):
         fastdecode.load(str(quant_gguf), weights="int4")

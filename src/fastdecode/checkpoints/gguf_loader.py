@@ -14,6 +14,7 @@ import torch
 from ..model.args import ModelArgs, RopeScaling, yarn_mscale
 from ..errors import FastDecodeError
 from ..quant.formats import GGUF_LAYOUTS, REQUANTIZED, pack_gguf, requantize_gguf
+from ..quant.transform import quantize_state_dict
 from . import dequant
 from .keys import expected_shapes, map_name
 from .gguf_file import GGUFFile, number, optional_int
@@ -373,18 +374,13 @@ def gguf_state_dict(f: GGUFFile, args: ModelArgs, dtype: torch.dtype,
     out: dict[str, torch.Tensor] = {}
     for part in gguf_shards(f, args, dtype, weights, kinds):
         out.update(part)
-    summary = summarize(kinds)
-    if weights in ("int8", "int4"):
-        from ..quant import quantize_state_dict
-
-        quantize_state_dict(out, args, weights, str(f.path))
-        summary += f"; quantized to {weights} at load"
-    return out, summary
+    return out, summarize(kinds, weights)
 
 
-def summarize(kinds: Counter) -> str:
+def summarize(kinds: Counter, weights: str = "auto") -> str:
     """What became of each tensor type, e.g. "F32 x33, Q4_K->q4k x96, Q6_K->q6k x17"."""
-    return ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+    quantized = f"; quantized to {weights} at load" if weights in ("int8", "int4") else ""
+    return ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) + quantized
 
 
 def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
@@ -392,7 +388,8 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
     """The file's tensors converted one layer at a time (the layers in file order, then the
     rest), so that a caller writing each part out holds one layer at a time. Counts what
     became of each tensor type in `kinds`. Names and types are all checked before the first
-    part is converted. int8/int4 are not applied here (`gguf_state_dict` does it)."""
+    part is converted. int8/int4 quantize each part's float matrices, so the float model is never
+    held whole."""
     f.check_tensor_types()
     names = [n for n in f.tensors if n not in _SKIPPED]
     arch = f.get("general.architecture")
@@ -428,6 +425,8 @@ def gguf_shards(f: GGUFFile, args: ModelArgs, dtype: torch.dtype, weights: str,
         out: dict[str, torch.Tensor] = {}
         for name in group:
             out.update(_convert(f, name, args, dtype, weights, arch, kinds))
+        if weights in ("int8", "int4"):
+            quantize_state_dict(out, args, weights, str(f.path))
         yield out
         del out  # the caller has written it out
         f.drop_pages()

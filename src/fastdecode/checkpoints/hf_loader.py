@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
@@ -13,6 +14,8 @@ from safetensors import SafetensorError, safe_open
 
 from ..model.args import ModelArgs, RopeScaling, yarn_mscale
 from ..errors import FastDecodeError
+from ..quant.transform import quantize_state_dict
+from . import hf_mxfp4
 from .keys import map_name
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
@@ -149,6 +152,8 @@ _GPT_OSS_LAYER_NAMES = {
     "mlp.router.weight": "feed_forward.gate.weight",
     "mlp.router.bias": "feed_forward.gate.bias",
     **{f"mlp.experts.{n}": f"feed_forward.experts.{n}" for n in _GPT_OSS_EXPERTS},
+    **{f"mlp.experts.{n}{s}": f"feed_forward.experts.{n}{s}"  # OpenAI's MXFP4 (hf_mxfp4.py)
+       for n in ("gate_up_proj", "down_proj") for s in hf_mxfp4.SUFFIXES},
 }
 
 
@@ -173,8 +178,11 @@ def read_config(directory: Path) -> dict[str, Any]:
     quant = config.get("quantization_config")
     if quant is not None:
         method = quant.get("quant_method") if isinstance(quant, dict) else quant
-        raise FastDecodeError(f"{path}: weights quantized for transformers ({method!r:.40}) are not supported; "
-                              "use the checkpoint's bfloat16/float16 weights or a GGUF file")
+        gpt_oss = config.get("model_type") == "gpt_oss" or config.get("architectures") == [_GPT_OSS]
+        if not (method == hf_mxfp4.METHOD and gpt_oss):
+            raise FastDecodeError(f"{path}: weights quantized for transformers ({method!r:.40}) are not supported "
+                                  "(only gpt-oss's own mxfp4); use the checkpoint's bfloat16/float16 weights or a "
+                                  "GGUF file")
     archs = config.get("architectures")
     wrapper = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
     if wrapper in _MULTIMODAL:
@@ -603,11 +611,16 @@ def _weight_files(directory: Path) -> list[Path]:
         "(only safetensors weights are supported)")
 
 
-def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Read every shard into our key names, converted to `dtype` on CPU."""
+def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights: str = "float",
+                  kinds: Optional[Counter] = None) -> dict[str, torch.Tensor]:
+    """Read every shard into our key names, converted to `dtype` on CPU. Float matrices stay float, or
+    with weights int8/int4 are quantized as they are read (so the float model is never held whole);
+    gpt-oss's MXFP4 experts are packed (q4mx) unless weights is "float". `kinds` counts those."""
     config = read_config(directory)
     arch, multimodal = _architecture(config, directory / "config.json"), "multimodal" in config
+    kinds = Counter() if kinds is None else kinds
     out: dict[str, torch.Tensor] = {}
+    mxfp4: dict[str, dict[str, torch.Tensor]] = {}  # a layer's blocks or scales until the other is read
     for file in _weight_files(directory):
         try:
             with safe_open(str(file), framework="pt") as f:
@@ -623,13 +636,29 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype) -> dict[
                     if key == "output.weight" and args.tie_embeddings:
                         continue  # tied: the output reuses the embedding
                     t = f.get_tensor(name)
+                    if key.endswith(hf_mxfp4.SUFFIXES):
+                        base, part = key.rsplit("_", 1)  # layers.N.feed_forward.experts.gate_up_proj, blocks
+                        pair = mxfp4.setdefault(base, {})
+                        pair[part] = t
+                        if len(pair) == 2:
+                            del mxfp4[base]
+                            out.update(hf_mxfp4.experts(base, pair["blocks"], pair["scales"], args, dtype, weights,
+                                                        kinds, file))
+                        continue
                     if arch in (_GEMMA, _GEMMA1, _GEMMA2) and key.endswith("norm.weight"):
                         # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
                         # so our plain RMSNorm (and its kernel) computes them.
                         t = t.float() + 1.0
-                    out.update(_split_fused(key, t.to(dtype), args, file))
+                    parts = _split_fused(key, t.to(dtype), args, file)
+                    if weights in ("int8", "int4"):
+                        quantize_state_dict(parts, args, weights, str(directory))
+                    out.update(parts)
         except (SafetensorError, OSError) as e:
             raise FastDecodeError(f"{file}: cannot read safetensors ({e})") from None
+    for key, pair in mxfp4.items():
+        missing = "scales" if "blocks" in pair else "blocks"
+        raise FastDecodeError(f"{directory}: {key}'s MXFP4 {next(iter(pair))} have no {missing} "
+                              f"(expected a tensor named like it, ending in _{missing})")
     return out
 
 

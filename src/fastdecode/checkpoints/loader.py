@@ -60,13 +60,10 @@ def load_checkpoint(path: Union[str, os.PathLike], *, dtype: torch.dtype,
     if not p.exists():
         raise FastDecodeError(f"checkpoint not found: {p}")
     if p.is_dir():
-        args, state_dict, tokenizer = _load_hf(p, dtype)
-        summary = "float"
-        if weights in ("int8", "int4"):
-            from ..quant import quantize_state_dict
-
-            quantize_state_dict(state_dict, args, weights, str(p))
-            summary = f"quantized to {weights} at load"
+        kinds: Counter[str] = Counter()  # gpt-oss's MXFP4 experts, what became of them
+        args, state_dict, tokenizer = _load_hf(p, dtype, weights, kinds)
+        packed = f"{summarize(kinds)}, " if kinds else ""
+        summary = packed + (f"quantized to {weights} at load" if weights in ("int8", "int4") else "float")
         ckpt = Checkpoint(args, state_dict, tokenizer, str(p), 0.0, "hf", weights_summary=summary)
     else:
         ckpt = _load_gguf(p, dtype, use_cache, weights)
@@ -77,10 +74,10 @@ def load_checkpoint(path: Union[str, os.PathLike], *, dtype: torch.dtype,
     return ckpt
 
 
-def _load_hf(directory: Path, dtype: torch.dtype):
+def _load_hf(directory: Path, dtype: torch.dtype, weights: str, kinds: Counter):
     args = hf_model_args(read_config(directory), directory)
     tokenizer = tokenizer_from_hf_dir(directory)
-    state_dict = hf_state_dict(directory, args, dtype)
+    state_dict = hf_state_dict(directory, args, dtype, weights, kinds)
     check_state_dict(state_dict, args, str(directory))
     _check_vocab(args, tokenizer, directory)
     return args, state_dict, tokenizer
@@ -115,26 +112,20 @@ def _load_gguf(path: Path, dtype: torch.dtype, use_cache: bool, weights: str) ->
             cache.replace_tokenizer(directory, entry.tokenizer)
         return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                           cache_path=directory, from_cache=True, weights_summary=entry.weights_summary)
-    if weights in ("auto", "float"):
-        # Converted a layer at a time, each written out before the next, then run from the
-        # memory-mapped entry as a warm load does: the conversion never holds the model.
-        f, args, tokenizer = _open_gguf(path)
-        kinds: Counter[str] = Counter()
-        entry = None
-        written = cache.write_entry(directory, path, args, tokenizer, gguf_shards(f, args, dtype, weights, kinds),
-                                    lambda: summarize(kinds))
-    else:  # int8/int4 quantize the whole state dict at once
-        entry = _convert_gguf(path, dtype, weights)
-        written = cache.write_entry(directory, path, entry.args, entry.tokenizer, [entry.state_dict],
-                                    lambda: entry.weights_summary)
+    # Converted a layer at a time, each written out before the next, then run from the
+    # memory-mapped entry as a warm load does: the conversion never holds the model.
+    f, args, tokenizer = _open_gguf(path)
+    kinds: Counter[str] = Counter()
+    written = cache.write_entry(directory, path, args, tokenizer, gguf_shards(f, args, dtype, weights, kinds),
+                                lambda: summarize(kinds, weights))
     if written:
         log.info("cached converted copy of %s at %s", path.name, directory)
         cached = _read_or_discard(directory, path)
         if cached is not None:
             return Checkpoint(cached.args, cached.state_dict, cached.tokenizer, str(path), 0.0, "gguf",
                               cache_path=directory, weights_summary=cached.weights_summary)
-    if entry is None:  # the entry was not written, and the streamed conversion's tensors are gone
-        entry = _convert_gguf(path, dtype, weights)
+    # The entry was not written, and the streamed conversion's tensors are gone.
+    entry = _convert_gguf(path, dtype, weights)
     return Checkpoint(entry.args, entry.state_dict, entry.tokenizer, str(path), 0.0, "gguf",
                       weights_summary=entry.weights_summary)
 

@@ -596,10 +596,16 @@ class BlockSizeError(ValueError):
 
 
 def quantize(w: Tensor, layout: str) -> dict[str, Tensor]:
-    """Quantize a float matrix [N, K] (K a multiple of 32) to `layout` with float16 scales."""
+    """Quantize a float matrix [N, K] (K a multiple of 32) to `layout` with float16 scales, a few
+    panels at a time (a 200k-token embedding's float32 temporaries would be GBs)."""
     n, k = w.shape
     if k % BLOCK:
         raise BlockSizeError(f"inner dimension {k} is not a multiple of {BLOCK}")
+    return _by_panels(n, 4 * k, lambda r0, r1: _quantize_rows(w[r0:r1], layout))
+
+
+def _quantize_rows(w: Tensor, layout: str) -> dict[str, Tensor]:
+    n, k = w.shape
     wb = w.detach().to("cpu", torch.float32).reshape(n, k // BLOCK, BLOCK)
     if layout == "q8":
         d = (wb.abs().amax(-1) / 127).to(torch.float16)
