@@ -172,3 +172,11 @@ def test_harmony_templates_call_tools_in_their_own_format(harmony_llm):
     (call,) = message["tool_calls"]
     assert call["function"]["name"] == "pick" and json.loads(call["function"]["arguments"])["n"] in (1, 2)
     assert not message.get("content") and "<|" not in json.dumps(message)
+    # auto: the grammar holds the messages' headers and a call's arguments; the model writes the call's
+    # header itself (pushed to by a bias on <|channel|> and on the space before `to=`)
+    tok = harmony_llm.tokenizer
+    bias = {str(tok.encode(t, add_special_tokens=False)[0]): 100 for t in ("<|channel|>", " ")}
+    message = whole_and_streamed(app_for(harmony_llm), {**body, "tool_choice": "auto", "logit_bias": bias})
+    (call,) = message["tool_calls"]
+    assert call["function"]["name"] == "pick" and json.loads(call["function"]["arguments"])["n"] in (1, 2)
+    assert not message.get("content") and "<|" not in json.dumps(message)

@@ -9,10 +9,11 @@ import random
 import jsonschema
 import pytest
 
-from fastdecode.server.tools.formats import FORMATS, GENERIC, HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_ARGS
+from fastdecode.server.tools.formats import FORMATS, GENERIC, HARMONY, HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_ARGS
 from fastdecode.server.tools.grammar import tool_grammar
 from fastdecode.server.tools.parse import parse_reply
 from fastdecode.server.tools.spec import Function, ToolSpec
+from fastdecode.text.harmony import HarmonySplitter
 
 llguidance = pytest.importorskip("llguidance")
 
@@ -145,7 +146,8 @@ def test_random_walks_parse_to_valid_calls(tokenizer, fmt):
 
 # -- markers that are special tokens (Mistral's [TOOL_CALLS] and [ARGS], <tool_call> in some) -------
 
-SPECIALS = {"[TOOL_CALLS]": 260, "[ARGS]": 261, "<tool_call>": 262, "</tool_call>": 263}
+SPECIALS = {"[TOOL_CALLS]": 260, "[ARGS]": 261, "<tool_call>": 262, "</tool_call>": 263,
+            **{m: 264 + i for i, m in enumerate(HARMONY.markers)}}
 
 
 class _WithMarkers(_Bytes):
@@ -189,18 +191,50 @@ def test_special_markers_are_tokens_not_text(fmt):
     # Random walks: decoded with the markers' text, every walk parses back to valid calls.
     rng = random.Random(3)
     for _ in range(15):
-        m = marked_matcher(fmt)
-        out = []
-        while True:
-            mask = m.compute_bitmask()
-            allowed = [t for t in range(len(_WithMarkers.tokens)) if mask[t // 8] >> (t % 8) & 1]
-            if EOS in allowed and (len(allowed) == 1 or rng.random() < 0.5):
-                break
-            token = rng.choice([t for t in allowed if t != EOS])
-            assert m.consume_token(token)
-            out.append(token)
-        text = b"".join(_WithMarkers.tokens[t] for t in out).decode()
-        reply = parse_reply(fmt, SCHEMAS, text)
+        reply = parse_reply(fmt, SCHEMAS, marked_walk(marked_matcher(fmt), rng))
         assert reply.content is None and reply.calls, text
         for c in reply.calls:
             jsonschema.validate(json.loads(c.arguments), SCHEMAS[c.name])
+
+
+def marked_walk(m, rng, prefix=""):
+    """walk() on the vocabulary with markers: the reply's text, markers included."""
+    ids = marked_ids(prefix)
+    assert m.consume_tokens(ids)
+    out = ids
+    while True:
+        mask = m.compute_bitmask()
+        allowed = [t for t in range(len(_WithMarkers.tokens)) if mask[t // 8] >> (t % 8) & 1]
+        if EOS in allowed and (len(allowed) == 1 or rng.random() < 0.5):
+            return b"".join(_WithMarkers.tokens[t] for t in out).decode()
+        token = rng.choice([t for t in allowed if t != EOS])
+        assert m.consume_token(token)
+        out.append(token)
+
+
+ANALYSIS = "<|channel|>analysis<|message|>Need {the} weather <b>.<|end|><|start|>assistant"
+
+
+def test_harmony_auto_holds_a_call_after_any_messages():
+    """gpt-oss under tool_choice auto: messages on any channel, their bodies free, and a message to a
+    function held to its name and schema; the markers are the vocabulary's special tokens."""
+    one = HARMONY.render(GOOD[:1])
+    preamble = "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant"
+    for text in (one, ANALYSIS + one, ANALYSIS + preamble + one, "<|channel|>final<|message|>It is sunny.",
+                 ANALYSIS + "<|channel|>final<|message|>Sunny, 20 {C}."):
+        ids = marked_ids(text)
+        m = marked_matcher(HARMONY, "auto")
+        assert m.validate_tokens(ids) == len(ids) and m.consume_tokens(ids) and m.is_accepting(), text
+    bad = [call("get_weather", {"city": "Paris", "unit": "kelvin"}), call("mul", {"x": 1}),
+           ("add", '{"x":1, "y":true}')]
+    for text in [ANALYSIS + HARMONY.render([c]) for c in bad] + ["It is sunny.", one + one]:
+        ids = marked_ids(text)
+        assert marked_matcher(HARMONY, "auto").validate_tokens(ids) < len(ids), text
+    # Random walks from a message to a function: the splitter hands the call parser a valid call.
+    rng = random.Random(5)
+    for _ in range(15):
+        text = marked_walk(marked_matcher(HARMONY, "auto"), rng, ANALYSIS + "<|channel|>commentary to=")
+        reasoning, content = HarmonySplitter(keep_calls=True).feed(text, finished=True)
+        reply = parse_reply(HARMONY, SCHEMAS, content)
+        assert reasoning == "Need {the} weather <b>." and reply.content is None and len(reply.calls) == 1, text
+        jsonschema.validate(json.loads(reply.calls[0].arguments), SCHEMAS[reply.calls[0].name])

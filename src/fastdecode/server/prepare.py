@@ -112,8 +112,7 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
     if spec is not None:
         setup = ToolSetup(fmt, spec)
         specials = special_markers(fmt, llm.tokenizer)
-        if spec.choice != "auto" or fmt.lazy_grammar:
-            constraint = tool_constraint(fmt, spec, llm.tokenizer, specials)
+        constraint = tool_constraint(fmt, spec, llm.tokenizer, specials)
     # A reply constrained to a format (JSON, a grammar, calls from its first token) is that
     # format, never thinking; tool_choice auto leaves the reply free until its calls.
     thinking = None

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-CHANNEL, MESSAGE, START = "<|channel|>", "<|message|>", "<|start|>"
-ENDS = ("<|end|>", "<|return|>", "<|call|>")
+CHANNEL, MESSAGE, START, END = "<|channel|>", "<|message|>", "<|start|>", "<|end|>"
+ENDS = (END, "<|return|>", "<|call|>")
 MARKERS = (CHANNEL, MESSAGE, START, "<|constrain|>", *ENDS)
 # A message to a tool, as the model writes it and as tool calls are read: recipient, then arguments.
 CALL_HEADER = CHANNEL + "commentary to={} <|constrain|>json" + MESSAGE

@@ -35,7 +35,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from ...text.harmony import CALL_HEADER, is_harmony
+from ...text.harmony import CALL_HEADER, CHANNEL, END, MESSAGE, START, is_harmony
 
 if TYPE_CHECKING:
     from ...text.tokenizer import Tokenizer
@@ -64,9 +64,9 @@ class ToolFormat:
     markers: tuple[str, ...] = ()  # texts in the format that a vocabulary may hold as special tokens
     short_ids: bool = False  # call ids of 9 letters and digits (Mistral's templates refuse others)
     one_call: bool = False  # a reply holds one call at most (separator unused)
-    # tool_choice=auto is held to the format by a lazy grammar after the trigger; False: not held
-    # (harmony's free text, its other channels, has special tokens that no free-text rule passes)
-    lazy_grammar: bool = True
+    # The reply is harmony's messages (text/harmony.py): under tool_choice=auto a call is a message
+    # whose header names a function, after any others (grammar.py holds the messages, not free text).
+    channels: bool = False
 
     def __post_init__(self) -> None:
         if not (self.begin + self.call_open).startswith(self.trigger):
@@ -105,8 +105,8 @@ GRANITE = dataclasses.replace(MISTRAL, name="granite", begin="<|tool_call|>[", t
 _TO, _ARGS = CALL_HEADER.split("{}")  # the header HarmonySplitter hands on, around the recipient
 HARMONY = ToolFormat(
     "harmony", begin=_TO + "functions.", call_open="", args_key=_ARGS, call_close="", separator="", end="",
-    trigger=_TO, anywhere=True, native=True, markers=("<|channel|>", "<|constrain|>", "<|message|>"),
-    one_call=True, lazy_grammar=False)
+    trigger=_TO, anywhere=True, native=True, markers=(CHANNEL, "<|constrain|>", MESSAGE, START, END),
+    one_call=True, channels=True)
 
 FORMATS = {f.name: f for f in (HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_SPACED, MISTRAL_ARGS, GRANITE, HARMONY,
                                GENERIC)}

@@ -10,7 +10,9 @@ listed ones and the arguments validate against that function's schema:
   the block of calls (a lazy lexeme: the grammar constrains nothing before it; a
   trigger that is a special token, as Mistral's `[TOOL_CALLS]`, needs none, since
   free text cannot contain it); formats whose calls open the reply (llama3_json)
-  take text that does not start with `{` instead;
+  take text that does not start with `{` instead; harmony's reply is messages on
+  channels, whose headers the grammar holds, a call being one whose header names a
+  function;
 - parallel_tool_calls=false: exactly one call, otherwise one or more.
 
 Markers that the vocabulary holds as special tokens are written as those tokens
@@ -29,6 +31,7 @@ from typing import Mapping, Optional, Sequence
 from ...errors import FastDecodeError
 from ...structured import Constraint, json_schema_lark, vocab_for
 from ...structured.compiler import CACHE
+from ...text.harmony import CHANNEL, END, MESSAGE, START
 from ...text.tokenizer import Tokenizer
 from ..errors import APIError
 from .formats import ToolFormat
@@ -81,6 +84,8 @@ def tool_grammar(fmt: ToolFormat, spec: ToolSpec, specials: Optional[Mapping[str
     head = ["%llguidance {}"]
     if spec.choice != "auto":
         return "\n".join(head + ["start: calls"] + _calls(fmt, functions, spec.parallel, 0, specials)) + "\n"
+    if fmt.channels and set(fmt.markers) <= set(specials):
+        return "\n".join(head + _messages(fmt, functions, specials)) + "\n"
     if fmt.trigger in specials:
         # A special token cannot occur in free text, so the text needs no lazy match to stop at it.
         lines = head + [f"start: TEXT | TEXT {_lit(fmt.trigger, specials)} calls", "TEXT: /(.|\\n)*/"]
@@ -94,6 +99,18 @@ def tool_grammar(fmt: ToolFormat, spec: ToolSpec, specials: Optional[Mapping[str
         raise ValueError(f"{fmt.name}: a reply-opening trigger must start with '{{'")
     lines = head + ["start: TEXT | calls", "TEXT: /([^{](.|\\n)*)?/"]  # text, or a call from the first character
     return "\n".join(lines + _calls(fmt, functions, spec.parallel, 0, specials)) + "\n"
+
+
+def _messages(fmt: ToolFormat, functions: Sequence[Function], specials: Mapping[str, int]) -> list[str]:
+    """harmony under tool_choice=auto: messages, each a channel's name and either a body of free text
+    (which holds no special token, so it ends at the next marker) then the next message or the reply's
+    end, or a call: the recipient after the channel's name, as the model writes it, and the arguments.
+    The reply opens with a header: its prompt ends at `<|start|>assistant`."""
+    skip = fmt.begin.index(" to=")  # the call's text after `<|channel|>commentary`
+    next_message = _lit(END + START + "assistant", specials)
+    return ["start: message",
+            f"message: {_lit(CHANNEL, specials)} NAME ({_lit(MESSAGE, specials)} TEXT ({next_message} message)? | calls)",
+            "NAME: /[a-z]+/", "TEXT: /(.|\\n)*/"] + _calls(fmt, functions, False, skip, specials)
 
 
 def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer,
