@@ -123,6 +123,17 @@ def test_the_chat_repl_shows_and_keeps_the_answer_only(harmony_llm):
     assert session.turns[-1] == {"role": "assistant", "content": text}
 
 
+def test_llm_chat_returns_the_answer_and_its_reasoning_apart(harmony_llm):
+    grammar = ('start: <|channel|> "analysis" <|message|> /[a-z]{3,8}/ <|end|> <|start|> "assistant" '
+               '<|channel|> "final" <|message|> /[a-z]{2,6}/')
+    out = harmony_llm.chat([{"role": "user", "content": "hi"}], grammar=grammar, temperature=0, max_new_tokens=60)
+    assert re.fullmatch("[a-z]{3,8}", out.reasoning) and re.fullmatch("[a-z]{2,6}", out.text), out
+    assert out.finish_reason == "stop" and "<|" not in out.text
+    plain = harmony_llm.generate([harmony_llm.chat_prompt([{"role": "user", "content": "hi"}])], grammar=grammar,
+                                 temperature=0, max_new_tokens=60)[0]
+    assert plain.reasoning is None and plain.text == f"analysis{out.reasoning}assistantfinal{out.text}"
+
+
 # -- tool calls ---------------------------------------------------------------------------------
 
 CALL_REPLY = ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "

@@ -20,6 +20,7 @@ from ..quant import KernelChoice
 from ..sampling import SamplingParams
 from ..structured import OPTIONS as CONSTRAINT_OPTIONS
 from ..structured import from_options
+from ..text.harmony import HarmonySplitter, is_harmony
 from ..text.tokenizer import Tokenizer
 from .generate import GenerationRun, run_generation
 
@@ -162,8 +163,14 @@ class LLM:
                 yield step.pieces[0]
 
     def chat(self, messages: list[dict], **options: Any) -> Completion:
-        """Render `messages` with the checkpoint's chat template and return the assistant's reply."""
-        return self.generate([self.chat_prompt(messages)], **options)[0]
+        """Render `messages` with the checkpoint's chat template and return the assistant's reply.
+        A harmony reply (gpt-oss) is read apart: `text` is its answer, `reasoning` its analysis."""
+        if not is_harmony(self.tokenizer.chat_template):
+            return self.generate([self.chat_prompt(messages)], **options)[0]
+        # Decoded with its channel markers, which the splitter takes out.
+        out = self.generate([self.chat_prompt(messages)], **{**options, "skip_special_tokens": False})[0]
+        reasoning, text = HarmonySplitter().feed(out.text, finished=True)
+        return dataclasses.replace(out, text=text, reasoning=reasoning)
 
     def chat_prompt(self, messages: list[dict], tools: Optional[list[dict]] = None,
                     template_kwargs: Optional[dict[str, Any]] = None) -> list[int]:

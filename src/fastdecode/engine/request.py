@@ -103,6 +103,9 @@ class Completion:
     cached_tokens: int = 0  # prompt tokens reused from the prefix cache (not prefilled)
     # With SamplingParams.prompt_logprobs: one per prompt token, the first None.
     prompt_logprobs: Optional[list[Optional[TokenLogprob]]] = None
+    # LLM.chat on a template whose replies keep their reasoning apart (gpt-oss's analysis channel):
+    # that reasoning, with `text` the answer alone; None otherwise.
+    reasoning: Optional[str] = None
 
     @property
     def acceptance_rate(self) -> Optional[float]:
