@@ -191,7 +191,8 @@ def test_special_markers_are_tokens_not_text(fmt):
     # Random walks: decoded with the markers' text, every walk parses back to valid calls.
     rng = random.Random(3)
     for _ in range(15):
-        reply = parse_reply(fmt, SCHEMAS, marked_walk(marked_matcher(fmt), rng))
+        text = marked_walk(marked_matcher(fmt), rng)
+        reply = parse_reply(fmt, SCHEMAS, text)
         assert reply.content is None and reply.calls, text
         for c in reply.calls:
             jsonschema.validate(json.loads(c.arguments), SCHEMAS[c.name])
