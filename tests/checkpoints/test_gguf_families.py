@@ -11,7 +11,7 @@ import fastdecode
 from fastdecode.checkpoints import load_checkpoint
 from fastdecode.errors import FastDecodeError
 from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
-from tiny_checkpoints import VOCAB, gguf_tensors, hf_model, write_gguf
+from tiny_checkpoints import VOCAB, gguf_tensors, hf_config, hf_model, write_gguf
 
 transformers = pytest.importorskip("transformers")
 
@@ -148,19 +148,35 @@ OLMO3_YARN_META = {**OLMO3_META, "olmo2.rope.scaling.type": "yarn", "olmo2.rope.
                    "olmo2.rope.scaling.original_context_length": 16}
 
 
+def exaone4_64(seed=3):
+    """EXAONE 4 with 64 layers, which llama.cpp runs sliding (a window of 8), every fourth layer global."""
+    import transformers
+
+    config = hf_config("exaone4", tie=False, window=8)
+    config.num_hidden_layers, config.layer_types = 64, None
+    config.__post_init__()  # the default layer types for 64 layers
+    torch.manual_seed(seed)
+    return transformers.Exaone4ForCausalLM(config).eval()
+
+
 def write_family(path, family, seed=3):
     """tiny_checkpoints' model of `family` as llama.cpp's converter writes it, and the model
-    (family "olmo3-yarn": OLMo 3 with YaRN on its global layer)."""
+    (family "olmo3-yarn": OLMo 3 with YaRN on its global layer; "exaone4-64": exaone4_64())."""
     olmo = family.startswith("olmo")
-    model = hf_model(family.removesuffix("-yarn"), seed=seed, tie=not olmo, window=8)  # llama.cpp's OLMo reads an untied head
+    if family == "exaone4-64":
+        model = exaone4_64(seed)
+    else:  # llama.cpp's OLMo reads an untied head
+        model = hf_model(family.removesuffix("-yarn"), seed=seed, tie=not olmo, window=8)
     if family == "olmo3-yarn":
         model.config.rope_parameters["full_attention"] = dict(OLMO3_YARN)
         model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
     arch, extra = {"ministral3": ("mistral3", MINISTRAL3_META), "smollm3": ("smollm3", {}),
                    "gemma": ("gemma", {}), "gemma2": ("gemma2", GEMMA2_META), "phi3": ("phi3", PHI3_META),
                    "granite": ("granite", GRANITE_META), "olmo2": ("olmo2", {}), "olmo3": ("olmo2", OLMO3_META),
-                   "olmo3-yarn": ("olmo2", OLMO3_YARN_META)}[family]
-    names = "olmo2" if olmo else family if family in ("gemma", "gemma2", "phi3") else "llama"
+                   "olmo3-yarn": ("olmo2", OLMO3_YARN_META), "exaone4-global": ("exaone4", {}),
+                   "exaone4-64": ("exaone4", {"exaone4.attention.sliding_window": 8})}[family]
+    names = ("olmo2" if olmo else "exaone4" if family.startswith("exaone4")
+             else family if family in ("gemma", "gemma2", "phi3") else "llama")
     tensors = gguf_tensors(model, names)
     if family == "phi3":
         rope = model.config.rope_parameters
@@ -170,7 +186,8 @@ def write_family(path, family, seed=3):
                       n_layers=model.config.num_hidden_layers, extra=extra), model
 
 
-@pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma", "gemma2", "phi3"])
+@pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma", "gemma2", "phi3",
+                                    "exaone4-global", "exaone4-64"])
 def test_smollm3_granite_olmo_gemma_and_phi3_ggufs_match_the_transformers_model(tmp_path, family):
     path, model = write_family(tmp_path / "m.gguf", family)
     a = load_checkpoint(path, dtype=torch.float32, use_cache=False).args
@@ -182,6 +199,10 @@ def test_smollm3_granite_olmo_gemma_and_phi3_ggufs_match_the_transformers_model(
             assert a.layer_types == ("sliding",) * 3 + ("global",) and a.sliding_window == 8
             assert (a.rope_theta, a.rope_local_theta) == (10000.0, 10000.0)
             assert (a.rope_scaling is not None) is (family == "olmo3-yarn")
+    elif family.startswith("exaone4"):
+        assert a.qk_norm and not a.qk_norm_full and not a.pre_norms and a.post_norms
+        globals_ = tuple(range(3, 64, 4)) if family == "exaone4-64" else ()
+        assert a.nope_layers == globals_ and (a.sliding_window == 8) is (family == "exaone4-64")
     elif family == "phi3":
         assert a.rope_dim == 12 and a.rope_scaling.kind == "longrope" and a.sliding_window is None
         assert a.rope_scaling.original_max_position_embeddings == 16
@@ -209,17 +230,19 @@ def test_granite_without_rope_when_the_file_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma",
-                                    "gemma2", "phi3"])
+                                    "gemma2", "phi3", "exaone4-global", "exaone4-64"])
 def test_families_match_llama_cpp(tmp_path, family):
     """The same file through llama.cpp, where installed. Measured apart at most (llama.cpp keeps K and V
     in float16): Ministral 3 1.3e-4 (4.7e-3 with the queries' scale left out), SmolLM3 1.7e-4 (1.8e-3
     with RoPE on every layer), Granite 6.5e-6 (3.3e-2 without the residual multiplier), OLMo 2 1.8e-4,
     OLMo 3 4.7e-4 and with YaRN 5.4e-4 (transformers is as far from llama.cpp; a window of 7 or 9: 0.4), Gemma 2
-    8.2e-4 (transformers is as far: ours is 5e-7 from it; 0.20 without the score cap, 0.50 without the logits')."""
+    8.2e-4 (transformers is as far: ours is 5e-7 from it; 0.20 without the score cap, 0.50 without the logits'),
+    EXAONE 4 2.1e-4, and with 64 layers, which slide, 1.5e-3 (transformers is as far: ours is 1.5e-6 from it;
+    0.59 with RoPE on its global layers)."""
     pytest.importorskip("llama_cpp")
     path, _ = write_family(tmp_path / "m.gguf", family)
     ours, theirs = ours_and_llama_cpps_logits(path)
-    assert (ours - theirs).abs().max().item() <= 1e-3
+    assert (ours - theirs).abs().max().item() <= (3e-3 if family == "exaone4-64" else 1e-3)
 
 
 def ours_and_llama_cpps_logits(path):
@@ -301,7 +324,7 @@ def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
     message = one_line_error(path, "unsupported architecture 'phi2'")
     assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, granite, olmo2, "
-                            "phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss")
+                            "exaone4, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss")
 
 
 def test_phi3_rope_factors_missing_or_of_the_wrong_length_are_named(tmp_path):

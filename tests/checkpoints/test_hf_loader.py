@@ -28,14 +28,18 @@ def build_ours(ckpt):
                                        ("smollm3", True), ("granite", True), ("granite", False),
                                        ("olmo2", False), ("olmo3", False), ("gemma", True), ("gemma2", True),
                                        ("phi3", False),
-                                       ("phi3", True)])
+                                       ("phi3", True), ("exaone4", True), ("exaone4", False), ("exaone4-global", False)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)
     ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
     assert ckpt.format == "hf" and ckpt.args.tie_embeddings is tie
     assert ckpt.args.qkv_bias is (arch == "qwen2")
-    assert ckpt.args.qk_norm is (arch in ("qwen3", "gemma3", "olmo2", "olmo3"))
+    assert ckpt.args.qk_norm is (arch in ("qwen3", "gemma3", "olmo2", "olmo3", "exaone4", "exaone4-global"))
+    if arch == "exaone4":  # three sliding layers, then a global one without RoPE
+        a = ckpt.args
+        assert (a.layer_types, a.nope_layers, a.pre_norms, a.qk_norm_full) == (("sliding",) * 3 + ("global",), (3,),
+                                                                                False, False)
     assert ("output.weight" in ckpt.state_dict) is (not tie)
     with torch.no_grad():
         diff = (build_ours(ckpt)(TOKENS, None) - model(TOKENS).logits).abs().max().item()
@@ -238,6 +242,23 @@ def test_weights_quantized_for_transformers_are_refused_in_one_line(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(config))
     message = error_of(tmp_path)
     assert "weights quantized for transformers ('fp8') are not supported" in message and "\n" not in message
+
+
+def test_exaone4_layer_pattern_without_layer_types(tmp_path):
+    """A config without layer_types: sliding_window_pattern, as a period or as a string of L and G
+    (llama.cpp's converter reads both); anything else is one line."""
+    write_hf_dir(tmp_path, hf_model("exaone4"))
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["layer_types"]
+    for pattern, types in ((2, ("sliding", "global") * 2), ("LLGL", ("sliding", "sliding", "global", "sliding"))):
+        (tmp_path / "config.json").write_text(json.dumps({**config, "sliding_window_pattern": pattern}))
+        a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
+        assert a.layer_types == types and a.nope_layers == tuple(i for i, t in enumerate(types) if t == "global")
+    for bad in (0, "LXG", True):
+        (tmp_path / "config.json").write_text(json.dumps({**config, "sliding_window_pattern": bad}))
+        message = error_of(tmp_path)
+        assert "sliding_window_pattern must be an integer >= 1 or a string of L and G" in message, message
+        assert "\n" not in message
 
 
 def test_mistral_sliding_window_is_read_not_capped(tmp_path):

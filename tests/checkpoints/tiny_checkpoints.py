@@ -113,6 +113,13 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
                                         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4},
                                                          "sliding_attention": {"rope_type": "default",
                                                                                "rope_theta": 1e4}})
+    if arch in ("exaone4", "exaone4-global"):
+        # Four layers, three sliding and the last global without RoPE ("exaone4-global": no window, every
+        # layer global with RoPE, as llama.cpp runs every EXAONE 4 file but a 64-layer one).
+        sliding = arch == "exaone4"
+        return transformers.Exaone4Config(**{**common, "num_hidden_layers": 4}, rope_theta=10000.0, pad_token_id=0,
+                                          sliding_window=window if sliding else None,
+                                          layer_types=None if sliding else ["full_attention"] * 4)
     if arch == "granite":  # multipliers far from 1, so that a missing one shows in the logits
         return transformers.GraniteConfig(**common, rope_theta=10000.0, pad_token_id=0, embedding_multiplier=3.0,
                                           residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=4.0)
@@ -195,7 +202,8 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "qwen2moe": transformers.Qwen2MoeForCausalLM, "qwen3moe": transformers.Qwen3MoeForCausalLM,
            "qwen2moe-dense": transformers.Qwen2MoeForCausalLM, "olmoe": transformers.OlmoeForCausalLM,
            "granitemoe": transformers.GraniteMoeForCausalLM,
-           "granitemoeshared": transformers.GraniteMoeSharedForCausalLM, "gptoss": transformers.GptOssForCausalLM}[arch]
+           "granitemoeshared": transformers.GraniteMoeSharedForCausalLM, "gptoss": transformers.GptOssForCausalLM,
+           "exaone4": transformers.Exaone4ForCausalLM, "exaone4-global": transformers.Exaone4ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim
@@ -266,7 +274,8 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
     """The HF model's weights under GGUF names, Q/K permuted for llama; for the gemmas,
     norm weights + 1 as llama.cpp's converter stores Gemma's (1 + w) norms."""
     cfg = model.config
-    names = _GEMMA3_GGUF_NAMES if arch in ("gemma2", "gemma3", "olmo2") else _GGUF_NAMES  # OLMo 2/3 name their post-norms so
+    # OLMo 2/3 and EXAONE 4 name their post-norms so
+    names = _GEMMA3_GGUF_NAMES if arch in ("gemma2", "gemma3", "olmo2", "exaone4") else _GGUF_NAMES
     out = {}
     for name, t in model.state_dict().items():
         a = t.float().numpy().copy()

@@ -22,12 +22,12 @@ from .gguf_file import GGUFFile, number, optional_int
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama", Ministral 3
 # as "mistral3" (Llama's tensors, YaRN and a query scale by position); SmolLM3 and Granite are
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
-# sublayer only (an olmo2 file with a window is OLMo 3); Phi-3 and Phi-4-mini keep q/k/v and gate/up
+# sublayer only (an olmo2 file with a window is OLMo 3), as EXAONE 4 does (QK-norm per head); Phi-3 and Phi-4-mini keep q/k/v and gate/up
 # each in one tensor, which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe,
 # qwen3moe, olmoe, and granitemoe: Granite's with experts) keep each projection of a layer's experts
 # in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss")
+                   "exaone4", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss")
 # The converter permutes these architectures' Q/K rows.
 PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
 
@@ -327,6 +327,15 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = dict(attn_sinks=True, attn_out_bias="blk.0.attn_output.bias" in f.tensors, expert_bias=True,
                       activation="swiglu_oai", sliding_window=need("attention.sliding_window"),
                       layer_types=_layer_types(f, arch, n_layers, 2))
+    elif arch == "exaone4":
+        family = dict(qk_norm=True, pre_norms=False, post_norms=True)
+        if n_layers == 64:
+            # llama.cpp's rule: only the 64-layer model (EXAONE 4.0 32B) slides, three layers in four by
+            # default, and its global layers run without RoPE; other files run every layer global with RoPE.
+            window = optional_int(f.get(f"{arch}.attention.sliding_window", 4096), f.path, "sliding_window")
+            types = _layer_types(f, arch, n_layers, 4)
+            family.update(sliding_window=window, layer_types=types,
+                          nope_layers=tuple(i for i, t in enumerate(types) if t == "global"))
     elif arch == "olmo2":
         family = dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
         if f.get(f"{arch}.attention.sliding_window"):  # OLMo 3

@@ -22,14 +22,15 @@ SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausa
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
                    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
                    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
-                   "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM")
+                   "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM", "Exaone4ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
                 "olmo3": "Olmo3ForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
                 "phi3": "Phi3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
                 "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "granitemoe": "GraniteMoeForCausalLM",
-                "granitemoeshared": "GraniteMoeSharedForCausalLM", "gpt_oss": "GptOssForCausalLM"}
+                "granitemoeshared": "GraniteMoeSharedForCausalLM", "gpt_oss": "GptOssForCausalLM",
+                "exaone4": "Exaone4ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -39,6 +40,9 @@ _GRANITE = "GraniteForCausalLM"
 _OLMO2 = "Olmo2ForCausalLM"
 _OLMO3 = "Olmo3ForCausalLM"  # OLMo 2 with three sliding layers in four, RoPE scaling on the others only
 _PHI3 = "Phi3ForCausalLM"  # Llama with q/k/v and gate/up each in one tensor, partial rotary, LongRoPE
+# OLMo 2's norms after each sublayer, QK-norm per head; with a window, its sliding layers take RoPE
+# and the others none
+_EXAONE4 = "Exaone4ForCausalLM"
 # Mixture of experts: Mistral's, Qwen 2's and 3's, OLMo's (with QK-norm over all heads, as OLMo 2) and
 # Granite's blocks with routed experts (Qwen 2's and Granite MoE Shared's with a shared expert too), and
 # each config class's defaults for the keys a config may leave out: (experts, used, the experts' size
@@ -158,7 +162,7 @@ _GPT_OSS_LAYER_NAMES = {
 
 
 def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
-    post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3)
+    post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3, _EXAONE4)
     names = _GEMMA_LAYER_NAMES if post_norm_names else _GPT_OSS_LAYER_NAMES if arch == _GPT_OSS else _LAYER_NAMES
     return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, names)
 
@@ -373,6 +377,8 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
     if names is None and arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and config.get("use_sliding_window"):
         first = _int(config, "max_window_layers", n_layers)
         names = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
+    if arch == _EXAONE4:
+        names = _exaone4_types(config, n_layers)
     if names is None and arch == _OLMO3:  # Olmo3Config's default: every fourth layer global
         names = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n_layers)]
     if names is None and arch == _GPT_OSS:  # GptOssConfig's default: every other layer, the first sliding
@@ -400,7 +406,8 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
 
 def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, path: Path,
                    scaling: Optional[RopeScaling], theta: float) -> dict[str, Any]:
-    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3 and Gemma 1/2/3 differ from Llama."""
+    """The ModelArgs fields where Qwen3, Ministral 3, SmolLM3, Granite, OLMo 2/3, EXAONE 4, gpt-oss and Gemma
+    1/2/3 differ from Llama."""
     if arch in ("Qwen3ForCausalLM", _QWEN3_MOE):
         return dict(qk_norm=True)
     if arch == _GPT_OSS:
@@ -412,6 +419,11 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         return dict(qk_norm=True, qk_norm_full=True)
     if arch == _SMOLLM3:
         return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
+    if arch == _EXAONE4:  # with a window set, every layer that does not slide runs without RoPE
+        window = _int(config, "sliding_window", None)
+        types = _exaone4_types(config, _int(config, "num_hidden_layers"))
+        return dict(qk_norm=True, pre_norms=False, post_norms=True,
+                    nope_layers=tuple(i for i, t in enumerate(types) if t != "sliding_attention") if window else ())
     if arch in (_OLMO2, _OLMO3):
         olmo = dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
         return olmo if arch == _OLMO2 else {**olmo, "rope_local_theta": _local_theta(config, path, theta)}
@@ -445,6 +457,21 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
     local_theta = _local_theta(config, path, _number(config, "rope_local_base_freq", 10000.0))
     return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
                 attn_scale=_query_scale(config, head_dim))
+
+
+def _exaone4_types(config: dict[str, Any], n_layers: int) -> list:
+    """EXAONE 4's layer types: its `layer_types`, else `sliding_window_pattern` (every n-th layer global,
+    or a string such as "LLLG" repeated, as llama.cpp's converter reads it; Exaone4Config's default 4)."""
+    names = config.get("layer_types")
+    if names is not None:
+        return names
+    pattern = config.get("sliding_window_pattern", 4)
+    if isinstance(pattern, str) and pattern and set(pattern) <= {"L", "G"}:
+        return ["sliding_attention" if pattern[i % len(pattern)] == "L" else "full_attention" for i in range(n_layers)]
+    if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
+        raise FastDecodeError(f"sliding_window_pattern must be an integer >= 1 or a string of L and G, "
+                              f"got {pattern!r:.40}")
+    return ["full_attention" if (i + 1) % pattern == 0 else "sliding_attention" for i in range(n_layers)]
 
 
 def _attention_bias(config: dict[str, Any]) -> bool:
