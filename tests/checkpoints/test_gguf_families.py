@@ -174,9 +174,10 @@ def write_family(path, family, seed=3):
                    "gemma": ("gemma", {}), "gemma2": ("gemma2", GEMMA2_META), "phi3": ("phi3", PHI3_META),
                    "granite": ("granite", GRANITE_META), "olmo2": ("olmo2", {}), "olmo3": ("olmo2", OLMO3_META),
                    "olmo3-yarn": ("olmo2", OLMO3_YARN_META), "exaone4-global": ("exaone4", {}),
-                   "exaone4-64": ("exaone4", {"exaone4.attention.sliding_window": 8})}[family]
+                   "exaone4-64": ("exaone4", {"exaone4.attention.sliding_window": 8}),
+                   "glm4": ("glm4", {"glm4.rope.dimension_count": 8})}[family]
     names = ("olmo2" if olmo else "exaone4" if family.startswith("exaone4")
-             else family if family in ("gemma", "gemma2", "phi3") else "llama")
+             else family if family in ("gemma", "gemma2", "phi3", "glm4") else "llama")
     tensors = gguf_tensors(model, names)
     if family == "phi3":
         rope = model.config.rope_parameters
@@ -187,7 +188,7 @@ def write_family(path, family, seed=3):
 
 
 @pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma", "gemma2", "phi3",
-                                    "exaone4-global", "exaone4-64"])
+                                    "exaone4-global", "exaone4-64", "glm4"])
 def test_smollm3_granite_olmo_gemma_and_phi3_ggufs_match_the_transformers_model(tmp_path, family):
     path, model = write_family(tmp_path / "m.gguf", family)
     a = load_checkpoint(path, dtype=torch.float32, use_cache=False).args
@@ -199,6 +200,8 @@ def test_smollm3_granite_olmo_gemma_and_phi3_ggufs_match_the_transformers_model(
             assert a.layer_types == ("sliding",) * 3 + ("global",) and a.sliding_window == 8
             assert (a.rope_theta, a.rope_local_theta) == (10000.0, 10000.0)
             assert (a.rope_scaling is not None) is (family == "olmo3-yarn")
+    elif family == "glm4":
+        assert a.rope_dim == 8 and a.qkv_bias and a.post_norms and a.pre_norms and not a.qk_norm
     elif family.startswith("exaone4"):
         assert a.qk_norm and not a.qk_norm_full and not a.pre_norms and a.post_norms
         globals_ = tuple(range(3, 64, 4)) if family == "exaone4-64" else ()
@@ -230,7 +233,7 @@ def test_granite_without_rope_when_the_file_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma",
-                                    "gemma2", "phi3", "exaone4-global", "exaone4-64"])
+                                    "gemma2", "phi3", "exaone4-global", "exaone4-64", "glm4"])
 def test_families_match_llama_cpp(tmp_path, family):
     """The same file through llama.cpp, where installed. Measured apart at most (llama.cpp keeps K and V
     in float16): Ministral 3 1.3e-4 (4.7e-3 with the queries' scale left out), SmolLM3 1.7e-4 (1.8e-3
@@ -238,7 +241,7 @@ def test_families_match_llama_cpp(tmp_path, family):
     OLMo 3 4.7e-4 and with YaRN 5.4e-4 (transformers is as far from llama.cpp; a window of 7 or 9: 0.4), Gemma 2
     8.2e-4 (transformers is as far: ours is 5e-7 from it; 0.20 without the score cap, 0.50 without the logits'),
     EXAONE 4 2.1e-4, and with 64 layers, which slide, 1.5e-3 (transformers is as far: ours is 1.5e-6 from it;
-    0.59 with RoPE on its global layers)."""
+    0.59 with RoPE on its global layers), GLM 4 2.2e-4 (5.1e-3 with its Q/K rows left in pairs)."""
     pytest.importorskip("llama_cpp")
     path, _ = write_family(tmp_path / "m.gguf", family)
     ours, theirs = ours_and_llama_cpps_logits(path)
@@ -324,7 +327,7 @@ def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
     message = one_line_error(path, "unsupported architecture 'phi2'")
     assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, granite, olmo2, "
-                            "exaone4, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss")
+                            "exaone4, glm4, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss")
 
 
 def test_phi3_rope_factors_missing_or_of_the_wrong_length_are_named(tmp_path):

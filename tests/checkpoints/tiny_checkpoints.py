@@ -113,6 +113,10 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
                                         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4},
                                                          "sliding_attention": {"rope_type": "default",
                                                                                "rope_theta": 1e4}})
+    if arch == "glm4":  # half of each head (8 of 16 dims) rotated, in interleaved pairs; biases on q, k, v
+        return transformers.Glm4Config(**common, head_dim=16, pad_token_id=0, attention_bias=True,
+                                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                        "partial_rotary_factor": 0.5})
     if arch in ("exaone4", "exaone4-global"):
         # Four layers, three sliding and the last global without RoPE ("exaone4-global": no window, every
         # layer global with RoPE, as llama.cpp runs every EXAONE 4 file but a 64-layer one).
@@ -203,7 +207,8 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "qwen2moe-dense": transformers.Qwen2MoeForCausalLM, "olmoe": transformers.OlmoeForCausalLM,
            "granitemoe": transformers.GraniteMoeForCausalLM,
            "granitemoeshared": transformers.GraniteMoeSharedForCausalLM, "gptoss": transformers.GptOssForCausalLM,
-           "exaone4": transformers.Exaone4ForCausalLM, "exaone4-global": transformers.Exaone4ForCausalLM}[arch]
+           "exaone4": transformers.Exaone4ForCausalLM, "exaone4-global": transformers.Exaone4ForCausalLM,
+           "glm4": transformers.Glm4ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim
@@ -233,6 +238,7 @@ _GGUF_NAMES = {
     "mlp.down_proj.weight": "ffn_down.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's fused
+    "post_self_attn_layernorm.weight": "post_attention_norm.weight", "post_mlp_layernorm.weight": "post_ffw_norm.weight",
     "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.experts.down_proj": "ffn_down_exps.weight",  # MoE
     "block_sparse_moe.router.weight": "ffn_gate_inp.weight",
     "block_sparse_moe.experts.down_proj": "ffn_down_exps.weight",

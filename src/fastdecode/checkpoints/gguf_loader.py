@@ -18,17 +18,20 @@ from ..quant.transform import quantize_state_dict
 from . import dequant
 from .keys import expected_shapes, map_name
 from .gguf_file import GGUFFile, number, optional_int
+from .rope_rows import unpermute_rows
 
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama", Ministral 3
 # as "mistral3" (Llama's tensors, YaRN and a query scale by position); SmolLM3 and Granite are
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
-# sublayer only (an olmo2 file with a window is OLMo 3), as EXAONE 4 does (QK-norm per head); Phi-3 and Phi-4-mini keep q/k/v and gate/up
-# each in one tensor, which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe,
+# sublayer only (an olmo2 file with a window is OLMo 3), as EXAONE 4 does (QK-norm per head); GLM 4
+# has Gemma 3's four norms, half of each head rotated, in pairs; Phi-3 and Phi-4-mini keep q/k/v
+# and gate/up each in one tensor (GLM 4 gate/up), which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe,
 # qwen3moe, olmoe, and granitemoe: Granite's with experts) keep each projection of a layer's experts
 # in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "exaone4", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss")
-# The converter permutes these architectures' Q/K rows.
+                   "exaone4", "glm4", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss")
+# The converter permutes these architectures' Q/K rows into pairs; GLM 4's come so from training
+# (the rotary dims only; a file with M-RoPE sections has them in halves, as the converter wrote it).
 PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
 
 _GLOBAL_NAMES = {
@@ -83,17 +86,6 @@ _SKIPPED = {"rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short
 def our_name(gguf_name: str, arch: Optional[str] = None) -> Optional[str]:
     """Our state-dict key for a GGUF tensor name of architecture `arch`, or None if we do not map it."""
     return map_name(gguf_name, _GLOBAL_NAMES, _LAYER_RE, _GPT_OSS_NAMES if arch == "gpt-oss" else _LAYER_NAMES)
-
-
-def unpermute_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Undo llama.cpp's Q/K row permutation back to Hugging Face's rotate_half order.
-
-    llama.cpp interleaves the two halves of each head's rows (pairs for its
-    rotary kernel); HF keeps the first half then the second half.
-    """
-    rows = w.shape[0]
-    return (w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:])
-             .transpose(1, 2).reshape(w.shape))
 
 
 def _llama3_scaling(f: GGUFFile, head_dim: int, theta: float) -> Optional[RopeScaling]:
@@ -296,7 +288,7 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     n_kv_heads = optional_int(f.get(f"{arch}.attention.head_count_kv"), f.path, "head_count_kv") or n_heads
     head_dim = optional_int(f.get(f"{arch}.attention.key_length"), f.path, "key_length") or dim // n_heads
     rot = optional_int(f.get(f"{arch}.rope.dimension_count"), f.path, "rope.dimension_count") or head_dim
-    if rot != head_dim and arch != "phi3":
+    if rot != head_dim and arch not in ("phi3", "glm4"):
         raise FastDecodeError(f"{f.path}: partial rotary embeddings ({rot} of {head_dim} dims) are not supported "
                               f"for {arch}")
     theta = number(f, f"{arch}.rope.freq_base", 10000.0)
@@ -327,6 +319,8 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = dict(attn_sinks=True, attn_out_bias="blk.0.attn_output.bias" in f.tensors, expert_bias=True,
                       activation="swiglu_oai", sliding_window=need("attention.sliding_window"),
                       layer_types=_layer_types(f, arch, n_layers, 2))
+    elif arch == "glm4":  # Gemma 3's four norms a layer, its gate and up in one tensor (_fused_rows)
+        family = dict(post_norms=True)
     elif arch == "exaone4":
         family = dict(qk_norm=True, pre_norms=False, post_norms=True)
         if n_layers == 64:
@@ -449,7 +443,7 @@ def _fused_rows(name: str, args: ModelArgs,
                 arch: str) -> Optional[tuple[list[tuple[str, int, int]], tuple[int, ...]]]:
     """For a tensor holding several of our matrices: our keys with their row ranges [r0, r1) of
     the tensor's rows (all dims but the last), and the tensor's expected shape; else None. Phi-3's
-    attn_qkv holds q, k, v, its ffn_up gate then up; an MoE layer's *_exps each expert's matrix."""
+    attn_qkv holds q, k, v, its ffn_up (and GLM 4's) gate then up; an MoE layer's *_exps each expert's matrix."""
     m = _LAYER_RE.fullmatch(name)
     if m is None:
         return None
@@ -460,7 +454,7 @@ def _fused_rows(name: str, args: ModelArgs,
         rows, cols = (dim, hidden) if sub == "ffn_down_exps.weight" else (hidden, dim)
         keys = [(f"{p}feed_forward.experts.{e}.{_EXPERTS[sub]}.weight", e * rows, (e + 1) * rows) for e in range(n)]
         return keys, (n, rows, cols)
-    if arch != "phi3" or sub not in ("attn_qkv.weight", "ffn_up.weight"):
+    if not (arch == "phi3" and sub in ("attn_qkv.weight", "ffn_up.weight") or arch == "glm4" and sub == "ffn_up.weight"):
         return None
     if sub == "ffn_up.weight":
         h = args.hidden_dim
@@ -486,7 +480,7 @@ def _convert(f: GGUFFile, name: str, args: ModelArgs, dtype: torch.dtype, weight
     """One GGUF tensor under our key names: its packed tensors, or one float tensor (a fused
     tensor: each part's)."""
     raw, qtype, shape = f.raw(name)
-    permuted = arch in PERMUTED
+    permuted = arch in PERMUTED or (arch == "glm4" and f.get(f"{arch}.rope.dimension_sections") is None)
     fused = _fused_rows(name, args, arch)
     if name.endswith(_SHARED_GATE):
         kinds[qtype.name] += 1
@@ -516,7 +510,7 @@ def _convert_rows(name: str, key: str, raw, qtype, shape: tuple[int, ...], args:
     if weights == "auto" and len(shape) == 2:
         # Q and K rows are put back in order before packing (q4 packs rows in panels of 16).
         heads = _qk_heads(name, args) if permuted else None
-        order = None if heads is None else unpermute_rows(torch.arange(shape[0]), heads).numpy()
+        order = None if heads is None else unpermute_rows(torch.arange(shape[0]), heads, args.rope_dim).numpy()
         if qtype in REQUANTIZED:
             packed = requantize_gguf(raw, qtype, *shape, dequant.decoder(qtype), order=order)
             became = f"q8 (requantized: no native kernel for {qtype.name})"
@@ -545,4 +539,4 @@ def _qk_heads(name: str, args: ModelArgs) -> Optional[int]:
 def _unpermute(t: torch.Tensor, name: str, args: ModelArgs) -> torch.Tensor:
     """A float matrix's Q or K rows back to Hugging Face's order."""
     heads = _qk_heads(name, args)
-    return t if heads is None else unpermute_rows(t, heads).contiguous()
+    return t if heads is None else unpermute_rows(t, heads, args.rope_dim).contiguous()

@@ -17,12 +17,14 @@ from ..errors import FastDecodeError
 from ..quant.transform import quantize_state_dict
 from . import hf_mxfp4
 from .keys import map_name
+from .rope_rows import unpermute_rows
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
                    "Qwen3ForCausalLM", "Gemma3ForCausalLM", "SmolLM3ForCausalLM", "GraniteForCausalLM",
                    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
                    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
-                   "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM", "Exaone4ForCausalLM")
+                   "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM", "Exaone4ForCausalLM",
+                   "Glm4ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
@@ -30,7 +32,7 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "m
                 "phi3": "Phi3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
                 "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "granitemoe": "GraniteMoeForCausalLM",
                 "granitemoeshared": "GraniteMoeSharedForCausalLM", "gpt_oss": "GptOssForCausalLM",
-                "exaone4": "Exaone4ForCausalLM"}
+                "exaone4": "Exaone4ForCausalLM", "glm4": "Glm4ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -43,6 +45,9 @@ _PHI3 = "Phi3ForCausalLM"  # Llama with q/k/v and gate/up each in one tensor, pa
 # OLMo 2's norms after each sublayer, QK-norm per head; with a window, its sliding layers take RoPE
 # and the others none
 _EXAONE4 = "Exaone4ForCausalLM"
+# Gemma 3's four norms a layer (named its own way), biases on q, k and v, gate and up in one tensor, and
+# half of each head rotated in interleaved pairs, which load reorders (rope_rows.py)
+_GLM4 = "Glm4ForCausalLM"
 # Mixture of experts: Mistral's, Qwen 2's and 3's, OLMo's (with QK-norm over all heads, as OLMo 2) and
 # Granite's blocks with routed experts (Qwen 2's and Granite MoE Shared's with a shared expert too), and
 # each config class's defaults for the keys a config may leave out: (experts, used, the experts' size
@@ -146,6 +151,12 @@ _GEMMA_LAYER_NAMES = {
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
     "post_feedforward_layernorm.weight": "post_ffn_norm.weight",
 }
+_QK = ("attention.wq.weight", "attention.wq.bias", "attention.wk.weight", "attention.wk.bias")
+_GLM4_LAYER_NAMES = {
+    **_LAYER_NAMES,
+    "post_self_attn_layernorm.weight": "post_attention_norm.weight",
+    "post_mlp_layernorm.weight": "post_ffn_norm.weight",
+}
 _LAYER_RE = re.compile(r"model\.layers\.(\d+)\.(.+)")
 # gpt-oss's experts come as [experts, ...] tensors, gate and up interleaved (_split_gpt_oss)
 _GPT_OSS_EXPERTS = ("gate_up_proj", "gate_up_proj_bias", "down_proj", "down_proj_bias")
@@ -163,7 +174,8 @@ _GPT_OSS_LAYER_NAMES = {
 
 def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
     post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3, _EXAONE4)
-    names = _GEMMA_LAYER_NAMES if post_norm_names else _GPT_OSS_LAYER_NAMES if arch == _GPT_OSS else _LAYER_NAMES
+    names = (_GEMMA_LAYER_NAMES if post_norm_names else _GPT_OSS_LAYER_NAMES if arch == _GPT_OSS
+             else _GLM4_LAYER_NAMES if arch == _GLM4 else _LAYER_NAMES)
     return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, names)
 
 
@@ -419,6 +431,8 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         return dict(qk_norm=True, qk_norm_full=True)
     if arch == _SMOLLM3:
         return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
+    if arch == _GLM4:
+        return dict(post_norms=True)
     if arch == _EXAONE4:  # with a window set, every layer that does not slide runs without RoPE
         window = _int(config, "sliding_window", None)
         types = _exaone4_types(config, _int(config, "num_hidden_layers"))
@@ -475,7 +489,7 @@ def _exaone4_types(config: dict[str, Any], n_layers: int) -> list:
 
 
 def _attention_bias(config: dict[str, Any]) -> bool:
-    """gpt-oss's attention_bias (GptOssConfig's default: true): biases on q, k, v and o."""
+    """gpt-oss's and GLM 4's attention_bias (their configs' default: true): biases on q, k, v (and gpt-oss's o)."""
     bias = config.get("attention_bias", True)
     if not isinstance(bias, bool):
         raise FastDecodeError(f"attention_bias must be true or false, got {bias!r:.40}")
@@ -562,7 +576,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
     if not isinstance(act, str) or act not in _ACTIVATIONS:
         raise FastDecodeError(f"{path}: hidden activation {act!r} is not supported; "
                               f"supported: {', '.join(_ACTIVATIONS)}")
-    if config.get("mlp_bias") or (arch not in ("Qwen2ForCausalLM", _QWEN2_MOE, _GPT_OSS)
+    if config.get("mlp_bias") or (arch not in ("Qwen2ForCausalLM", _QWEN2_MOE, _GPT_OSS, _GLM4)
                                   and config.get("attention_bias")):
         raise FastDecodeError(f"{path}: attention_bias/mlp_bias are not supported for {arch}")
     try:
@@ -578,7 +592,8 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         if n_heads < 1:
             raise FastDecodeError(f"num_attention_heads must be >= 1, got {n_heads}")
         head_dim = _int(config, "head_dim", 0) or dim // n_heads
-        partial = _number(config, "partial_rotary_factor", _number(params, "partial_rotary_factor", 1.0))
+        partial = _number(config, "partial_rotary_factor",
+                          _number(params, "partial_rotary_factor", 0.5 if arch == _GLM4 else 1.0))
         if not 0 < partial <= 1:
             raise FastDecodeError(f"partial_rotary_factor must be in (0, 1], got {partial}")
         context = _int(config, "max_position_embeddings", 2048)
@@ -601,7 +616,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             max_seq_len=scaling.context(context) if scaling else context,
             tie_embeddings=tie,
             qkv_bias=arch == "Qwen2ForCausalLM" or (arch == _QWEN2_MOE and config.get("qkv_bias", True) is True)
-            or (arch == _GPT_OSS and _attention_bias(config)),
+            or (arch in (_GPT_OSS, _GLM4) and _attention_bias(config)),
             sliding_window=window,
             layer_types=layer_types,
             activation="swiglu_oai" if arch == _GPT_OSS else _ACTIVATIONS[act],
@@ -676,6 +691,9 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
                         # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
                         # so our plain RMSNorm (and its kernel) computes them.
                         t = t.float() + 1.0
+                    if arch == _GLM4 and key.endswith(_QK):
+                        heads = args.n_heads if ".wq." in key else args.n_kv_heads
+                        t = unpermute_rows(t, heads, args.rope_dim)
                     parts = _split_fused(key, t.to(dtype), args, file)
                     if weights in ("int8", "int4"):
                         quantize_state_dict(parts, args, weights, str(directory))
