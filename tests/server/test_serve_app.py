@@ -130,6 +130,17 @@ def test_chat_template_kwargs_reach_the_template(thinking_llm):
     assert thinking_llm.tokenizer.decode(off[len(plain):]) == "<think></think>"
     assert tokens(chat_template_kwargs={"enable_thinking": True}) == plain
     assert tokens(chat_template_kwargs={"template": "x", "tokenizer": 1}) == plain  # any other name is a variable
+    # OpenAI's reasoning_effort is the template's variable of that name (gpt-oss's), as if given there
+    effort = tokens(reasoning_effort="low")
+    assert effort == tokens(chat_template_kwargs={"reasoning_effort": "low"}, reasoning_effort="low")
+    thinking_llm.tokenizer.chat_template = THINKING_TEMPLATE + "{{ reasoning_effort | default('') }}"
+    assert thinking_llm.tokenizer.decode(tokens(reasoning_effort="high")[len(plain):]) == "high"
+    thinking_llm.tokenizer.chat_template = THINKING_TEMPLATE
+    assert effort == plain  # a template that does not read it
+    for bad in ({"reasoning_effort": "extreme"},
+                {"reasoning_effort": "low", "chat_template_kwargs": {"reasoning_effort": "high"}}):
+        r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, **bad})
+        assert r.status_code == 400 and "reasoning_effort" in error_of(r)["message"], r.text
     r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "chat_template_kwargs": {"tools": []}})
     assert r.status_code == 400 and "chat_template_kwargs may not set 'tools'" in error_of(r)["message"]
     r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "chat_template_kwargs": ["x"]})

@@ -18,7 +18,7 @@ from ..structured import Constraint
 from ..text.harmony import MARKERS as HARMONY_MARKERS
 from ..text.harmony import is_harmony
 from .errors import APIError, from_fastdecode
-from .protocol import ChatCompletionRequest, CompletionRequest
+from .protocol import ChatCompletionRequest, CompletionRequest, TokenizeRequest
 from .reasoning import MARKERS as THINK_MARKERS
 from .reasoning import inside_thinking, thinks
 from .structured import prepare_constraint, request_constraint
@@ -101,7 +101,7 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
     fmt = detect_format(template)
     messages, tools = template_input(req.messages, fmt, spec)
     try:
-        prompt = llm.chat_prompt(messages, tools=tools, template_kwargs=template_kwargs(req.chat_template_kwargs))
+        prompt = llm.chat_prompt(messages, tools=tools, template_kwargs=template_kwargs(req))
     except FastDecodeError as e:
         raise APIError(400, str(e), param="messages") from None
     if not prompt:
@@ -135,14 +135,20 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
 _RESERVED = ("messages", "tools", "add_generation_prompt")
 
 
-def template_kwargs(given: Optional[dict[str, Any]]) -> dict[str, Any]:
-    """A request's chat_template_kwargs as the template's variables; a name the server sets
-    itself is a 400."""
-    for name in given or {}:
+def template_kwargs(req: Union[ChatCompletionRequest, TokenizeRequest]) -> dict[str, Any]:
+    """A request's chat_template_kwargs, and its reasoning_effort, as the template's variables; a
+    name the server sets itself, or a reasoning_effort given twice apart, is a 400."""
+    given = dict(req.chat_template_kwargs or {})
+    for name in given:
         if name in _RESERVED:
             raise APIError(400, f"chat_template_kwargs may not set {name!r} (the server sets "
                            f"{', '.join(_RESERVED)}); give it in its own field", param="chat_template_kwargs")
-    return dict(given or {})
+    if req.reasoning_effort is not None:
+        if given.get("reasoning_effort", req.reasoning_effort) != req.reasoning_effort:
+            raise APIError(400, f"reasoning_effort is {req.reasoning_effort!r} but chat_template_kwargs sets it to "
+                           f"{given['reasoning_effort']!r:.40}; give one", param="reasoning_effort")
+        given["reasoning_effort"] = req.reasoning_effort
+    return given
 
 
 def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[list[int]], llm: LLM,

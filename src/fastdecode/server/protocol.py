@@ -180,6 +180,10 @@ class ToolDefinition(_In):
     function: FunctionDefinition
 
 
+# OpenAI's values; a template that reads the variable takes what it knows (gpt-oss: low, medium, high).
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+
+
 class ChatCompletionRequest(_Sampling):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: Optional[int] = Field(default=None, ge=1)
@@ -189,6 +193,7 @@ class ChatCompletionRequest(_Sampling):
     tool_choice: Any = None  # none | auto | required | {"type": "function", ...}: checked in tools/spec.py
     parallel_tool_calls: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None  # vLLM's: variables for the template
+    reasoning_effort: Optional[ReasoningEffort] = None  # OpenAI's: the template's `reasoning_effort` (gpt-oss's)
 
 
 def _short(value: Any) -> str:
@@ -385,6 +390,7 @@ class TokenizeRequest(_In):
     messages: Optional[list[ChatMessage]] = Field(default=None, min_length=1)
     tools: Optional[list[ToolDefinition]] = None  # with messages: offered as /v1/chat/completions offers them
     chat_template_kwargs: Optional[dict[str, Any]] = None  # with messages: as /v1/chat/completions takes them
+    reasoning_effort: Optional[ReasoningEffort] = None
     add_special_tokens: Optional[bool] = True
 
 

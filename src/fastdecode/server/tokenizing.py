@@ -57,7 +57,7 @@ def tokenizer_router(state: ServerState) -> APIRouter:
             messages, tools = template_input(req.messages, detect_format(tok.template_for(spec is not None)), spec)
             try:
                 text = tok.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
-                                               variables=template_kwargs(req.chat_template_kwargs))
+                                               variables=template_kwargs(req))
             except FastDecodeError as e:
                 raise APIError(400, str(e), param="messages") from None
             # The template writes the special tokens it wants: add_special_tokens adds BOS only if asked.
