@@ -2,6 +2,8 @@
 tests from random transformers models, against those models (and llama.cpp, where installed); and
 their bad input."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 import torch
@@ -94,6 +96,42 @@ def test_qwen3_gguf_has_qk_norm(tmp_path):
     ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     assert ckpt.args.qk_norm and not ckpt.args.qkv_bias and ckpt.args.head_dim == 24
     assert logits_diff(ckpt, model, TOKENS) <= 1e-4
+
+
+def write_vl_text(path, kind, seed=6):
+    """tiny_checkpoints' Qwen 2 or Qwen 3 as the text model of a Qwen2-VL or Qwen3-VL GGUF (arch qwen2vl
+    or qwen3vl, M-RoPE sections over the rotary pairs, Qwen3-VL's deepstack count), and the model."""
+    text = {"qwen2vl": "qwen2", "qwen3vl": "qwen3"}[kind]
+    model = hf_model(text, seed=seed)
+    head_dim = 24 if text == "qwen3" else 16
+    sections = [4, 4, 4, 0] if text == "qwen3" else [2, 3, 3, 0]
+    extra = {f"{kind}.rope.dimension_sections": sections, f"{kind}.n_deepstack_layers": 3,
+             f"{kind}.attention.value_length": head_dim}
+    return write_gguf(path, gguf_tensors(model, arch=text), arch=kind, head_dim=head_dim, extra=extra), model
+
+
+@pytest.mark.parametrize("kind", ["qwen2vl", "qwen3vl"])
+def test_vision_language_ggufs_run_their_text_model(tmp_path, kind):
+    """Qwen2-VL's and Qwen3-VL's GGUFs (the image encoder is another file) run as Qwen 2 and Qwen 3: on
+    text, M-RoPE's three position streams are one, so it is RoPE; against transformers, and Qwen3-VL's
+    against llama.cpp where installed (measured 2.5e-4 apart). (llama.cpp's qwen2vl reads no RMSNorm epsilon, so it runs this
+    file with none: 5.0e-3 from its own qwen2 on the same weights, and from ours.)"""
+    path, model = write_vl_text(tmp_path / "vl.gguf", kind)
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    assert (ckpt.args.qk_norm, ckpt.args.qkv_bias) == ((True, False) if kind == "qwen3vl" else (False, True))
+    assert logits_diff(ckpt, model, TOKENS) <= 1e-4
+    if kind == "qwen3vl" and importlib.util.find_spec("llama_cpp") is not None:
+        ours, theirs = ours_and_llama_cpps_logits(path)
+        assert (ours - theirs).abs().max().item() <= 1e-3
+
+
+def test_m_rope_that_is_not_rope_on_text_is_named(tmp_path):
+    model = hf_model("qwen3", seed=6)
+    for sections in ([4, 4, 3, 0], [4, 4, 2, 2]):
+        path = write_gguf(tmp_path / "vl.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3vl", head_dim=24,
+                          extra={"qwen3vl.rope.dimension_sections": sections})
+        one_line_error(path, r"qwen3vl.rope.dimension_sections \[4, 4, \d, \d\] is not three sections covering "
+                             r"the 12 rotary pairs")
 
 
 # What llama.cpp's converter writes for tiny_checkpoints' Ministral 3 (YaRN over 16 positions, the
@@ -327,7 +365,7 @@ def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
     message = one_line_error(path, "unsupported architecture 'phi2'")
     assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, granite, olmo2, "
-                            "exaone4, glm4, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss")
+                            "exaone4, glm4, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss, qwen2vl, qwen3vl, qwen3vlmoe")
 
 
 def test_phi3_rope_factors_missing_or_of_the_wrong_length_are_named(tmp_path):

@@ -3,6 +3,7 @@ Granite MoE (with its multipliers, and a shared expert in Granite MoE Shared), a
 Hugging Face directories and as GGUF files written by the tests from random transformers models,
 against those models and llama.cpp (where installed); the engine on them; their bad input."""
 
+import importlib.util
 import json
 import logging
 
@@ -101,6 +102,23 @@ def test_gguf_matches_llama_cpp(tmp_path, family):
     pytest.importorskip("llama_cpp")
     for quant in (None, T.Q8_0, T.MXFP4):
         path, _ = write_moe(tmp_path / f"{quant}.gguf", family, quant)
+        ours, theirs = ours_and_llama_cpps_logits(path)
+        assert (ours - theirs).abs().max().item() <= 2e-3
+
+
+def test_qwen3_vl_moe_gguf_runs_its_text_model(tmp_path):
+    """Qwen3-VL-30B-A3B's GGUF (arch qwen3vlmoe) as Qwen 3 MoE: on text its M-RoPE is RoPE. Against
+    transformers, and llama.cpp where installed (measured 2.2e-4 apart)."""
+    model = hf_model("qwen3moe", tie=False, seed=3)
+    _, meta, hidden = GGUF["qwen3moe"]
+    meta = {k.replace("qwen3moe.", "qwen3vlmoe."): v for k, v in meta.items()}
+    path = write_gguf(tmp_path / "vl.gguf", gguf_tensors(model, "qwen3moe"), arch="qwen3vlmoe", hidden_dim=hidden,
+                      extra={**meta, "qwen3vlmoe.rope.dimension_sections": [4, 4, 4, 0]}, head_dim=24,
+                      n_kv_heads=model.config.num_key_value_heads)
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    assert (ckpt.args.n_experts, ckpt.args.qk_norm, ckpt.args.norm_expert_weights) == (4, True, True)
+    assert logits_diff(ckpt, model, TOKENS) <= 1e-4
+    if importlib.util.find_spec("llama_cpp") is not None:
         ours, theirs = ours_and_llama_cpps_logits(path)
         assert (ours - theirs).abs().max().item() <= 2e-3
 

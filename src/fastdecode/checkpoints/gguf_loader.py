@@ -28,8 +28,12 @@ from .rope_rows import unpermute_rows
 # and gate/up each in one tensor (GLM 4 gate/up), which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe,
 # qwen3moe, olmoe, and granitemoe: Granite's with experts) keep each projection of a layer's experts
 # in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
+# Vision-language files whose text model we run (their image encoder is another file): Qwen 2/2.5-VL's
+# and Qwen3-VL's. Their M-RoPE gives every rotary pair one of three position streams, which text
+# tokens hold equal, so that it is their text model's RoPE.
+_VL_TEXT = {"qwen2vl": "qwen2", "qwen3vl": "qwen3", "qwen3vlmoe": "qwen3moe"}
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "exaone4", "glm4", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss")
+                   "exaone4", "glm4", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss", *_VL_TEXT)
 # The converter permutes these architectures' Q/K rows into pairs; GLM 4's come so from training
 # (the rotary dims only; a file with M-RoPE sections has them in halves, as the converter wrote it).
 PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
@@ -188,12 +192,13 @@ def _moe_fields(f: GGUFFile, arch: str, hidden: int) -> dict:
     if not n:
         return {}
     used = key("expert_used_count") or 0
-    qwen = arch in ("qwen2moe", "qwen3moe")
+    kind = _VL_TEXT.get(arch, arch)
+    qwen = kind in ("qwen2moe", "qwen3moe")
     shared = (key("expert_shared_feed_forward_length") or hidden) if "blk.0.ffn_gate_shexp.weight" in f.tensors else 0
     return dict(n_experts=n, n_experts_used=used,
                 expert_hidden_dim=key("expert_feed_forward_length") or (hidden // used if qwen and used else hidden),
-                norm_expert_weights=arch not in ("qwen2moe", "olmoe"), shared_expert_dim=shared,
-                shared_expert_gate=arch == "qwen2moe")
+                norm_expert_weights=kind not in ("qwen2moe", "olmoe"), shared_expert_dim=shared,
+                shared_expert_gate=kind == "qwen2moe")
 
 
 def _granite_fields(f: GGUFFile, arch: str, n_layers: int) -> dict:
@@ -270,6 +275,18 @@ def _yarn_scaling(f: GGUFFile, arch: str) -> RopeScaling:
                        attention_factor=attention * number(f, key + "attn_factor", 1.0))
 
 
+def _check_text_mrope(f: GGUFFile, arch: str, rot: int) -> None:
+    """M-RoPE runs as RoPE on text when its sections cover every rotary pair with the three streams
+    text tokens hold equal (a fourth section would take another position)."""
+    sections = f.get(f"{arch}.rope.dimension_sections")
+    if sections is None:
+        return
+    ok = isinstance(sections, list) and all(isinstance(n, int) and n >= 0 for n in sections)
+    if not ok or sum(sections[:3]) != rot // 2 or any(sections[3:]):
+        raise FastDecodeError(f"{f.path}: {arch}.rope.dimension_sections {sections!r:.60} is not three sections "
+                              f"covering the {rot // 2} rotary pairs; only that M-RoPE runs as text")
+
+
 def gguf_model_args(f: GGUFFile) -> ModelArgs:
     arch = f.get("general.architecture")
     if arch not in SUPPORTED_ARCHS:
@@ -295,8 +312,10 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     n_layers = need("block_count")
     context = optional_int(f.get(f"{arch}.context_length", 2048), f.path, "context_length")
     hidden = need("feed_forward_length")
+    if arch in _VL_TEXT:
+        _check_text_mrope(f, arch, rot)
     family: dict = {}
-    if arch in ("qwen3", "qwen3moe"):
+    if _VL_TEXT.get(arch, arch) in ("qwen3", "qwen3moe"):
         family = dict(qk_norm=True)
     elif arch == "mistral3" and (beta := number(f, f"{arch}.attention.temperature_scale", 0.0)):
         # llama.cpp's period is the YaRN original context (its n_ctx_orig_yarn)
