@@ -365,7 +365,7 @@ def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
     message = one_line_error(path, "unsupported architecture 'phi2'")
     assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, granite, olmo2, "
-                            "exaone4, glm4, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss, qwen2vl, qwen3vl, qwen3vlmoe")
+                            "exaone4, glm4, lfm2, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss, qwen2vl, qwen3vl, qwen3vlmoe")
 
 
 def test_phi3_rope_factors_missing_or_of_the_wrong_length_are_named(tmp_path):

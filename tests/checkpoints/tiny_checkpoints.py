@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Union
 
 import gguf
 import numpy as np
@@ -113,6 +113,10 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
                                         rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1e4},
                                                          "sliding_attention": {"rope_type": "default",
                                                                                "rope_theta": 1e4}})
+    if arch == "lfm2":  # four layers, the third attending, the others LFM2's short convolutions; its MLP 2/3 of 96
+        return transformers.Lfm2Config(**{**common, "num_hidden_layers": 4}, norm_eps=1e-5, block_multiple_of=32,
+                                       layer_types=["conv", "conv", "full_attention", "conv"], pad_token_id=0,
+                                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     if arch == "glm4":  # half of each head (8 of 16 dims) rotated, in interleaved pairs; biases on q, k, v
         return transformers.Glm4Config(**common, head_dim=16, pad_token_id=0, attention_bias=True,
                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
@@ -208,7 +212,7 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "granitemoe": transformers.GraniteMoeForCausalLM,
            "granitemoeshared": transformers.GraniteMoeSharedForCausalLM, "gptoss": transformers.GptOssForCausalLM,
            "exaone4": transformers.Exaone4ForCausalLM, "exaone4-global": transformers.Exaone4ForCausalLM,
-           "glm4": transformers.Glm4ForCausalLM}[arch]
+           "glm4": transformers.Glm4ForCausalLM, "lfm2": transformers.Lfm2ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim
@@ -239,6 +243,13 @@ _GGUF_NAMES = {
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's fused
     "post_self_attn_layernorm.weight": "post_attention_norm.weight", "post_mlp_layernorm.weight": "post_ffw_norm.weight",
+    # LFM2's
+    "operator_norm.weight": "attn_norm.weight", "self_attn.q_layernorm.weight": "attn_q_norm.weight",
+    "self_attn.k_layernorm.weight": "attn_k_norm.weight", "self_attn.out_proj.weight": "attn_output.weight",
+    "conv.in_proj.weight": "shortconv.in_proj.weight", "conv.conv.weight": "shortconv.conv.weight",
+    "conv.out_proj.weight": "shortconv.out_proj.weight", "feed_forward.w1.weight": "ffn_gate.weight",
+    "ffn_norm.weight": "ffn_norm.weight",
+    "feed_forward.w2.weight": "ffn_down.weight", "feed_forward.w3.weight": "ffn_up.weight",
     "mlp.gate.weight": "ffn_gate_inp.weight", "mlp.experts.down_proj": "ffn_down_exps.weight",  # MoE
     "block_sparse_moe.router.weight": "ffn_gate_inp.weight",
     "block_sparse_moe.experts.down_proj": "ffn_down_exps.weight",
@@ -291,6 +302,8 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
             out["token_embd.weight"] = a
         elif name == "model.norm.weight":
             out["output_norm.weight"] = a
+        elif name == "model.embedding_norm.weight":  # LFM2's final norm, under llama.cpp's name for it
+            out["token_embd_norm.weight"] = a
         elif name == "lm_head.weight":
             if not cfg.tie_word_embeddings:
                 out["output.weight"] = a
@@ -312,7 +325,7 @@ def gguf_tensors(model, arch: str = "llama") -> dict[str, np.ndarray]:
             elif rest == "mlp.shared_expert_gate.weight":  # a vector in GGUF
                 out[f"blk.{i}.ffn_gate_inp_shexp.weight"] = a[0]
             else:
-                out[f"blk.{i}.{names[rest]}"] = a
+                out[f"blk.{i}.{names[rest]}"] = a.squeeze(1) if rest == "conv.conv.weight" else a
     return out
 
 
@@ -321,7 +334,7 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
                add_bos: Optional[bool] = False, tokenizer_model: str = "gpt2",
                merges: Optional[list[tuple[str, str]]] = None, extra: Optional[dict] = None,
                head_dim: int = 16, dim: int = 64, hidden_dim: int = 96, n_heads: int = 4,
-               n_kv_heads: int = 2, control: tuple[str, ...] = tuple(SPECIALS),
+               n_kv_heads: Union[int, list[int]] = 2, control: tuple[str, ...] = tuple(SPECIALS),
                template: str = CHAT_TEMPLATE, context: int = 128) -> Path:
     """Write a tiny GGUF: llama-style metadata, a byte-level tokenizer and `tensors`.
 
@@ -340,7 +353,10 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
     w.add_uint32(f"{arch}.embedding_length", dim)
     w.add_uint32(f"{arch}.feed_forward_length", hidden_dim)
     w.add_uint32(f"{arch}.attention.head_count", n_heads)
-    w.add_uint32(f"{arch}.attention.head_count_kv", n_kv_heads)
+    if isinstance(n_kv_heads, list):  # per layer (LFM2's: 0 on a convolution layer)
+        w.add_array(f"{arch}.attention.head_count_kv", n_kv_heads)
+    else:
+        w.add_uint32(f"{arch}.attention.head_count_kv", n_kv_heads)
     w.add_float32(f"{arch}.rope.freq_base", 10000.0)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
     w.add_uint32(f"{arch}.rope.dimension_count", head_dim)

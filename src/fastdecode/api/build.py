@@ -216,7 +216,7 @@ def default_max_seq_len(args: ModelArgs, max_batch_size: int, dtype: KvDtype) ->
     """The model's context, or the largest power of two (>= 256) whose cache
     fits DEFAULT_CACHE_BUDGET at this batch size, whichever is smaller.
     dtype: the KV cache's (its element size sets the bytes per position)."""
-    per_position = cache_bytes(args.n_layers, max_batch_size, args.n_kv_heads, 1, args.head_dim, dtype)
+    per_position = cache_bytes(args.attention_layers, max_batch_size, args.n_kv_heads, 1, args.head_dim, dtype)
     fit = 256
     while fit * 2 * per_position <= DEFAULT_CACHE_BUDGET:
         fit *= 2
@@ -240,7 +240,7 @@ def available_memory(device: torch.device) -> Optional[int]:
 
 def _cache_need(part: _Part, max_batch_size: int, max_seq_len: int) -> int:
     a = part.model.args
-    return cache_bytes(a.n_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, part.kv)
+    return cache_bytes(a.attention_layers, max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, part.kv)
 
 
 def _check_memory(opts: LoadOptions, part: _Part, need: int, max_batch_size: int, max_seq_len: int,
@@ -263,6 +263,9 @@ def _runnable_compile(compile: str, device: torch.device, model: Transformer) ->
         log.warning("compile=%s: a mixture-of-experts model runs eagerly (which experts run depends on the "
                     "tokens): running the eager steps instead", compile)
         return "none"
+    if compile != "none" and model.args.conv_layers:
+        log.warning("compile=%s: LFM2's convolution layers run eagerly: running the eager steps instead", compile)
+        return "none"
     if compile != "none" and device.type == "cpu" and shutil.which(os.environ.get("CXX", "c++")) is None:
         log.warning("compile=%s needs a C++ compiler for Inductor and none was found (apt-get install g++): "
                     "running the eager steps instead", compile)
@@ -280,10 +283,11 @@ def _steps(opts: LoadOptions, part: _Part, compile: str, compiled: Optional[str]
     from ..compile.aot import ExportedSteps, package_path
 
     model, kernels = part.model, part.kernels
-    if model.args.n_experts:  # eager only (model/moe.py): no package to use or export
+    if model.args.n_experts or model.args.conv_layers:  # eager only (moe.py, short_conv.py): no package
         if compiled not in (None, "auto"):
-            raise FastDecodeError(f"compiled={compiled!r}: mixture-of-experts models are not exported (they run "
-                                  "eagerly); use compiled=none")
+            kind = "mixture-of-experts models" if model.args.n_experts else "LFM2's convolution layers"
+            raise FastDecodeError(f"compiled={compiled!r}: {kind} are not exported (they run eagerly); "
+                                  "use compiled=none")
         return make_steps(model, compile)
     missing = native.unavailable_reason if not kernels.ops else None
     if compiled not in (None, "auto") and missing:
@@ -323,6 +327,8 @@ def _draft(opts: LoadOptions, compile: str, max_batch_size: int, max_seq_len: in
         draft_opts = dataclasses.replace(opts, model=name, speculative="none", compile=compile,
                                          max_batch_size=max_batch_size, max_seq_len=max_seq_len)
         part = _model(draft_opts, None)
+        if part.model.args.conv_layers:  # its drafts' state could not be taken back (model/short_conv.py)
+            raise FastDecodeError("LFM2's convolution layers cannot draft; use a model without them")
         _check_memory(draft_opts, part, _cache_need(part, max_batch_size, max_seq_len), max_batch_size,
                       max_seq_len, also=target_need)
         part.model.init_rope(context=max_seq_len)

@@ -101,7 +101,7 @@ class EngineContender(Contender):
         self.load_s = time.perf_counter() - t0
         if self.compiles and self.llm.compile == "none":  # the load ran the eager steps instead, and said why
             raise PeerSkipped(f"compile={MODES[mode]['compile']} does not run for {self.llm.source} here (a mixture-"
-                              "of-experts model, or no C++ compiler): its load ran the eager steps")
+                              "of-experts or LFM2 model, or no C++ compiler): its load ran the eager steps")
         if self.compiles and before:  # a strategy may compile while loading
             self.load_compile_s = compile_counters()["compile_s"] - before["compile_s"]
         self.weight_bytes_per_token = self.llm.weight_bytes_per_token

@@ -25,7 +25,8 @@ from .rope_rows import unpermute_rows
 # Llama's tensors too (every fourth layer without RoPE; multipliers); OLMo 2 norms after each
 # sublayer only (an olmo2 file with a window is OLMo 3), as EXAONE 4 does (QK-norm per head); GLM 4
 # has Gemma 3's four norms, half of each head rotated, in pairs; Phi-3 and Phi-4-mini keep q/k/v
-# and gate/up each in one tensor (GLM 4 gate/up), which load splits. Mixture-of-experts files (Mixtral as "llama", qwen2moe,
+# and gate/up each in one tensor (GLM 4 gate/up), which load splits; LFM2 has short convolutions in
+# place of attention on the layers whose head_count_kv is 0. Mixture-of-experts files (Mixtral as "llama", qwen2moe,
 # qwen3moe, olmoe, and granitemoe: Granite's with experts) keep each projection of a layer's experts
 # in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
 # Vision-language files whose text model we run (their image encoder is another file): Qwen 2/2.5-VL's
@@ -33,7 +34,7 @@ from .rope_rows import unpermute_rows
 # tokens hold equal, so that it is their text model's RoPE.
 _VL_TEXT = {"qwen2vl": "qwen2", "qwen3vl": "qwen3", "qwen3vlmoe": "qwen3moe"}
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "exaone4", "glm4", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss", *_VL_TEXT)
+                   "exaone4", "glm4", "lfm2", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss", *_VL_TEXT)
 # The converter permutes these architectures' Q/K rows into pairs; GLM 4's come so from training
 # (the rotary dims only; a file with M-RoPE sections has them in halves, as the converter wrote it).
 PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
@@ -41,6 +42,7 @@ PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
 _GLOBAL_NAMES = {
     "token_embd.weight": "tok_embeddings.weight",
     "output_norm.weight": "norm.weight",
+    "token_embd_norm.weight": "norm.weight",  # LFM2's final norm, as llama.cpp names it
     "output.weight": "output.weight",
 }
 _LAYER_NAMES = {
@@ -69,6 +71,9 @@ _LAYER_NAMES = {
     "ffn_down_shexp.weight": "feed_forward.shared.w2.weight",
     "ffn_up_shexp.weight": "feed_forward.shared.w3.weight",
     "ffn_gate_inp_shexp.weight": "feed_forward.shared_gate.weight",  # a vector in the file, a row for us
+    "shortconv.in_proj.weight": "attention.in_proj.weight",  # LFM2's convolution layers (model/short_conv.py)
+    "shortconv.conv.weight": "attention.conv",
+    "shortconv.out_proj.weight": "attention.out_proj.weight",
 }
 # gpt-oss's: its post_attention_norm is the MLP's input norm; biases on the attention's output, the
 # router and the experts; the attention sinks.
@@ -302,7 +307,15 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     if "token_embd.weight" not in f.tensors:
         raise FastDecodeError(f"{f.path}: missing tensor token_embd.weight")
     dim, n_heads = need("embedding_length"), need("attention.head_count")
-    n_kv_heads = optional_int(f.get(f"{arch}.attention.head_count_kv"), f.path, "head_count_kv") or n_heads
+    kv = f.get(f"{arch}.attention.head_count_kv")
+    conv_layers: tuple[int, ...] = ()
+    if arch == "lfm2" and isinstance(kv, list):  # per layer: 0 on a convolution layer
+        conv_layers = tuple(i for i, n in enumerate(kv) if n == 0)
+        kv = max((n for n in kv if isinstance(n, int) and not isinstance(n, bool)), default=None)
+        if kv is None or any(n not in (0, kv) for n in f.get(f"{arch}.attention.head_count_kv")):
+            raise FastDecodeError(f"{f.path}: {arch}.attention.head_count_kv must give one head count, or 0 on "
+                                  "a convolution layer")
+    n_kv_heads = optional_int(kv, f.path, "head_count_kv") or n_heads
     head_dim = optional_int(f.get(f"{arch}.attention.key_length"), f.path, "key_length") or dim // n_heads
     rot = optional_int(f.get(f"{arch}.rope.dimension_count"), f.path, "rope.dimension_count") or head_dim
     if rot != head_dim and arch not in ("phi3", "glm4"):
@@ -338,6 +351,10 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = dict(attn_sinks=True, attn_out_bias="blk.0.attn_output.bias" in f.tensors, expert_bias=True,
                       activation="swiglu_oai", sliding_window=need("attention.sliding_window"),
                       layer_types=_layer_types(f, arch, n_layers, 2))
+    elif arch == "lfm2":
+        family = dict(qk_norm=True, conv_layers=conv_layers, conv_kernel=need("shortconv.l_cache"))
+        if window := optional_int(f.get(f"{arch}.attention.sliding_window"), f.path, "sliding_window"):
+            family["sliding_window"] = window  # every attention layer slides, as llama.cpp runs it
     elif arch == "glm4":  # Gemma 3's four norms a layer, its gate and up in one tensor (_fused_rows)
         family = dict(post_norms=True)
     elif arch == "exaone4":

@@ -24,7 +24,7 @@ SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausa
                    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
                    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
                    "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM", "Exaone4ForCausalLM",
-                   "Glm4ForCausalLM")
+                   "Glm4ForCausalLM", "Lfm2ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
@@ -32,7 +32,7 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "m
                 "phi3": "Phi3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
                 "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "granitemoe": "GraniteMoeForCausalLM",
                 "granitemoeshared": "GraniteMoeSharedForCausalLM", "gpt_oss": "GptOssForCausalLM",
-                "exaone4": "Exaone4ForCausalLM", "glm4": "Glm4ForCausalLM"}
+                "exaone4": "Exaone4ForCausalLM", "glm4": "Glm4ForCausalLM", "lfm2": "Lfm2ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -48,6 +48,8 @@ _EXAONE4 = "Exaone4ForCausalLM"
 # Gemma 3's four norms a layer (named its own way), biases on q, k and v, gate and up in one tensor, and
 # half of each head rotated in interleaved pairs, which load reorders (rope_rows.py)
 _GLM4 = "Glm4ForCausalLM"
+# Llama's block with QK-norm where most layers' attention is a gated short convolution (model/short_conv.py)
+_LFM2 = "Lfm2ForCausalLM"
 # Mixture of experts: Mistral's, Qwen 2's and 3's, OLMo's (with QK-norm over all heads, as OLMo 2) and
 # Granite's blocks with routed experts (Qwen 2's and Granite MoE Shared's with a shared expert too), and
 # each config class's defaults for the keys a config may leave out: (experts, used, the experts' size
@@ -68,7 +70,7 @@ _MOE = {_MIXTRAL: (8, 2, "intermediate_size", 0), _QWEN2_MOE: (60, 4, "moe_inter
 _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
 # The RoPE base a config that names none gets: its transformers config class's default (10,000 for
 # the others).
-_DEFAULT_THETA = {_GEMMA: 1_000_000.0, _OLMO3: 500_000.0, _SMOLLM3: 2_000_000.0}
+_DEFAULT_THETA = {_GEMMA: 1_000_000.0, _OLMO3: 500_000.0, _SMOLLM3: 2_000_000.0, _LFM2: 1_000_000.0}
 # Vision-language checkpoints whose text model we run, the image side left out: the text model's
 # architecture (by text_config's model_type), and the values its `text_config` may leave to the
 # config class's defaults (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
@@ -99,6 +101,7 @@ _LAYER_TYPES = {"full_attention": "global", "sliding_attention": "sliding"}
 _GLOBAL_NAMES = {
     "model.embed_tokens.weight": "tok_embeddings.weight",
     "model.norm.weight": "norm.weight",
+    "model.embedding_norm.weight": "norm.weight",  # LFM2's final norm
     "lm_head.weight": "output.weight",
 }
 _LAYER_NAMES = {
@@ -151,6 +154,18 @@ _GEMMA_LAYER_NAMES = {
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
     "post_feedforward_layernorm.weight": "post_ffn_norm.weight",
 }
+_LFM2_LAYER_NAMES = {
+    "operator_norm.weight": "attention_norm.weight",
+    "ffn_norm.weight": "ffn_norm.weight",
+    **{f"self_attn.{a}_proj.weight": f"attention.w{a}.weight" for a in "qkv"},
+    "self_attn.out_proj.weight": "attention.wo.weight",
+    "self_attn.q_layernorm.weight": "attention.q_norm.weight",
+    "self_attn.k_layernorm.weight": "attention.k_norm.weight",
+    "conv.in_proj.weight": "attention.in_proj.weight",
+    "conv.conv.weight": "attention.conv",  # [dim, 1, taps]: squeezed at load
+    "conv.out_proj.weight": "attention.out_proj.weight",
+    **{f"feed_forward.w{i}.weight": f"feed_forward.w{i}.weight" for i in "123"},
+}
 _QK = ("attention.wq.weight", "attention.wq.bias", "attention.wk.weight", "attention.wk.bias")
 _GLM4_LAYER_NAMES = {
     **_LAYER_NAMES,
@@ -175,7 +190,7 @@ _GPT_OSS_LAYER_NAMES = {
 def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
     post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3, _EXAONE4)
     names = (_GEMMA_LAYER_NAMES if post_norm_names else _GPT_OSS_LAYER_NAMES if arch == _GPT_OSS
-             else _GLM4_LAYER_NAMES if arch == _GLM4 else _LAYER_NAMES)
+             else _GLM4_LAYER_NAMES if arch == _GLM4 else _LFM2_LAYER_NAMES if arch == _LFM2 else _LAYER_NAMES)
     return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, names)
 
 
@@ -433,6 +448,8 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
     if arch == _GLM4:
         return dict(post_norms=True)
+    if arch == _LFM2:
+        return _lfm2_fields(config, path)
     if arch == _EXAONE4:  # with a window set, every layer that does not slide runs without RoPE
         window = _int(config, "sliding_window", None)
         types = _exaone4_types(config, _int(config, "num_hidden_layers"))
@@ -471,6 +488,38 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
     local_theta = _local_theta(config, path, _number(config, "rope_local_base_freq", 10000.0))
     return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
                 attn_scale=_query_scale(config, head_dim))
+
+
+def _lfm2_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
+    """LFM2's convolution layers (layer_types "conv", else those not in full_attn_idxs) and taps."""
+    if config.get("conv_bias"):
+        raise FastDecodeError(f"{path}: conv_bias is not supported (LFM2's convolutions have no bias)")
+    n_layers = _int(config, "num_hidden_layers")
+    types = config.get("layer_types")
+    if types is None:
+        full = config.get("full_attn_idxs")
+        types = ["conv" if full is not None and i not in full else "full_attention" for i in range(n_layers)]
+    if not isinstance(types, list) or len(types) != n_layers or any(t not in ("conv", "full_attention") for t in types):
+        raise FastDecodeError(f"layer_types must name each of the {n_layers} layers conv or full_attention, "
+                              f"got {types!r:.60}")
+    return dict(qk_norm=True, conv_layers=tuple(i for i, t in enumerate(types) if t == "conv"),
+                conv_kernel=_int(config, "conv_L_cache", 3))
+
+
+def _lfm2_hidden(config: dict[str, Any]) -> int:
+    """LFM2's MLP size: block_ff_dim (or intermediate_size), by default taken to 2/3, times
+    block_ffn_dim_multiplier and rounded up to block_multiple_of, as transformers sizes it."""
+    size = _int(config, "block_ff_dim", None) or _int(config, "intermediate_size")
+    if config.get("block_auto_adjust_ff_dim", True):
+        size = int(2 * size / 3)
+        multiplier = config.get("block_ffn_dim_multiplier", 1.0)
+        if multiplier is not None:
+            size = int(_number(config, "block_ffn_dim_multiplier", 1.0) * size)
+        step = _int(config, "block_multiple_of", 256)
+        if step < 1:
+            raise FastDecodeError(f"block_multiple_of must be >= 1, got {step}")
+        size = step * ((size + step - 1) // step)
+    return size
 
 
 def _exaone4_types(config: dict[str, Any], n_layers: int) -> list:
@@ -598,7 +647,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             raise FastDecodeError(f"partial_rotary_factor must be in (0, 1], got {partial}")
         context = _int(config, "max_position_embeddings", 2048)
         window, layer_types = _sliding(config, arch, n_layers, path)
-        tie = config.get("tie_word_embeddings", arch in (_GEMMA, _GEMMA1, _GEMMA2))
+        tie = config.get("tie_word_embeddings", config.get("tie_embedding", arch in (_GEMMA, _GEMMA1, _GEMMA2, _LFM2)))
         if not isinstance(tie, bool):
             raise FastDecodeError(f"tie_word_embeddings must be true or false, got {tie!r:.40}")
         return ModelArgs(
@@ -609,8 +658,8 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             head_dim=head_dim,
             rope_dim=None if partial == 1 else int(head_dim * partial),
             vocab_size=_int(config, "vocab_size"),
-            hidden_dim=_int(config, "intermediate_size"),
-            norm_eps=_number(config, "rms_norm_eps", 1e-6),
+            hidden_dim=_lfm2_hidden(config) if arch == _LFM2 else _int(config, "intermediate_size"),
+            norm_eps=_number(config, "norm_eps" if arch == _LFM2 else "rms_norm_eps", 1e-5 if arch == _LFM2 else 1e-6),
             rope_theta=theta,
             rope_scaling=scaling,
             max_seq_len=scaling.context(context) if scaling else context,
@@ -691,6 +740,8 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
                         # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
                         # so our plain RMSNorm (and its kernel) computes them.
                         t = t.float() + 1.0
+                    if arch == _LFM2 and key.endswith("attention.conv") and t.dim() == 3:
+                        t = t.squeeze(1)  # [dim, 1, taps] -> [dim, taps]
                     if arch == _GLM4 and key.endswith(_QK):
                         heads = args.n_heads if ".wq." in key else args.n_kv_heads
                         t = unpermute_rows(t, heads, args.rope_dim)

@@ -30,13 +30,20 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
         p = f"layers.{i}."
         if args.pre_norms:
             shapes.update({p + "attention_norm.weight": (args.dim,), p + "ffn_norm.weight": (args.dim,)})
+        shapes.update(_mlp_shapes(args, i))
+        if args.post_norms:
+            shapes.update({p + "post_attention_norm.weight": (args.dim,), p + "post_ffn_norm.weight": (args.dim,)})
+        if i in args.conv_layers:  # LFM2's short convolution in place of attention (model/short_conv.py)
+            shapes.update({p + "attention.in_proj.weight": (3 * args.dim, args.dim),
+                           p + "attention.conv": (args.dim, args.conv_kernel),
+                           p + "attention.out_proj.weight": (args.dim, args.dim)})
+            continue
         shapes.update({
             p + "attention.wq.weight": (q_rows, args.dim),
             p + "attention.wk.weight": (kv_rows, args.dim),
             p + "attention.wv.weight": (kv_rows, args.dim),
             p + "attention.wo.weight": (args.dim, q_rows),
         })
-        shapes.update(_mlp_shapes(args, i))
         if args.attn_out_bias:
             shapes[p + "attention.wo.bias"] = (args.dim,)
         if args.attn_sinks:
@@ -51,8 +58,6 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
             full = args.qk_norm_full
             shapes.update({p + "attention.q_norm.weight": (q_rows if full else args.head_dim,),
                            p + "attention.k_norm.weight": (kv_rows if full else args.head_dim,)})
-        if args.post_norms:
-            shapes.update({p + "post_attention_norm.weight": (args.dim,), p + "post_ffn_norm.weight": (args.dim,)})
     return shapes
 
 

@@ -150,6 +150,9 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     if model.args.n_experts:
         raise FastDecodeError("mixture-of-experts models cannot be exported: which experts run depends on the "
                               "tokens (they run eagerly)")
+    if model.args.conv_layers:
+        raise FastDecodeError("LFM2's convolution layers cannot be exported: their state per slot is not a KV cache "
+                              "(they run eagerly)")
     device = model.device
     meta = _metadata(model)
     a = model.args

@@ -80,14 +80,17 @@ class Engine:
         self.model, self.tokenizer = model, tokenizer
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
         check_speculative(speculative, 1, 1)
+        self._check_stateless(speculative, model)
         name = draft_model_name(speculative)
         if name is not None and (draft is None or draft.name != name):
             raise FastDecodeError(f"speculative={speculative!r} needs the draft model {name!r} passed as draft=")
         self.speculative = speculative  # requests that do not say take this
         self.kv_dtype = model.kv_dtype_name  # "float32", "float16", "bfloat16" or "q8_0"
         self.cache_bytes = self._setup_caches(model, cache)
-        # Reuse of cached prompt prefixes (prefix_cache.py); a dynamic cache has no fixed slots to keep.
-        self.prefix = PrefixIndex(max_batch_size) if prefix_cache and cache == "static" else None
+        # Reuse of cached prompt prefixes (prefix_cache.py); a dynamic cache has no fixed slots to keep,
+        # and LFM2's convolutions a state that holds no positions (short_conv.py).
+        reuse = prefix_cache and cache == "static" and not model.args.conv_layers
+        self.prefix = PrefixIndex(max_batch_size) if reuse else None
         self.scheduler = Scheduler(max_batch_size, prefill_chunk, max_seq_len, self.prefix)
         self.draft: Optional[DraftProposer] = None
         if draft is not None:
@@ -108,10 +111,18 @@ class Engine:
         self.closed = False
         self.steps_run = 0
 
+    @staticmethod
+    def _check_stateless(speculative: str, model: torch.nn.Module) -> None:
+        """Drafts are verified by a forward whose rejected tokens a KV cache forgets; LFM2's
+        convolutions would keep them in their state."""
+        if speculative != "none" and model.args.conv_layers:
+            raise FastDecodeError(f"speculative={speculative!r}: LFM2's convolution layers cannot take back rejected "
+                                  "drafts; accepted: none")
+
     def _setup_caches(self, model: torch.nn.Module, cache: str) -> int:
         """Allocate `model`'s KV cache for the engine's slots; its size in bytes."""
         a = model.args
-        size = cache_bytes(a.n_layers, self.max_batch_size, a.n_kv_heads, self.max_seq_len, a.head_dim,
+        size = cache_bytes(a.attention_layers, self.max_batch_size, a.n_kv_heads, self.max_seq_len, a.head_dim,
                            model.kv_dtype or model.dtype)
         # Outside inference mode: buffers made inside carry other dispatch keys,
         # which compiled graphs would guard on.
@@ -151,6 +162,7 @@ class Engine:
         if bad is not None:
             raise FastDecodeError(f"logit_bias has token id {bad}, outside the vocabulary [0, {V})")
         mode = config.speculative or self.speculative
+        self._check_stateless(mode, self.model)
         draft = draft_model_name(mode)
         if draft is not None and (self.draft is None or self.draft.name != draft):
             loaded = f"draft:{self.draft.name}" if self.draft is not None else "none"

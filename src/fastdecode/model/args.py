@@ -179,6 +179,12 @@ class ModelArgs:
     # that joins each softmax's sum as a key of no value ("attention sink").
     attn_out_bias: bool = False
     attn_sinks: bool = False
+    # LFM2: layers whose token mixer is a gated short convolution over the last conv_kernel positions
+    # (model/short_conv.py) in place of attention. Its state, the last conv_kernel - 1 inputs of each
+    # cache slot, cannot be rewound as a KV cache can, so such a model runs eagerly, without prefix
+    # reuse or speculation.
+    conv_layers: tuple[int, ...] = ()
+    conv_kernel: int = 3
 
     def __post_init__(self) -> None:
         # Derived fields are filled in here so every consumer sees concrete ints.
@@ -219,6 +225,12 @@ class ModelArgs:
                                   f"got {len(s.short_factor)}")
         self._check_attention_variants()
         self._check_experts()
+        self._check_layer_list("conv_layers")
+        k = self.conv_kernel
+        if not isinstance(k, int) or isinstance(k, bool) or k < 2:
+            raise FastDecodeError(f"ModelArgs.conv_kernel must be an integer >= 2, got {k!r}")
+        if len(self.conv_layers) == self.n_layers:
+            raise FastDecodeError("ModelArgs.conv_layers leaves no attention layer; a model needs at least one")
 
     def _check_experts(self) -> None:
         for name in ("n_experts", "n_experts_used", "shared_expert_dim"):
@@ -293,6 +305,11 @@ class ModelArgs:
                                   f"{', '.join(LAYER_TYPES)}; got {list(types)}")
         if "sliding" in types and w is None:
             raise FastDecodeError("ModelArgs.layer_types has sliding layers but sliding_window is not set")
+
+    @property
+    def attention_layers(self) -> int:
+        """How many layers attend (and hold a KV cache): all but the convolution layers."""
+        return self.n_layers - len(self.conv_layers)
 
     @property
     def rotary_dim(self) -> int:

@@ -3,7 +3,8 @@ a gated MLP, with each family's differences as `ModelArgs` fields (QK-norm,
 sliding-window layers, a second RoPE base, GeGLU, a scaled embedding, Gemma's
 post-norms, OLMo 2's post-norms alone, layers without RoPE, Granite's multipliers,
 Gemma 2's soft-capping, Phi-3's partial rotary and LongRoPE, gpt-oss's attention sinks and clamped
-SwiGLU) and a small named branch where each applies.
+SwiGLU, LFM2's short convolutions in place of attention on some layers) and a small named branch
+where each applies.
 
 `Transformer.forward(tokens, input_pos, rows=...)` has two paths:
 - `input_pos=None`: full causal attention over `tokens`, no cache. This is the
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 from .args import ModelArgs, RopeScaling
 from .kv_cache import DynamicKVCache, KVCache, KvDtype, kv_name, to_float
 from .moe import MoEFeedForward
+from .short_conv import ShortConv
 
 
 class RMSNorm(nn.Module):
@@ -318,7 +320,9 @@ class TransformerBlock(nn.Module):
         super().__init__()
         # None: OLMo 2, whose sublayers read the residual stream as it is (its norms come after)
         self.attention_norm = RMSNorm(args.dim, args.norm_eps) if args.pre_norms else None
-        self.attention = Attention(args, window=args.window(layer), rope=layer not in args.nope_layers)
+        # The layer's token mixer: attention, or on LFM2's convolution layers its short convolution.
+        self.attention = (ShortConv(args) if layer in args.conv_layers
+                          else Attention(args, window=args.window(layer), rope=layer not in args.nope_layers))
         self.ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.pre_norms else None
         experts = args.experts(layer)
         self.feed_forward = (MoEFeedForward(args, lambda hidden, bias: FeedForward(args, hidden, bias)) if experts
@@ -416,6 +420,9 @@ class Transformer(nn.Module):
         if a.rope_scaling is not None and a.rope_scaling.kind == "longrope":
             self.init_rope(device, context=max_seq_len)  # LongRoPE's factors follow the context the caches hold
         for layer in self.layers:
+            if isinstance(layer.attention, ShortConv):  # its state per slot, in the activations' dtype
+                layer.attention.setup_state(max_batch_size, self.dtype, device)
+                continue
             if kind == "static":
                 cache = KVCache(max_batch_size, a.n_kv_heads, max_seq_len, a.head_dim, dtype, device,
                                 zero=not layer.attention.native)
@@ -427,8 +434,9 @@ class Transformer(nn.Module):
 
     @property
     def kv_cache(self) -> Optional[KVCache | DynamicKVCache]:
-        """The first layer's cache (all layers share kind and shape), or None."""
-        return self.layers[0].attention.kv_cache if len(self.layers) else None
+        """The first attention layer's cache (all of them share kind and shape), or None."""
+        return next((layer.attention.kv_cache for layer in self.layers if isinstance(layer.attention, Attention)),
+                    None)
 
     # -- forward ------------------------------------------------------------
 

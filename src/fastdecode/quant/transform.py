@@ -48,8 +48,11 @@ def _module_paths(args: ModelArgs) -> list[tuple[str, tuple[str, ...]]]:
     out = []
     for i in range(args.n_layers):
         p = f"layers.{i}."
-        out += [(p + "attention.wqkv", tuple(p + f"attention.{w}" for w in ("wq", "wk", "wv"))),
-                (p + "attention.wo", (p + "attention.wo",))]
+        if i in args.conv_layers:  # LFM2's short convolution (model/short_conv.py)
+            out += [(p + f"attention.{w}", (p + f"attention.{w}",)) for w in ("in_proj", "out_proj")]
+        else:
+            out += [(p + "attention.wqkv", tuple(p + f"attention.{w}" for w in ("wq", "wk", "wv"))),
+                    (p + "attention.wo", (p + "attention.wo",))]
         ff = p + "feed_forward."
         out += [(ff + name, (ff + name,)) for name, _ in routers(args, i)]  # an MoE layer's
         for m, _ in gated_mlps(args, i):  # the dense MLP, or each expert and the shared expert
