@@ -1,7 +1,8 @@
 """LFM2: most layers' attention is a gated short convolution whose state (the last inputs of each
 cache slot) carries across a request's chunks. Its Hugging Face directory and GGUF file against
-transformers and llama.cpp; the engine, several requests in fewer slots with chunked prefill,
-against the cache-free forward; what it refuses."""
+transformers and llama.cpp (and LFM2-MoE's, with experts chosen by sigmoid scores and a selection
+bias); the engine, several requests in fewer slots with chunked prefill, against the cache-free
+forward; what it refuses."""
 
 import importlib.util
 import json
@@ -64,6 +65,34 @@ def test_gguf_matches_transformers_and_llama_cpp(tmp_path):
     # 3 x (in_proj, out_proj), q, k, v, o, 4 x (gate, up, down), the embedding; the filters stay F32
     assert "Q8_0->q8 x23" in packed.weights_summary
     assert logits_diff(packed, model, TOKENS[:1]) <= 2e-2
+
+
+LFM2_MOE_META = {"lfm2moe.shortconv.l_cache": 3, "lfm2moe.expert_count": 4, "lfm2moe.expert_used_count": 2,
+                 "lfm2moe.expert_feed_forward_length": 32, "lfm2moe.leading_dense_block_count": 1,
+                 "lfm2moe.expert_gating_func": 2}
+
+
+def test_lfm2_moe_matches_transformers_and_llama_cpp(tmp_path):
+    """LFM2-MoE: its first MLP dense, then experts chosen by sigmoid score plus a learned selection bias,
+    weighted by their scores renormalized. Measured 2.4e-7 from transformers (6.4e-2 without the
+    selection bias), 2.1e-4 from llama.cpp on the GGUF."""
+    model = hf_model("lfm2moe", seed=1)
+    ckpt = load_checkpoint(write_hf_dir(tmp_path / "m", model), dtype=torch.float32)
+    a = ckpt.args
+    assert (a.router, a.expert_selection_bias, a.dense_layers, a.n_experts, a.conv_layers) == (
+        "sigmoid", True, (0,), 4, (0, 1, 3))
+    assert logits_diff(ckpt, model, TOKENS[:1]) <= 1e-4
+    path = write_gguf(tmp_path / "m.gguf", gguf_tensors(model, "lfm2moe"), arch="lfm2moe", n_layers=4, hidden_dim=96,
+                      n_kv_heads=[0, 0, 2, 0], extra=LFM2_MOE_META)
+    gguf = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    assert gguf.args == a.replace(max_seq_len=gguf.args.max_seq_len, norm_eps=gguf.args.norm_eps)
+    assert logits_diff(gguf, model, TOKENS[:1]) <= 1e-4
+    if importlib.util.find_spec("llama_cpp") is not None:
+        ours, theirs = ours_and_llama_cpps_logits(path)
+        assert (ours - theirs).abs().max().item() <= 1e-3
+    bad = write_gguf(tmp_path / "bad.gguf", gguf_tensors(model, "lfm2moe"), arch="lfm2moe", n_layers=4,
+                     hidden_dim=96, n_kv_heads=[0, 0, 2, 0], extra={**LFM2_MOE_META, "lfm2moe.expert_gating_func": 4})
+    one_line_error(bad, "expert_gating_func 4 is not one we run; accepted: 1 \\(softmax\\), 2 \\(sigmoid\\)")
 
 
 def test_engine_runs_more_requests_than_slots_in_chunks(tmp_path):

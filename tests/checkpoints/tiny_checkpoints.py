@@ -117,6 +117,11 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
         return transformers.Lfm2Config(**{**common, "num_hidden_layers": 4}, norm_eps=1e-5, block_multiple_of=32,
                                        layer_types=["conv", "conv", "full_attention", "conv"], pad_token_id=0,
                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch == "lfm2moe":  # LFM2's layers, the first MLP dense, the others 4 experts of 32 (2 chosen by sigmoid)
+        return transformers.Lfm2MoeConfig(**{**common, "num_hidden_layers": 4}, norm_eps=1e-5, moe_intermediate_size=32,
+                                          num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
+                                          layer_types=["conv", "conv", "full_attention", "conv"], pad_token_id=0,
+                                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     if arch == "glm4":  # half of each head (8 of 16 dims) rotated, in interleaved pairs; biases on q, k, v
         return transformers.Glm4Config(**common, head_dim=16, pad_token_id=0, attention_bias=True,
                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
@@ -212,7 +217,8 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "granitemoe": transformers.GraniteMoeForCausalLM,
            "granitemoeshared": transformers.GraniteMoeSharedForCausalLM, "gptoss": transformers.GptOssForCausalLM,
            "exaone4": transformers.Exaone4ForCausalLM, "exaone4-global": transformers.Exaone4ForCausalLM,
-           "glm4": transformers.Glm4ForCausalLM, "lfm2": transformers.Lfm2ForCausalLM}[arch]
+           "glm4": transformers.Glm4ForCausalLM, "lfm2": transformers.Lfm2ForCausalLM,
+           "lfm2moe": transformers.Lfm2MoeForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim
@@ -225,6 +231,9 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
                 p.copy_(torch.randn_like(p))
             elif name.endswith("bias"):  # gpt-oss's router and experts' biases (initialized to 0)
                 p.copy_(0.1 * torch.randn_like(p))
+        for name, b in model.named_buffers():
+            if name.endswith("expert_bias"):  # LFM2-MoE's selection bias (0 at init), near the scores' spread
+                b.copy_(0.2 * torch.randn_like(b))
     return model
 
 
@@ -243,7 +252,9 @@ _GGUF_NAMES = {
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's fused
     "post_self_attn_layernorm.weight": "post_attention_norm.weight", "post_mlp_layernorm.weight": "post_ffw_norm.weight",
-    # LFM2's
+    # LFM2's (and LFM2-MoE's router and selection bias)
+    "feed_forward.gate.weight": "ffn_gate_inp.weight", "feed_forward.expert_bias": "exp_probs_b.bias",
+    "feed_forward.experts.down_proj": "ffn_down_exps.weight",
     "operator_norm.weight": "attn_norm.weight", "self_attn.q_layernorm.weight": "attn_q_norm.weight",
     "self_attn.k_layernorm.weight": "attn_k_norm.weight", "self_attn.out_proj.weight": "attn_output.weight",
     "conv.in_proj.weight": "shortconv.in_proj.weight", "conv.conv.weight": "shortconv.conv.weight",

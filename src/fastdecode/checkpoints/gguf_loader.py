@@ -26,7 +26,8 @@ from .rope_rows import unpermute_rows
 # sublayer only (an olmo2 file with a window is OLMo 3), as EXAONE 4 does (QK-norm per head); GLM 4
 # has Gemma 3's four norms, half of each head rotated, in pairs; Phi-3 and Phi-4-mini keep q/k/v
 # and gate/up each in one tensor (GLM 4 gate/up), which load splits; LFM2 has short convolutions in
-# place of attention on the layers whose head_count_kv is 0. Mixture-of-experts files (Mixtral as "llama", qwen2moe,
+# place of attention on the layers whose head_count_kv is 0 (lfm2moe: and experts after its first
+# dense layers, chosen by sigmoid scores and a selection bias). Mixture-of-experts files (Mixtral as "llama", qwen2moe,
 # qwen3moe, olmoe, and granitemoe: Granite's with experts) keep each projection of a layer's experts
 # in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
 # Vision-language files whose text model we run (their image encoder is another file): Qwen 2/2.5-VL's
@@ -34,7 +35,7 @@ from .rope_rows import unpermute_rows
 # tokens hold equal, so that it is their text model's RoPE.
 _VL_TEXT = {"qwen2vl": "qwen2", "qwen3vl": "qwen3", "qwen3vlmoe": "qwen3moe"}
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "exaone4", "glm4", "lfm2", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss", *_VL_TEXT)
+                   "exaone4", "glm4", "lfm2", "lfm2moe", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss", *_VL_TEXT)
 # The converter permutes these architectures' Q/K rows into pairs; GLM 4's come so from training
 # (the rotary dims only; a file with M-RoPE sections has them in halves, as the converter wrote it).
 PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
@@ -74,6 +75,7 @@ _LAYER_NAMES = {
     "shortconv.in_proj.weight": "attention.in_proj.weight",  # LFM2's convolution layers (model/short_conv.py)
     "shortconv.conv.weight": "attention.conv",
     "shortconv.out_proj.weight": "attention.out_proj.weight",
+    "exp_probs_b.bias": "feed_forward.selection_bias",  # lfm2moe's: added to the router's scores to choose
 }
 # gpt-oss's: its post_attention_norm is the MLP's input norm; biases on the attention's output, the
 # router and the experts; the attention sinks.
@@ -200,10 +202,20 @@ def _moe_fields(f: GGUFFile, arch: str, hidden: int) -> dict:
     kind = _VL_TEXT.get(arch, arch)
     qwen = kind in ("qwen2moe", "qwen3moe")
     shared = (key("expert_shared_feed_forward_length") or hidden) if "blk.0.ffn_gate_shexp.weight" in f.tensors else 0
+    dense = key("leading_dense_block_count") or 0
+    router = {}
+    if kind == "lfm2moe":  # llama.cpp's: the gating function the file names (2: sigmoid), weights renormalized
+        gating = key("expert_gating_func")
+        if gating not in (1, 2):
+            raise FastDecodeError(f"{f.path}: {arch}.expert_gating_func {gating} is not one we run; accepted: 1 "
+                                  "(softmax), 2 (sigmoid)")
+        router = dict(router="sigmoid" if gating == 2 else "softmax",
+                      expert_selection_bias=f"blk.{dense}.exp_probs_b.bias" in f.tensors,
+                      routed_scale=number(f, f"{arch}.expert_weights_scale", 0.0) or 1.0)
     return dict(n_experts=n, n_experts_used=used,
                 expert_hidden_dim=key("expert_feed_forward_length") or (hidden // used if qwen and used else hidden),
                 norm_expert_weights=kind not in ("qwen2moe", "olmoe"), shared_expert_dim=shared,
-                shared_expert_gate=kind == "qwen2moe")
+                shared_expert_gate=kind == "qwen2moe", dense_layers=tuple(range(dense)), **router)
 
 
 def _granite_fields(f: GGUFFile, arch: str, n_layers: int) -> dict:
@@ -309,7 +321,7 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     dim, n_heads = need("embedding_length"), need("attention.head_count")
     kv = f.get(f"{arch}.attention.head_count_kv")
     conv_layers: tuple[int, ...] = ()
-    if arch == "lfm2" and isinstance(kv, list):  # per layer: 0 on a convolution layer
+    if arch in ("lfm2", "lfm2moe") and isinstance(kv, list):  # per layer: 0 on a convolution layer
         conv_layers = tuple(i for i, n in enumerate(kv) if n == 0)
         kv = max((n for n in kv if isinstance(n, int) and not isinstance(n, bool)), default=None)
         if kv is None or any(n not in (0, kv) for n in f.get(f"{arch}.attention.head_count_kv")):
@@ -351,7 +363,7 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = dict(attn_sinks=True, attn_out_bias="blk.0.attn_output.bias" in f.tensors, expert_bias=True,
                       activation="swiglu_oai", sliding_window=need("attention.sliding_window"),
                       layer_types=_layer_types(f, arch, n_layers, 2))
-    elif arch == "lfm2":
+    elif arch in ("lfm2", "lfm2moe"):
         family = dict(qk_norm=True, conv_layers=conv_layers, conv_kernel=need("shortconv.l_cache"))
         if window := optional_int(f.get(f"{arch}.attention.sliding_window"), f.path, "sliding_window"):
             family["sliding_window"] = window  # every attention layer slides, as llama.cpp runs it

@@ -24,7 +24,7 @@ SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausa
                    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
                    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
                    "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM", "Exaone4ForCausalLM",
-                   "Glm4ForCausalLM", "Lfm2ForCausalLM")
+                   "Glm4ForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
@@ -32,7 +32,8 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "m
                 "phi3": "Phi3ForCausalLM", "mixtral": "MixtralForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
                 "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "granitemoe": "GraniteMoeForCausalLM",
                 "granitemoeshared": "GraniteMoeSharedForCausalLM", "gpt_oss": "GptOssForCausalLM",
-                "exaone4": "Exaone4ForCausalLM", "glm4": "Glm4ForCausalLM", "lfm2": "Lfm2ForCausalLM"}
+                "exaone4": "Exaone4ForCausalLM", "glm4": "Glm4ForCausalLM", "lfm2": "Lfm2ForCausalLM",
+                "lfm2_moe": "Lfm2MoeForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -50,6 +51,7 @@ _EXAONE4 = "Exaone4ForCausalLM"
 _GLM4 = "Glm4ForCausalLM"
 # Llama's block with QK-norm where most layers' attention is a gated short convolution (model/short_conv.py)
 _LFM2 = "Lfm2ForCausalLM"
+_LFM2_MOE = "Lfm2MoeForCausalLM"  # LFM2 with experts after its first dense layers, a sigmoid router
 # Mixture of experts: Mistral's, Qwen 2's and 3's, OLMo's (with QK-norm over all heads, as OLMo 2) and
 # Granite's blocks with routed experts (Qwen 2's and Granite MoE Shared's with a shared expert too), and
 # each config class's defaults for the keys a config may leave out: (experts, used, the experts' size
@@ -64,13 +66,14 @@ _GPT_OSS = "GptOssForCausalLM"
 _MOE = {_MIXTRAL: (8, 2, "intermediate_size", 0), _QWEN2_MOE: (60, 4, "moe_intermediate_size", 5632),
         _QWEN3_MOE: (128, 8, "moe_intermediate_size", 0), _OLMOE: (64, 8, "intermediate_size", 0),
         _GRANITE_MOE: (8, 2, "intermediate_size", 0), _GRANITE_MOE_SHARED: (8, 2, "intermediate_size", 0),
-        _GPT_OSS: (128, 4, "intermediate_size", 0)}
+        _GPT_OSS: (128, 4, "intermediate_size", 0), _LFM2_MOE: (32, 4, "moe_intermediate_size", 0)}
 # Families whose rope_parameters may be given per layer type (transformers 5), the global layers'
 # scaled, the sliding layers' never.
 _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
 # The RoPE base a config that names none gets: its transformers config class's default (10,000 for
 # the others).
-_DEFAULT_THETA = {_GEMMA: 1_000_000.0, _OLMO3: 500_000.0, _SMOLLM3: 2_000_000.0, _LFM2: 1_000_000.0}
+_DEFAULT_THETA = {_GEMMA: 1_000_000.0, _OLMO3: 500_000.0, _SMOLLM3: 2_000_000.0, _LFM2: 1_000_000.0,
+                  _LFM2_MOE: 1_000_000.0}
 # Vision-language checkpoints whose text model we run, the image side left out: the text model's
 # architecture (by text_config's model_type), and the values its `text_config` may leave to the
 # config class's defaults (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
@@ -165,6 +168,12 @@ _LFM2_LAYER_NAMES = {
     "conv.conv.weight": "attention.conv",  # [dim, 1, taps]: squeezed at load
     "conv.out_proj.weight": "attention.out_proj.weight",
     **{f"feed_forward.w{i}.weight": f"feed_forward.w{i}.weight" for i in "123"},
+    # LFM2-MoE's: the router, its selection bias, each expert ("{}": its number) or all in one tensor
+    "feed_forward.gate.weight": "feed_forward.gate.weight",
+    "feed_forward.expert_bias": "feed_forward.selection_bias",
+    **{f"feed_forward.experts.{{}}.w{i}.weight": f"feed_forward.experts.{{}}.w{i}.weight" for i in "123"},
+    "feed_forward.experts.gate_up_proj": "feed_forward.experts.w13.weight",
+    "feed_forward.experts.down_proj": "feed_forward.experts.w2.weight",
 }
 _QK = ("attention.wq.weight", "attention.wq.bias", "attention.wk.weight", "attention.wk.bias")
 _GLM4_LAYER_NAMES = {
@@ -190,7 +199,7 @@ _GPT_OSS_LAYER_NAMES = {
 def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
     post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3, _EXAONE4)
     names = (_GEMMA_LAYER_NAMES if post_norm_names else _GPT_OSS_LAYER_NAMES if arch == _GPT_OSS
-             else _GLM4_LAYER_NAMES if arch == _GLM4 else _LFM2_LAYER_NAMES if arch == _LFM2 else _LAYER_NAMES)
+             else _GLM4_LAYER_NAMES if arch == _GLM4 else _LFM2_LAYER_NAMES if arch in (_LFM2, _LFM2_MOE) else _LAYER_NAMES)
     return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, names)
 
 
@@ -448,7 +457,7 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
     if arch == _GLM4:
         return dict(post_norms=True)
-    if arch == _LFM2:
+    if arch in (_LFM2, _LFM2_MOE):
         return _lfm2_fields(config, path)
     if arch == _EXAONE4:  # with a window set, every layer that does not slide runs without RoPE
         window = _int(config, "sliding_window", None)
@@ -587,8 +596,8 @@ def _nope_layers(config: dict[str, Any], n_layers: int) -> tuple[int, ...]:
 
 
 def _moe_fields(config: dict[str, Any], arch: str, n_layers: int) -> dict[str, Any]:
-    """The experts of Mixtral, Qwen 2/3 MoE, OLMoE and Granite MoE as transformers reads them ({} for a
-    dense model). Qwen's layers in mlp_only_layers, or off every decoder_sparse_step-th one, are dense."""
+    """The experts of Mixtral, Qwen 2/3 MoE, OLMoE, Granite MoE, gpt-oss and LFM2-MoE as transformers reads
+    them ({} for a dense model). Qwen's layers in mlp_only_layers, or off every decoder_sparse_step-th one, are dense."""
     if arch not in _MOE:
         return {}
     n_default, used_default, size_key, shared_default = _MOE[arch]
@@ -604,15 +613,24 @@ def _moe_fields(config: dict[str, Any], arch: str, n_layers: int) -> dict[str, A
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise FastDecodeError(f"mlp_only_layers must be a list of layer indexes, got {only!r:.40}")
     # Mixtral's, Granite's and gpt-oss's routers softmax the top k logits: the same as renormalizing
-    norm = arch in (_MIXTRAL, _GRANITE_MOE, _GRANITE_MOE_SHARED, _GPT_OSS) or config.get("norm_topk_prob", False)
+    norm = arch in (_MIXTRAL, _GRANITE_MOE, _GRANITE_MOE_SHARED, _GPT_OSS) or config.get(
+        "norm_topk_prob", arch == _LFM2_MOE)
     if not isinstance(norm, bool):
         raise FastDecodeError(f"norm_topk_prob must be true or false, got {norm!r:.40}")
     shared = _int(config, "shared_intermediate_size" if arch == _GRANITE_MOE_SHARED
                   else "shared_expert_intermediate_size", shared_default)
+    dense = tuple(i for i in range(n_layers) if i in only or (i + 1) % step)
+    sigmoid = {}
+    if arch == _LFM2_MOE:  # its first num_dense_layers dense; sigmoid scores, chosen with a learned bias
+        dense = tuple(range(min(n_layers, _int(config, "num_dense_layers", 2))))
+        bias = config.get("use_expert_bias", True)
+        if not isinstance(bias, bool):
+            raise FastDecodeError(f"use_expert_bias must be true or false, got {bias!r:.40}")
+        sigmoid = dict(router="sigmoid", expert_selection_bias=bias,
+                       routed_scale=_number(config, "routed_scaling_factor", 1.0))
     return dict(n_experts=n, n_experts_used=_int(config, "num_experts_per_tok", used_default),
                 expert_hidden_dim=_int(config, size_key), norm_expert_weights=norm, shared_expert_dim=shared,
-                shared_expert_gate=arch == _QWEN2_MOE,
-                dense_layers=tuple(i for i in range(n_layers) if i in only or (i + 1) % step))
+                shared_expert_gate=arch == _QWEN2_MOE, dense_layers=dense, **sigmoid)
 
 
 def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
@@ -647,7 +665,8 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             raise FastDecodeError(f"partial_rotary_factor must be in (0, 1], got {partial}")
         context = _int(config, "max_position_embeddings", 2048)
         window, layer_types = _sliding(config, arch, n_layers, path)
-        tie = config.get("tie_word_embeddings", config.get("tie_embedding", arch in (_GEMMA, _GEMMA1, _GEMMA2, _LFM2)))
+        tie = config.get("tie_word_embeddings",
+                         config.get("tie_embedding", arch in (_GEMMA, _GEMMA1, _GEMMA2, _LFM2, _LFM2_MOE)))
         if not isinstance(tie, bool):
             raise FastDecodeError(f"tie_word_embeddings must be true or false, got {tie!r:.40}")
         return ModelArgs(
@@ -659,7 +678,8 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             rope_dim=None if partial == 1 else int(head_dim * partial),
             vocab_size=_int(config, "vocab_size"),
             hidden_dim=_lfm2_hidden(config) if arch == _LFM2 else _int(config, "intermediate_size"),
-            norm_eps=_number(config, "norm_eps" if arch == _LFM2 else "rms_norm_eps", 1e-5 if arch == _LFM2 else 1e-6),
+            norm_eps=_number(config, "norm_eps", 1e-5) if arch in (_LFM2, _LFM2_MOE)
+            else _number(config, "rms_norm_eps", 1e-6),
             rope_theta=theta,
             rope_scaling=scaling,
             max_seq_len=scaling.context(context) if scaling else context,
@@ -740,7 +760,7 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
                         # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
                         # so our plain RMSNorm (and its kernel) computes them.
                         t = t.float() + 1.0
-                    if arch == _LFM2 and key.endswith("attention.conv") and t.dim() == 3:
+                    if arch in (_LFM2, _LFM2_MOE) and key.endswith("attention.conv") and t.dim() == 3:
                         t = t.squeeze(1)  # [dim, 1, taps] -> [dim, taps]
                     if arch == _GLM4 and key.endswith(_QK):
                         heads = args.n_heads if ".wq." in key else args.n_kv_heads

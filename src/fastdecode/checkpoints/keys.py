@@ -78,6 +78,8 @@ def _mlp_shapes(args: ModelArgs, layer: int) -> dict[str, tuple[int, ...]]:
         shapes[f"{p}{name}.weight"] = (rows, args.dim)
         if args.expert_bias and name == "gate":
             shapes[f"{p}{name}.bias"] = (rows,)
+    if args.expert_selection_bias and args.experts(layer):
+        shapes[f"{p}selection_bias"] = (args.n_experts,)
     for prefix, hidden in gated_mlps(args, layer):
         shapes.update(_gated_mlp(p + prefix, args.dim, hidden, args.expert_bias and prefix.startswith("experts.")))
     return shapes

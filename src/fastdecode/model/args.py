@@ -96,6 +96,7 @@ class RopeScaling:
 LAYER_TYPES = ("global", "sliding")
 # "swiglu_oai" (gpt-oss): gate clamped above at glu_limit, up to +-glu_limit, then
 # gate * sigmoid(glu_alpha * gate) * (up + 1).
+ROUTERS = ("softmax", "sigmoid")
 ACTIVATIONS = ("silu", "gelu_tanh", "gelu", "swiglu_oai")
 # Most positions a model may declare: above every real context length (Llama 4 Scout's 10,485,760),
 # and every position exact in the float32 RoPE angles (rope_angles).
@@ -175,6 +176,12 @@ class ModelArgs:
     shared_expert_gate: bool = True
     dense_layers: tuple[int, ...] = ()  # an MoE model's layers with a dense MLP (Qwen3-MoE's mlp_only_layers)
     expert_bias: bool = False  # the router's and the experts' matrices have biases (gpt-oss)
+    # The router's scores: "softmax" over the experts, or each expert's "sigmoid" (LFM2-MoE), the top k
+    # chosen by score plus a learned per-expert selection bias where expert_selection_bias (which does not
+    # weight them); the chosen weights are multiplied by routed_scale after any renormalizing.
+    router: str = "softmax"
+    expert_selection_bias: bool = False
+    routed_scale: float = 1.0
     # gpt-oss's attention: a bias on the output projection too, and a learned logit per query head
     # that joins each softmax's sum as a key of no value ("attention sink").
     attn_out_bias: bool = False
@@ -245,8 +252,14 @@ class ModelArgs:
         if self.n_experts and not 1 <= self.n_experts_used <= self.n_experts:
             raise FastDecodeError(f"ModelArgs.n_experts_used must be from 1 to n_experts ({self.n_experts}), "
                                   f"got {self.n_experts_used}")
-        if not self.n_experts and (self.n_experts_used or self.shared_expert_dim or self.expert_bias):
-            raise FastDecodeError("ModelArgs.n_experts_used, shared_expert_dim and expert_bias need n_experts > 0")
+        if not self.n_experts and (self.n_experts_used or self.shared_expert_dim or self.expert_bias
+                                   or self.expert_selection_bias):
+            raise FastDecodeError("ModelArgs.n_experts_used, shared_expert_dim, expert_bias and expert_selection_bias "
+                                  "need n_experts > 0")
+        if self.router not in ROUTERS:
+            raise FastDecodeError(f"ModelArgs.router must be one of {', '.join(ROUTERS)}, got {self.router!r}")
+        if not 0 < self.routed_scale < math.inf:
+            raise FastDecodeError(f"ModelArgs.routed_scale must be > 0, got {self.routed_scale}")
         self._check_layer_list("dense_layers")
 
     def _check_layer_list(self, name: str) -> None:

@@ -1,5 +1,6 @@
-"""Mixture-of-experts MLPs (Mixtral, Qwen 2/3 MoE, OLMoE, Granite MoE, gpt-oss): a softmax router picks, per
-token, the top k of a layer's gated MLPs and sums their outputs weighted by the router's probabilities.
+"""Mixture-of-experts MLPs (Mixtral, Qwen 2/3 MoE, OLMoE, Granite MoE, gpt-oss, LFM2-MoE): a router picks, per
+token, the top k of a layer's gated MLPs and sums their outputs weighted by the router's probabilities
+(softmax), or by each chosen expert's sigmoid score (LFM2-MoE, which chooses by score plus a learned bias).
 
 Which experts run depends on the tokens, so this is an eager-mode module: the build runs MoE
 models on the eager steps (api/build.py) and does not export them.
@@ -43,16 +44,16 @@ class MoEFeedForward(nn.Module):
         self.experts = nn.ModuleList(expert(args.expert_hidden_dim, args.expert_bias) for _ in range(args.n_experts))
         self.top_k = args.n_experts_used
         self.normalize = args.norm_expert_weights
+        self.router, self.routed_scale = args.router, args.routed_scale
+        # [n_experts], added to the scores to choose, not to weight (a buffer in the checkpoints that have it)
+        self.selection_bias = nn.Parameter(torch.zeros(args.n_experts)) if args.expert_selection_bias else None
         shared = args.shared_expert_dim
         self.shared = expert(shared, False) if shared else None
         self.shared_gate = nn.Linear(args.dim, 1, bias=False) if shared and args.shared_expert_gate else None
 
     def forward(self, x: Tensor) -> Tensor:
         flat = x.reshape(-1, x.shape[-1])  # [T, dim]
-        probs = torch.softmax(self.gate(flat).float(), dim=-1)  # [T, n_experts], in float32 as the references
-        weights, chosen = probs.topk(self.top_k, dim=-1)  # [T, k]
-        if self.normalize:
-            weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights, chosen = self._route(self.gate(flat).float())  # [T, k] each, in float32 as the references
         # The (token, expert) pairs grouped by expert: each chosen expert runs once, on one slice of
         # the gathered rows. bincount's list is the one sync (which experts run is data).
         experts = chosen.flatten()  # [T * k]
@@ -78,6 +79,21 @@ class MoEFeedForward(nn.Module):
             shared = self.shared(flat)
             out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
         return out.view_as(x)
+
+
+    def _route(self, logits: Tensor) -> tuple[Tensor, Tensor]:
+        """The router's logits [T, n_experts] -> each token's expert weights and choices [T, k]."""
+        if self.router == "softmax":
+            weights, chosen = torch.softmax(logits, dim=-1).topk(self.top_k, dim=-1)
+        elif self.selection_bias is None:
+            weights, chosen = torch.sigmoid(logits).topk(self.top_k, dim=-1)
+        else:
+            scores = torch.sigmoid(logits)
+            chosen = (scores + self.selection_bias.float()).topk(self.top_k, dim=-1).indices
+            weights = scores.gather(-1, chosen)
+        if self.normalize:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights * self.routed_scale if self.routed_scale != 1.0 else weights, chosen
 
 
 def _grouped(linears: list[nn.Module], x: Tensor, sizes: list[int]) -> Optional[Tensor]:
