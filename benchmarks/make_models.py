@@ -58,6 +58,8 @@ class Shape:
     n_experts: int = 0
     n_experts_used: int = 0
     head_size: int = 0  # 0: dim // n_heads
+    # LFM2 (arch "lfm2"): these layers attend (QK-norm), the others are short convolutions of 3 taps
+    attention_layers: tuple[int, ...] = ()
 
     @property
     def head_dim(self) -> int:
@@ -78,6 +80,10 @@ SHAPES = {
     "gpt-oss-20b-4l": Shape("gpt-oss-20b, 4 of its 24 layers", 2880, 4, 64, 8, 2880, tied=False, keep_f16=False,
                             rope_theta=150000.0, context=131072, arch="gpt-oss", n_experts=32, n_experts_used=4,
                             head_size=64),
+    # LFM2-1.2B: 10 short-convolution layers and 6 attention layers; its MLP 2/3 of 12,288 (its
+    # 65,536-token vocabulary is SmolLM2's here)
+    "lfm2-1.2b": Shape("LFM2-1.2B", 2048, 16, 32, 8, 8192, tied=True, keep_f16=True, rope_theta=1e6, context=128000,
+                       arch="lfm2", attention_layers=(2, 5, 8, 10, 12, 14)),
 }
 
 # llama-quantize's names; --types takes these (case-insensitive).
@@ -165,6 +171,9 @@ def tensor_plan(shape: Shape, vocab: int) -> list[tuple[str, tuple[int, ...], ty
     plan = [("token_embd.weight", (vocab, d), np.float16)]
     for i in range(shape.n_layers):
         b = f"blk.{i}."
+        if shape.arch == "lfm2":
+            plan += _lfm2_layer(shape, b, i in shape.attention_layers)
+            continue
         plan += [
             (b + "attn_norm.weight", (d,), np.float32),
             (b + "attn_q.weight", (shape.n_heads * hd, d), np.float16),
@@ -188,10 +197,24 @@ def tensor_plan(shape: Shape, vocab: int) -> list[tuple[str, tuple[int, ...], ty
             plan += [(b + "attn_q_norm.weight", (hd,), np.float32), (b + "attn_k_norm.weight", (hd,), np.float32)]
         if shape.n_experts:
             plan.append((b + "ffn_gate_inp.weight", (shape.n_experts, d), np.float32))
-    plan.append(("output_norm.weight", (d,), np.float32))
+    plan.append(("token_embd_norm.weight" if shape.arch == "lfm2" else "output_norm.weight", (d,), np.float32))
     if not shape.tied:
         plan.append(("output.weight", (vocab, d), np.float16))
     return plan
+
+
+def _lfm2_layer(shape: Shape, b: str, attends: bool) -> list[tuple[str, tuple[int, ...], type]]:
+    d, hd = shape.dim, shape.head_dim
+    mixer = [(b + "shortconv.in_proj.weight", (3 * d, d), np.float16), (b + "shortconv.conv.weight", (d, 3), np.float32),
+             (b + "shortconv.out_proj.weight", (d, d), np.float16)]
+    if attends:
+        kv = shape.n_kv_heads * hd
+        mixer = [(b + "attn_q.weight", (shape.n_heads * hd, d), np.float16), (b + "attn_k.weight", (kv, d), np.float16),
+                 (b + "attn_v.weight", (kv, d), np.float16), (b + "attn_output.weight", (d, d), np.float16),
+                 (b + "attn_q_norm.weight", (hd,), np.float32), (b + "attn_k_norm.weight", (hd,), np.float32)]
+    return [(b + "attn_norm.weight", (d,), np.float32), *mixer, (b + "ffn_norm.weight", (d,), np.float32),
+            (b + "ffn_gate.weight", (shape.ffn, d), np.float16), (b + "ffn_up.weight", (shape.ffn, d), np.float16),
+            (b + "ffn_down.weight", (d, shape.ffn), np.float16)]
 
 
 def random_tensor(name: str, shp: tuple[int, ...], dtype, seed: int) -> np.ndarray:
@@ -231,7 +254,11 @@ def write_f16(name: str, shape: Shape, path: Path, seed: int, tok_path: Path) ->
     w.add_block_count(shape.n_layers)
     w.add_feed_forward_length(shape.ffn)
     w.add_head_count(shape.n_heads)
-    w.add_head_count_kv(shape.n_kv_heads)
+    if shape.arch == "lfm2":  # 0 on a convolution layer
+        w.add_head_count_kv([shape.n_kv_heads if i in shape.attention_layers else 0 for i in range(shape.n_layers)])
+        w.add_shortconv_l_cache(3)
+    else:
+        w.add_head_count_kv(shape.n_kv_heads)
     w.add_layer_norm_rms_eps(shape.rms_eps)
     w.add_rope_freq_base(shape.rope_theta)
     w.add_rope_dimension_count(shape.head_dim)
