@@ -205,8 +205,8 @@ def tensor_plan(shape: Shape, vocab: int) -> list[tuple[str, tuple[int, ...], ty
 
 def _lfm2_layer(shape: Shape, b: str, attends: bool) -> list[tuple[str, tuple[int, ...], type]]:
     d, hd = shape.dim, shape.head_dim
-    mixer = [(b + "shortconv.in_proj.weight", (3 * d, d), np.float16), (b + "shortconv.conv.weight", (d, 3), np.float32),
-             (b + "shortconv.out_proj.weight", (d, d), np.float16)]
+    mixer = [(b + "shortconv.in_proj.weight", (3 * d, d), np.float16),
+             (b + "shortconv.conv.weight", (d, 3), np.float32), (b + "shortconv.out_proj.weight", (d, d), np.float16)]
     if attends:
         kv = shape.n_kv_heads * hd
         mixer = [(b + "attn_q.weight", (shape.n_heads * hd, d), np.float16), (b + "attn_k.weight", (kv, d), np.float16),

@@ -1,6 +1,6 @@
-"""GGUF files of the Gemma 1, 2 and 3, Qwen 3, Ministral 3, SmolLM3, Granite, OLMo 2 and Phi-3 architectures, written by the
-tests from random transformers models, against those models (and llama.cpp, where installed); and
-their bad input."""
+"""GGUF files of the Gemma 1, 2 and 3, Qwen 3, Ministral 3, SmolLM3, Granite, OLMo 2, EXAONE 4, GLM 4,
+Phi-3 and Qwen-VL architectures, written by the tests from random transformers models, against those
+models (and llama.cpp, where installed); and their bad input."""
 
 import importlib.util
 
@@ -114,8 +114,8 @@ def write_vl_text(path, kind, seed=6):
 def test_vision_language_ggufs_run_their_text_model(tmp_path, kind):
     """Qwen2-VL's and Qwen3-VL's GGUFs (the image encoder is another file) run as Qwen 2 and Qwen 3: on
     text, M-RoPE's three position streams are one, so it is RoPE; against transformers, and Qwen3-VL's
-    against llama.cpp where installed (measured 2.5e-4 apart). (llama.cpp's qwen2vl reads no RMSNorm epsilon, so it runs this
-    file with none: 5.0e-3 from its own qwen2 on the same weights, and from ours.)"""
+    against llama.cpp where installed (measured 2.5e-4 apart). (llama.cpp's qwen2vl reads no RMSNorm
+    epsilon, so it runs this file with none: 5.0e-3 from its own qwen2 on the same weights, and from ours.)"""
     path, model = write_vl_text(tmp_path / "vl.gguf", kind)
     ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     assert (ckpt.args.qk_norm, ckpt.args.qkv_bias) == ((True, False) if kind == "qwen3vl" else (False, True))
@@ -365,7 +365,8 @@ def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
     message = one_line_error(path, "unsupported architecture 'phi2'")
     assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, granite, olmo2, "
-                            "exaone4, glm4, lfm2, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss, qwen2vl, qwen3vl, qwen3vlmoe")
+                            "exaone4, glm4, lfm2, lfm2moe, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss, "
+                            "qwen2vl, qwen3vl, qwen3vlmoe")
 
 
 def test_phi3_rope_factors_missing_or_of_the_wrong_length_are_named(tmp_path):

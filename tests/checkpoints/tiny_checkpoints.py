@@ -251,7 +251,8 @@ _GGUF_NAMES = {
     "mlp.down_proj.weight": "ffn_down.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's fused
-    "post_self_attn_layernorm.weight": "post_attention_norm.weight", "post_mlp_layernorm.weight": "post_ffw_norm.weight",
+    "post_self_attn_layernorm.weight": "post_attention_norm.weight",  # GLM 4's
+    "post_mlp_layernorm.weight": "post_ffw_norm.weight",
     # LFM2's (and LFM2-MoE's router and selection bias)
     "feed_forward.gate.weight": "ffn_gate_inp.weight", "feed_forward.expert_bias": "exp_probs_b.bias",
     "feed_forward.experts.down_proj": "ffn_down_exps.weight",

@@ -26,16 +26,17 @@ from .rope_rows import unpermute_rows
 # sublayer only (an olmo2 file with a window is OLMo 3), as EXAONE 4 does (QK-norm per head); GLM 4
 # has Gemma 3's four norms, half of each head rotated, in pairs; Phi-3 and Phi-4-mini keep q/k/v
 # and gate/up each in one tensor (GLM 4 gate/up), which load splits; LFM2 has short convolutions in
-# place of attention on the layers whose head_count_kv is 0 (lfm2moe: and experts after its first
-# dense layers, chosen by sigmoid scores and a selection bias). Mixture-of-experts files (Mixtral as "llama", qwen2moe,
-# qwen3moe, olmoe, and granitemoe: Granite's with experts) keep each projection of a layer's experts
-# in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
+# place of attention on the layers whose head_count_kv is 0. Mixture-of-experts files (Mixtral as
+# "llama", qwen2moe, qwen3moe, olmoe, granitemoe: Granite's with experts, lfm2moe: LFM2's after its
+# first dense layers, chosen by sigmoid scores and a selection bias) keep each projection of a layer's
+# experts in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
 # Vision-language files whose text model we run (their image encoder is another file): Qwen 2/2.5-VL's
 # and Qwen3-VL's. Their M-RoPE gives every rotary pair one of three position streams, which text
 # tokens hold equal, so that it is their text model's RoPE.
 _VL_TEXT = {"qwen2vl": "qwen2", "qwen3vl": "qwen3", "qwen3vlmoe": "qwen3moe"}
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "exaone4", "glm4", "lfm2", "lfm2moe", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss", *_VL_TEXT)
+                   "exaone4", "glm4", "lfm2", "lfm2moe", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe",
+                   "gpt-oss", *_VL_TEXT)
 # The converter permutes these architectures' Q/K rows into pairs; GLM 4's come so from training
 # (the rotary dims only; a file with M-RoPE sections has them in halves, as the converter wrote it).
 PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
@@ -502,7 +503,8 @@ def _fused_rows(name: str, args: ModelArgs,
         rows, cols = (dim, hidden) if sub == "ffn_down_exps.weight" else (hidden, dim)
         keys = [(f"{p}feed_forward.experts.{e}.{_EXPERTS[sub]}.weight", e * rows, (e + 1) * rows) for e in range(n)]
         return keys, (n, rows, cols)
-    if not (arch == "phi3" and sub in ("attn_qkv.weight", "ffn_up.weight") or arch == "glm4" and sub == "ffn_up.weight"):
+    fused = ("attn_qkv.weight", "ffn_up.weight") if arch == "phi3" else ("ffn_up.weight",) if arch == "glm4" else ()
+    if sub not in fused:
         return None
     if sub == "ffn_up.weight":
         h = args.hidden_dim

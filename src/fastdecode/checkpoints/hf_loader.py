@@ -199,7 +199,8 @@ _GPT_OSS_LAYER_NAMES = {
 def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
     post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3, _EXAONE4)
     names = (_GEMMA_LAYER_NAMES if post_norm_names else _GPT_OSS_LAYER_NAMES if arch == _GPT_OSS
-             else _GLM4_LAYER_NAMES if arch == _GLM4 else _LFM2_LAYER_NAMES if arch in (_LFM2, _LFM2_MOE) else _LAYER_NAMES)
+             else _GLM4_LAYER_NAMES if arch == _GLM4 else _LFM2_LAYER_NAMES if arch in (_LFM2, _LFM2_MOE)
+             else _LAYER_NAMES)
     return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, names)
 
 
@@ -597,7 +598,8 @@ def _nope_layers(config: dict[str, Any], n_layers: int) -> tuple[int, ...]:
 
 def _moe_fields(config: dict[str, Any], arch: str, n_layers: int) -> dict[str, Any]:
     """The experts of Mixtral, Qwen 2/3 MoE, OLMoE, Granite MoE, gpt-oss and LFM2-MoE as transformers reads
-    them ({} for a dense model). Qwen's layers in mlp_only_layers, or off every decoder_sparse_step-th one, are dense."""
+    them ({} for a dense model). Qwen's layers in mlp_only_layers, or off every decoder_sparse_step-th one,
+    are dense."""
     if arch not in _MOE:
         return {}
     n_default, used_default, size_key, shared_default = _MOE[arch]

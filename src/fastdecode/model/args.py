@@ -94,9 +94,9 @@ class RopeScaling:
 
 
 LAYER_TYPES = ("global", "sliding")
+ROUTERS = ("softmax", "sigmoid")
 # "swiglu_oai" (gpt-oss): gate clamped above at glu_limit, up to +-glu_limit, then
 # gate * sigmoid(glu_alpha * gate) * (up + 1).
-ROUTERS = ("softmax", "sigmoid")
 ACTIVATIONS = ("silu", "gelu_tanh", "gelu", "swiglu_oai")
 # Most positions a model may declare: above every real context length (Llama 4 Scout's 10,485,760),
 # and every position exact in the float32 RoPE angles (rope_angles).

@@ -80,7 +80,6 @@ class MoEFeedForward(nn.Module):
             out = out + (shared if self.shared_gate is None else torch.sigmoid(self.shared_gate(flat)) * shared)
         return out.view_as(x)
 
-
     def _route(self, logits: Tensor) -> tuple[Tensor, Tensor]:
         """The router's logits [T, n_experts] -> each token's expert weights and choices [T, k]."""
         if self.router == "softmax":

@@ -51,7 +51,8 @@ class ShortConv(nn.Module):
             fresh = (input_pos[:, :1] == 0)[:, :, None]  # [B, 1, 1]: a request's first chunk
             past = torch.where(fresh, 0.0, self.state[rows].to(u.dtype))
         seq = torch.cat([past, u], dim=-1)  # [B, dim, taps - 1 + T]
-        y = F.conv1d(seq, self.conv[:, None, :].to(u.dtype), groups=D)  # [B, dim, T]: tap k on position t - taps + 1 + k
+        # [B, dim, T]: output t takes tap k on position t - taps + 1 + k
+        y = F.conv1d(seq, self.conv[:, None, :].to(u.dtype), groups=D)
         if input_pos is not None and self.state is not None:
             self.state[rows] = seq[:, :, -(self.taps - 1):].to(self.state.dtype)
         return self.out_proj(c * y.transpose(1, 2))

@@ -107,9 +107,9 @@ def _messages(fmt: ToolFormat, functions: Sequence[Function], specials: Mapping[
     end, or a call: the recipient after the channel's name, as the model writes it, and the arguments.
     The reply opens with a header: its prompt ends at `<|start|>assistant`."""
     skip = fmt.begin.index(" to=")  # the call's text after `<|channel|>commentary`
-    next_message = _lit(END + START + "assistant", specials)
+    body, next_message = _lit(MESSAGE, specials), _lit(END + START + "assistant", specials)
     return ["start: message",
-            f"message: {_lit(CHANNEL, specials)} NAME ({_lit(MESSAGE, specials)} TEXT ({next_message} message)? | calls)",
+            f"message: {_lit(CHANNEL, specials)} NAME ({body} TEXT ({next_message} message)? | calls)",
             "NAME: /[a-z]+/", "TEXT: /(.|\\n)*/"] + _calls(fmt, functions, False, skip, specials)
 
 
