@@ -122,6 +122,9 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
                                           num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
                                           layer_types=["conv", "conv", "full_attention", "conv"], pad_token_id=0,
                                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch == "ernie4_5":  # Llama's block, its heads rotated in interleaved pairs
+        return transformers.Ernie4_5Config(**common, head_dim=16, pad_token_id=0,
+                                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     if arch == "glm4":  # half of each head (8 of 16 dims) rotated, in interleaved pairs; biases on q, k, v
         return transformers.Glm4Config(**common, head_dim=16, pad_token_id=0, attention_bias=True,
                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
@@ -218,7 +221,7 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "granitemoeshared": transformers.GraniteMoeSharedForCausalLM, "gptoss": transformers.GptOssForCausalLM,
            "exaone4": transformers.Exaone4ForCausalLM, "exaone4-global": transformers.Exaone4ForCausalLM,
            "glm4": transformers.Glm4ForCausalLM, "lfm2": transformers.Lfm2ForCausalLM,
-           "lfm2moe": transformers.Lfm2MoeForCausalLM}[arch]
+           "lfm2moe": transformers.Lfm2MoeForCausalLM, "ernie4_5": transformers.Ernie4_5ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim

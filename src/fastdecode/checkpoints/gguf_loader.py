@@ -35,11 +35,12 @@ from .rope_rows import unpermute_rows
 # tokens hold equal, so that it is their text model's RoPE.
 _VL_TEXT = {"qwen2vl": "qwen2", "qwen3vl": "qwen3", "qwen3vlmoe": "qwen3moe"}
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "exaone4", "glm4", "lfm2", "lfm2moe", "phi3", "qwen2moe", "qwen3moe", "olmoe", "granitemoe",
-                   "gpt-oss", *_VL_TEXT)
-# The converter permutes these architectures' Q/K rows into pairs; GLM 4's come so from training
-# (the rotary dims only; a file with M-RoPE sections has them in halves, as the converter wrote it).
-PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe")
+                   "exaone4", "glm4", "lfm2", "lfm2moe", "ernie4_5", "phi3", "qwen2moe", "qwen3moe", "olmoe",
+                   "granitemoe", "gpt-oss", *_VL_TEXT)
+# These architectures' Q/K rows come in pairs: the converter permutes Llama's so, ERNIE 4.5's and GLM 4's
+# are so from training (GLM 4's rotary dims only; a glm4 file with M-RoPE sections has them in halves,
+# as the converter wrote it).
+PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe", "ernie4_5")
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "tok_embeddings.weight",

@@ -24,7 +24,7 @@ SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausa
                    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
                    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
                    "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM", "Exaone4ForCausalLM",
-                   "Glm4ForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM")
+                   "Glm4ForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Ernie4_5ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
@@ -33,7 +33,7 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "m
                 "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "granitemoe": "GraniteMoeForCausalLM",
                 "granitemoeshared": "GraniteMoeSharedForCausalLM", "gpt_oss": "GptOssForCausalLM",
                 "exaone4": "Exaone4ForCausalLM", "glm4": "Glm4ForCausalLM", "lfm2": "Lfm2ForCausalLM",
-                "lfm2_moe": "Lfm2MoeForCausalLM"}
+                "lfm2_moe": "Lfm2MoeForCausalLM", "ernie4_5": "Ernie4_5ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -49,6 +49,7 @@ _EXAONE4 = "Exaone4ForCausalLM"
 # Gemma 3's four norms a layer (named its own way), biases on q, k and v, gate and up in one tensor, and
 # half of each head rotated in interleaved pairs, which load reorders (rope_rows.py)
 _GLM4 = "Glm4ForCausalLM"
+_ERNIE = "Ernie4_5ForCausalLM"  # Llama with its heads rotated in interleaved pairs, which load reorders
 # Llama's block with QK-norm where most layers' attention is a gated short convolution (model/short_conv.py)
 _LFM2 = "Lfm2ForCausalLM"
 _LFM2_MOE = "Lfm2MoeForCausalLM"  # LFM2 with experts after its first dense layers, a sigmoid router
@@ -73,7 +74,7 @@ _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
 # The RoPE base a config that names none gets: its transformers config class's default (10,000 for
 # the others).
 _DEFAULT_THETA = {_GEMMA: 1_000_000.0, _OLMO3: 500_000.0, _SMOLLM3: 2_000_000.0, _LFM2: 1_000_000.0,
-                  _LFM2_MOE: 1_000_000.0}
+                  _LFM2_MOE: 1_000_000.0, _ERNIE: 500_000.0}
 # Vision-language checkpoints whose text model we run, the image side left out: the text model's
 # architecture (by text_config's model_type), and the values its `text_config` may leave to the
 # config class's defaults (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
@@ -645,9 +646,9 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
     if not isinstance(act, str) or act not in _ACTIVATIONS:
         raise FastDecodeError(f"{path}: hidden activation {act!r} is not supported; "
                               f"supported: {', '.join(_ACTIVATIONS)}")
-    if config.get("mlp_bias") or (arch not in ("Qwen2ForCausalLM", _QWEN2_MOE, _GPT_OSS, _GLM4)
-                                  and config.get("attention_bias")):
-        raise FastDecodeError(f"{path}: attention_bias/mlp_bias are not supported for {arch}")
+    if config.get("mlp_bias") or config.get("use_bias") or (
+            arch not in ("Qwen2ForCausalLM", _QWEN2_MOE, _GPT_OSS, _GLM4) and config.get("attention_bias")):
+        raise FastDecodeError(f"{path}: attention_bias/mlp_bias/use_bias are not supported for {arch}")
     try:
         params = _object(config, "rope_parameters")
         default_theta = _DEFAULT_THETA.get(arch, 10000.0)
@@ -668,7 +669,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         context = _int(config, "max_position_embeddings", 2048)
         window, layer_types = _sliding(config, arch, n_layers, path)
         tie = config.get("tie_word_embeddings",
-                         config.get("tie_embedding", arch in (_GEMMA, _GEMMA1, _GEMMA2, _LFM2, _LFM2_MOE)))
+                         config.get("tie_embedding", arch in (_GEMMA, _GEMMA1, _GEMMA2, _LFM2, _LFM2_MOE, _ERNIE)))
         if not isinstance(tie, bool):
             raise FastDecodeError(f"tie_word_embeddings must be true or false, got {tie!r:.40}")
         return ModelArgs(
@@ -764,7 +765,7 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
                         t = t.float() + 1.0
                     if arch in (_LFM2, _LFM2_MOE) and key.endswith("attention.conv") and t.dim() == 3:
                         t = t.squeeze(1)  # [dim, 1, taps] -> [dim, taps]
-                    if arch == _GLM4 and key.endswith(_QK):
+                    if arch in (_GLM4, _ERNIE) and key.endswith(_QK):  # rotary rows in pairs
                         heads = args.n_heads if ".wq." in key else args.n_kv_heads
                         t = unpermute_rows(t, heads, args.rope_dim)
                     parts = _split_fused(key, t.to(dtype), args, file)
