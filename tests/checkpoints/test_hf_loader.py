@@ -262,6 +262,14 @@ def test_exaone4_layer_pattern_without_layer_types(tmp_path):
         assert "\n" not in message
 
 
+def test_biases_a_family_does_not_have_are_refused(tmp_path):
+    for arch, key in (("llama", "attention_bias"), ("llama", "mlp_bias"), ("ernie4_5", "use_bias")):
+        write_hf_dir(tmp_path, hf_model(arch))
+        config = json.loads((tmp_path / "config.json").read_text())
+        (tmp_path / "config.json").write_text(json.dumps({**config, key: True}))
+        assert "attention_bias/mlp_bias/use_bias are not supported" in error_of(tmp_path)
+
+
 def test_mistral_sliding_window_is_read_not_capped(tmp_path):
     write_hf_dir(tmp_path, hf_model("mistral"))
     args = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
