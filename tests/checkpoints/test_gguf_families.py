@@ -265,6 +265,17 @@ def test_smollm3_granite_olmo_gemma_and_phi3_ggufs_match_the_transformers_model(
         assert logits_diff(ckpt, model, tokens[:, :16]) <= 1e-4
 
 
+def test_granite_4_files_list_their_kv_heads_per_layer(tmp_path):
+    """llama.cpp's converter writes Granite 4's attention-only models (granite-4.0-micro, -1b, -350m) as
+    granite files whose head_count_kv is a list, one equal count per layer."""
+    model = hf_model("granite")
+    path = write_gguf(tmp_path / "g.gguf", gguf_tensors(model), arch="granite", extra=GRANITE_META, n_kv_heads=[2, 2])
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    assert ckpt.args.n_kv_heads == 2 and logits_diff(ckpt, model, TOKENS) <= 1e-4
+    bad = write_gguf(tmp_path / "b.gguf", gguf_tensors(model), arch="granite", extra=GRANITE_META, n_kv_heads=[2, 1])
+    one_line_error(bad, r"granite.attention.head_count_kv must give one head count; got \[2, 1\]")
+
+
 def test_granite_without_rope_when_the_file_says_so(tmp_path):
     """llama.cpp reads `rope.scaling.finetuned` false on a Granite file as no RoPE on any layer."""
     path = write_gguf(tmp_path / "g.gguf", gguf_tensors(hf_model("granite")), arch="granite",

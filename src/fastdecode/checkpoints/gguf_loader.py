@@ -7,7 +7,7 @@ import functools
 import math
 import re
 from collections import Counter
-from typing import Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -294,6 +294,21 @@ def _yarn_scaling(f: GGUFFile, arch: str) -> RopeScaling:
                        attention_factor=attention * number(f, key + "attn_factor", 1.0))
 
 
+def _kv_heads(f: GGUFFile, arch: str) -> tuple[Any, tuple[int, ...]]:
+    """head_count_kv, and LFM2's convolution layers: a list gives one count per layer, 0 on LFM2's
+    convolution layers (Granite 4's converter writes a list for its attention-only models too)."""
+    kv = f.get(f"{arch}.attention.head_count_kv")
+    if not isinstance(kv, list):
+        return kv, ()
+    lfm2 = arch in ("lfm2", "lfm2moe")
+    counts = {n for n in kv if not (lfm2 and n == 0)}
+    if len(counts) != 1 or any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in counts):
+        zero = ", or 0 on a convolution layer" if lfm2 else ""
+        raise FastDecodeError(f"{f.path}: {arch}.attention.head_count_kv must give one head count{zero}; "
+                              f"got {kv!r:.60}")
+    return counts.pop(), tuple(i for i, n in enumerate(kv) if lfm2 and n == 0)
+
+
 def _check_text_mrope(f: GGUFFile, arch: str, rot: int) -> None:
     """M-RoPE runs as RoPE on text when its sections cover every rotary pair with the three streams
     text tokens hold equal (a fourth section would take another position)."""
@@ -321,14 +336,7 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     if "token_embd.weight" not in f.tensors:
         raise FastDecodeError(f"{f.path}: missing tensor token_embd.weight")
     dim, n_heads = need("embedding_length"), need("attention.head_count")
-    kv = f.get(f"{arch}.attention.head_count_kv")
-    conv_layers: tuple[int, ...] = ()
-    if arch in ("lfm2", "lfm2moe") and isinstance(kv, list):  # per layer: 0 on a convolution layer
-        conv_layers = tuple(i for i, n in enumerate(kv) if n == 0)
-        kv = max((n for n in kv if isinstance(n, int) and not isinstance(n, bool)), default=None)
-        if kv is None or any(n not in (0, kv) for n in f.get(f"{arch}.attention.head_count_kv")):
-            raise FastDecodeError(f"{f.path}: {arch}.attention.head_count_kv must give one head count, or 0 on "
-                                  "a convolution layer")
+    kv, conv_layers = _kv_heads(f, arch)
     n_kv_heads = optional_int(kv, f.path, "head_count_kv") or n_heads
     head_dim = optional_int(f.get(f"{arch}.attention.key_length"), f.path, "key_length") or dim // n_heads
     rot = optional_int(f.get(f"{arch}.rope.dimension_count"), f.path, "rope.dimension_count") or head_dim
