@@ -262,6 +262,25 @@ def test_exaone4_layer_pattern_without_layer_types(tmp_path):
         assert "\n" not in message
 
 
+@pytest.mark.parametrize("arch", ["granite4", "granite4-nope", "granite4-moe"])
+def test_granite_4_attention_only_models_match_transformers(tmp_path, arch):
+    """GraniteMoeHybridForCausalLM without Mamba layers (granite-4.0-micro, -1b, -350m): Granite's
+    multipliers and its shared MLP as the dense one, RoPE or none as position_embedding_type says; with
+    experts, GraniteMoeShared's layout. Its Mamba layers are one line."""
+    model = hf_model(arch, tie=False, seed=2)
+    write_hf_dir(tmp_path, model)
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    a = ckpt.args
+    assert (a.embed_scale, a.residual_scale, a.logits_scaling) == (3.0, 0.5, 4.0)
+    assert a.nope_layers == ((0, 1) if arch == "granite4-nope" else ())
+    assert (a.n_experts, a.shared_expert_dim, a.hidden_dim) == ((4, 48, 32) if arch == "granite4-moe" else (0, 0, 48))
+    with torch.no_grad():
+        assert (build_ours(ckpt)(TOKENS, None) - model(TOKENS).logits).abs().max().item() <= 1e-4  # measured 3.0e-8
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "layer_types": ["mamba", "attention"]}))
+    assert "Granite 4's Mamba layers are not supported" in error_of(tmp_path)
+
+
 def test_biases_a_family_does_not_have_are_refused(tmp_path):
     for arch, key in (("llama", "attention_bias"), ("llama", "mlp_bias"), ("ernie4_5", "use_bias")):
         write_hf_dir(tmp_path, hf_model(arch))

@@ -122,6 +122,15 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
                                           num_experts=4, num_experts_per_tok=2, num_dense_layers=1,
                                           layer_types=["conv", "conv", "full_attention", "conv"], pad_token_id=0,
                                           rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    if arch.startswith("granite4"):
+        # Granite 4's attention-only models: Granite's multipliers, a gated shared MLP (48), RoPE
+        # ("granite4-nope": none, as its Mamba models' attention layers), and "granite4-moe" 4 experts of 32
+        experts = dict(num_local_experts=4, num_experts_per_tok=2) if arch == "granite4-moe" else dict(num_local_experts=0)
+        return transformers.GraniteMoeHybridConfig(
+            **{**common, "intermediate_size": 32}, shared_intermediate_size=48, layer_types=["attention"] * 2,
+            position_embedding_type=None if arch == "granite4-nope" else "rope", pad_token_id=0,
+            embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=4.0,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **experts)
     if arch == "ernie4_5":  # Llama's block, its heads rotated in interleaved pairs
         return transformers.Ernie4_5Config(**common, head_dim=16, pad_token_id=0,
                                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
@@ -221,7 +230,8 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "granitemoeshared": transformers.GraniteMoeSharedForCausalLM, "gptoss": transformers.GptOssForCausalLM,
            "exaone4": transformers.Exaone4ForCausalLM, "exaone4-global": transformers.Exaone4ForCausalLM,
            "glm4": transformers.Glm4ForCausalLM, "lfm2": transformers.Lfm2ForCausalLM,
-           "lfm2moe": transformers.Lfm2MoeForCausalLM, "ernie4_5": transformers.Ernie4_5ForCausalLM}[arch]
+           "lfm2moe": transformers.Lfm2MoeForCausalLM, "ernie4_5": transformers.Ernie4_5ForCausalLM,
+           **dict.fromkeys(("granite4", "granite4-nope", "granite4-moe"), transformers.GraniteMoeHybridForCausalLM)}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim

@@ -24,7 +24,8 @@ SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausa
                    "Olmo2ForCausalLM", "Olmo3ForCausalLM", "GemmaForCausalLM", "Gemma2ForCausalLM", "Phi3ForCausalLM",
                    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
                    "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM", "Exaone4ForCausalLM",
-                   "Glm4ForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Ernie4_5ForCausalLM")
+                   "Glm4ForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Ernie4_5ForCausalLM",
+                   "GraniteMoeHybridForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
@@ -33,7 +34,8 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "m
                 "qwen3_moe": "Qwen3MoeForCausalLM", "olmoe": "OlmoeForCausalLM", "granitemoe": "GraniteMoeForCausalLM",
                 "granitemoeshared": "GraniteMoeSharedForCausalLM", "gpt_oss": "GptOssForCausalLM",
                 "exaone4": "Exaone4ForCausalLM", "glm4": "Glm4ForCausalLM", "lfm2": "Lfm2ForCausalLM",
-                "lfm2_moe": "Lfm2MoeForCausalLM", "ernie4_5": "Ernie4_5ForCausalLM"}
+                "lfm2_moe": "Lfm2MoeForCausalLM", "ernie4_5": "Ernie4_5ForCausalLM",
+                "granitemoehybrid": "GraniteMoeHybridForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -61,6 +63,9 @@ _MIXTRAL, _QWEN2_MOE, _QWEN3_MOE = "MixtralForCausalLM", "Qwen2MoeForCausalLM", 
 _OLMOE = "OlmoeForCausalLM"
 # Granite's shared expert: its size in shared_intermediate_size, not gated
 _GRANITE_MOE, _GRANITE_MOE_SHARED = "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM"
+# Granite 4: Granite's multipliers and a gated shared MLP, in its attention-only models (granite-4.0-micro, -1b,
+# -350m) a dense MLP; with experts, loaded as GraniteMoeShared (_architecture); Mamba layers are refused.
+_GRANITE_HYBRID = "GraniteMoeHybridForCausalLM"
 # gpt-oss: biases on every attention and expert matrix and on the router, clamped SwiGLU experts,
 # attention sinks, sliding and global layers in turn
 _GPT_OSS = "GptOssForCausalLM"
@@ -176,6 +181,11 @@ _LFM2_LAYER_NAMES = {
     "feed_forward.experts.gate_up_proj": "feed_forward.experts.w13.weight",
     "feed_forward.experts.down_proj": "feed_forward.experts.w2.weight",
 }
+_GRANITE_HYBRID_LAYER_NAMES = {
+    **_LAYER_NAMES,
+    "shared_mlp.input_linear.weight": "feed_forward.w13.weight",  # gate and up, split (_split_fused)
+    "shared_mlp.output_linear.weight": "feed_forward.w2.weight",
+}
 _QK = ("attention.wq.weight", "attention.wq.bias", "attention.wk.weight", "attention.wk.bias")
 _GLM4_LAYER_NAMES = {
     **_LAYER_NAMES,
@@ -201,7 +211,7 @@ def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
     post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3, _EXAONE4)
     names = (_GEMMA_LAYER_NAMES if post_norm_names else _GPT_OSS_LAYER_NAMES if arch == _GPT_OSS
              else _GLM4_LAYER_NAMES if arch == _GLM4 else _LFM2_LAYER_NAMES if arch in (_LFM2, _LFM2_MOE)
-             else _LAYER_NAMES)
+             else _GRANITE_HYBRID_LAYER_NAMES if arch == _GRANITE_HYBRID else _LAYER_NAMES)
     return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, names)
 
 
@@ -273,6 +283,13 @@ def _architecture(config: dict[str, Any], path: Path) -> str:
         raise FastDecodeError(
             f"{path}: unsupported architecture {found!r}; supported: {', '.join(SUPPORTED_ARCHS)}, and the text "
             f"model of {', '.join(_MULTIMODAL)}")
+    if arch == _GRANITE_HYBRID:
+        types = config.get("layer_types") or config.get("layers_block_type") or ["mamba"]
+        if not isinstance(types, list) or any(t not in ("attention", "full_attention") for t in types):
+            raise FastDecodeError(f"{path}: Granite 4's Mamba layers are not supported (its attention-only models "
+                                  f"are); layer_types {types!r:.60}")
+        if _int(config, "num_local_experts", 0):
+            return _GRANITE_MOE_SHARED  # experts and a shared expert, as GraniteMoeShared's
     return arch
 
 
@@ -469,11 +486,15 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
     if arch in (_OLMO2, _OLMO3):
         olmo = dict(qk_norm=True, qk_norm_full=True, pre_norms=False, post_norms=True)
         return olmo if arch == _OLMO2 else {**olmo, "rope_local_theta": _local_theta(config, path, theta)}
-    if arch in (_GRANITE, _GRANITE_MOE, _GRANITE_MOE_SHARED):
+    if arch in (_GRANITE, _GRANITE_MOE, _GRANITE_MOE_SHARED, _GRANITE_HYBRID):
+        n_layers = _int(config, "num_hidden_layers")
+        # Granite 4's RoPE where position_embedding_type says "rope"; none otherwise (its Mamba models')
+        rope = "position_embedding_type" not in config or config["position_embedding_type"] == "rope"
         return dict(embed_scale=_number(config, "embedding_multiplier", 1.0),
                     residual_scale=_number(config, "residual_multiplier", 1.0),
                     attn_scale=_number(config, "attention_multiplier", 1.0),  # transformers' default too
-                    logits_scaling=_number(config, "logits_scaling", 1.0))
+                    logits_scaling=_number(config, "logits_scaling", 1.0),
+                    nope_layers=() if rope else tuple(range(n_layers)))
     if arch == _MINISTRAL3:
         rope = _object(config, "rope_scaling") or _object(config, "rope_parameters")
         beta = _number(rope, "llama_4_scaling_beta", 0.0)
@@ -680,7 +701,8 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             head_dim=head_dim,
             rope_dim=None if partial == 1 else int(head_dim * partial),
             vocab_size=_int(config, "vocab_size"),
-            hidden_dim=_lfm2_hidden(config) if arch == _LFM2 else _int(config, "intermediate_size"),
+            hidden_dim=(_lfm2_hidden(config) if arch == _LFM2 else _int(config, "shared_intermediate_size")
+                        if arch == _GRANITE_HYBRID else _int(config, "intermediate_size")),
             norm_eps=_number(config, "norm_eps", 1e-5) if arch in (_LFM2, _LFM2_MOE)
             else _number(config, "rms_norm_eps", 1e-6),
             rope_theta=theta,
