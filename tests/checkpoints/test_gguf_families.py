@@ -1,6 +1,6 @@
 """GGUF files of the Gemma 1, 2 and 3, Qwen 3, Ministral 3, SmolLM3, Granite, OLMo 2, EXAONE 4, GLM 4,
 Phi-3 and Qwen-VL architectures, written by the tests from random transformers models, against those
-models (and llama.cpp, where installed); ERNIE 4.5 too; and their bad input."""
+models (and llama.cpp, where installed); ERNIE 4.5 and Cohere's too; and their bad input."""
 
 import importlib.util
 
@@ -213,9 +213,12 @@ def write_family(path, family, seed=3):
                    "granite": ("granite", GRANITE_META), "olmo2": ("olmo2", {}), "olmo3": ("olmo2", OLMO3_META),
                    "olmo3-yarn": ("olmo2", OLMO3_YARN_META), "exaone4-global": ("exaone4", {}),
                    "exaone4-64": ("exaone4", {"exaone4.attention.sliding_window": 8}),
-                   "glm4": ("glm4", {"glm4.rope.dimension_count": 8}), "ernie4_5": ("ernie4_5", {})}[family]
+                   "glm4": ("glm4", {"glm4.rope.dimension_count": 8}), "ernie4_5": ("ernie4_5", {}),
+                   "cohere": ("command-r", {"command-r.logit_scale": 0.5, "command-r.attention.layer_norm_epsilon": 1e-5}),
+                   "cohere2": ("cohere2", {"cohere2.logit_scale": 0.5, "cohere2.attention.layer_norm_epsilon": 1e-5,
+                                           "cohere2.attention.sliding_window": 8})}[family]
     names = ("olmo2" if olmo else "exaone4" if family.startswith("exaone4")
-             else family if family in ("gemma", "gemma2", "phi3", "glm4", "ernie4_5") else "llama")
+             else family if family in ("gemma", "gemma2", "phi3", "glm4", "ernie4_5", "cohere", "cohere2") else "llama")
     tensors = gguf_tensors(model, names)
     if family == "phi3":
         rope = model.config.rope_parameters
@@ -226,7 +229,7 @@ def write_family(path, family, seed=3):
 
 
 @pytest.mark.parametrize("family", ["smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma", "gemma2", "phi3",
-                                    "exaone4-global", "exaone4-64", "glm4", "ernie4_5"])
+                                    "exaone4-global", "exaone4-64", "glm4", "ernie4_5", "cohere", "cohere2"])
 def test_smollm3_granite_olmo_gemma_and_phi3_ggufs_match_the_transformers_model(tmp_path, family):
     path, model = write_family(tmp_path / "m.gguf", family)
     a = load_checkpoint(path, dtype=torch.float32, use_cache=False).args
@@ -238,6 +241,10 @@ def test_smollm3_granite_olmo_gemma_and_phi3_ggufs_match_the_transformers_model(
             assert a.layer_types == ("sliding",) * 3 + ("global",) and a.sliding_window == 8
             assert (a.rope_theta, a.rope_local_theta) == (10000.0, 10000.0)
             assert (a.rope_scaling is not None) is (family == "olmo3-yarn")
+    elif family.startswith("cohere"):  # LayerNorm, the parallel block, logits times 0.5
+        assert (a.norm, a.parallel_block, a.logits_scaling) == ("layer", True, 2.0)
+        assert (a.layer_types, a.nope_layers) == ((("sliding",) * 3 + ("global",), (3,)) if family == "cohere2"
+                                                  else (None, ()))
     elif family == "ernie4_5":  # Llama's fields; its rows in pairs, reordered at load
         assert (a.qkv_bias, a.qk_norm, a.rope_dim, a.post_norms) == (False, False, None, False)
     elif family == "glm4":
@@ -284,7 +291,8 @@ def test_granite_without_rope_when_the_file_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("family", ["ministral3", "smollm3", "granite", "olmo2", "olmo3", "olmo3-yarn", "gemma",
-                                    "gemma2", "phi3", "exaone4-global", "exaone4-64", "glm4", "ernie4_5"])
+                                    "gemma2", "phi3", "exaone4-global", "exaone4-64", "glm4", "ernie4_5", "cohere",
+                                    "cohere2"])
 def test_families_match_llama_cpp(tmp_path, family):
     """The same file through llama.cpp, where installed. Measured apart at most (llama.cpp keeps K and V
     in float16): Ministral 3 1.3e-4 (4.7e-3 with the queries' scale left out), SmolLM3 1.7e-4 (1.8e-3
@@ -293,7 +301,7 @@ def test_families_match_llama_cpp(tmp_path, family):
     8.2e-4 (transformers is as far: ours is 5e-7 from it; 0.20 without the score cap, 0.50 without the logits'),
     EXAONE 4 2.1e-4, and with 64 layers, which slide, 1.5e-3 (transformers is as far: ours is 1.5e-6 from it;
     0.59 with RoPE on its global layers), GLM 4 2.2e-4 (5.1e-3 with its Q/K rows left in pairs), ERNIE 4.5
-    1.3e-4 (7.1e-3 so)."""
+    1.3e-4 (7.1e-3 so), Cohere 7.0e-5 (2.6e-3 so) and Command R7B's 8.3e-5 (3.8e-3 so)."""
     pytest.importorskip("llama_cpp")
     path, _ = write_family(tmp_path / "m.gguf", family)
     ours, theirs = ours_and_llama_cpps_logits(path)
@@ -379,8 +387,8 @@ def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
     message = one_line_error(path, "unsupported architecture 'phi2'")
     assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, granite, olmo2, "
-                            "exaone4, glm4, lfm2, lfm2moe, ernie4_5, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, gpt-oss, "
-                            "qwen2vl, qwen3vl, qwen3vlmoe")
+                            "exaone4, glm4, lfm2, lfm2moe, ernie4_5, command-r, cohere2, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, "
+                            "gpt-oss, qwen2vl, qwen3vl, qwen3vlmoe")
 
 
 def test_phi3_rope_factors_missing_or_of_the_wrong_length_are_named(tmp_path):

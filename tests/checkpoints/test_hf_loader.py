@@ -29,7 +29,8 @@ def build_ours(ckpt):
                                        ("olmo2", False), ("olmo3", False), ("gemma", True), ("gemma2", True),
                                        ("phi3", False),
                                        ("phi3", True), ("exaone4", True), ("exaone4", False), ("exaone4-global", False),
-                                       ("glm4", False), ("glm4", True), ("ernie4_5", True), ("ernie4_5", False)])
+                                       ("glm4", False), ("glm4", True), ("ernie4_5", True), ("ernie4_5", False),
+                                       ("cohere", True), ("cohere2", True), ("cohere2", False)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)

@@ -131,6 +131,15 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
             position_embedding_type=None if arch == "granite4-nope" else "rope", pad_token_id=0,
             embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=4.0,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **experts)
+    if arch in ("cohere", "cohere2"):
+        # LayerNorm, parallel block, a logit scale far from 1; Cohere 2 with three sliding layers, then a
+        # global one without RoPE
+        if arch == "cohere":
+            return transformers.CohereConfig(**common, logit_scale=0.5, pad_token_id=0,
+                                             rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+        return transformers.Cohere2Config(**{**common, "num_hidden_layers": 4}, logit_scale=0.5, pad_token_id=0,
+                                          sliding_window=window,
+                                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
     if arch == "ernie4_5":  # Llama's block, its heads rotated in interleaved pairs
         return transformers.Ernie4_5Config(**common, head_dim=16, pad_token_id=0,
                                            rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
@@ -231,7 +240,8 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "exaone4": transformers.Exaone4ForCausalLM, "exaone4-global": transformers.Exaone4ForCausalLM,
            "glm4": transformers.Glm4ForCausalLM, "lfm2": transformers.Lfm2ForCausalLM,
            "lfm2moe": transformers.Lfm2MoeForCausalLM, "ernie4_5": transformers.Ernie4_5ForCausalLM,
-           **dict.fromkeys(("granite4", "granite4-nope", "granite4-moe"), transformers.GraniteMoeHybridForCausalLM)}[arch]
+           **dict.fromkeys(("granite4", "granite4-nope", "granite4-moe"), transformers.GraniteMoeHybridForCausalLM),
+           "cohere": transformers.CohereForCausalLM, "cohere2": transformers.Cohere2ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim

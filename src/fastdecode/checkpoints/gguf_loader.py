@@ -26,7 +26,8 @@ from .rope_rows import unpermute_rows
 # sublayer only (an olmo2 file with a window is OLMo 3), as EXAONE 4 does (QK-norm per head); GLM 4
 # has Gemma 3's four norms, half of each head rotated, in pairs; Phi-3 and Phi-4-mini keep q/k/v
 # and gate/up each in one tensor (GLM 4 gate/up), which load splits; LFM2 has short convolutions in
-# place of attention on the layers whose head_count_kv is 0. Mixture-of-experts files (Mixtral as
+# place of attention on the layers whose head_count_kv is 0; Cohere's (command-r, cohere2: Command R7B)
+# LayerNorm, attention and MLP in parallel from one norm and scaled logits. Mixture-of-experts files (Mixtral as
 # "llama", qwen2moe, qwen3moe, olmoe, granitemoe: Granite's with experts, lfm2moe: LFM2's after its
 # first dense layers, chosen by sigmoid scores and a selection bias) keep each projection of a layer's
 # experts in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
@@ -35,12 +36,12 @@ from .rope_rows import unpermute_rows
 # tokens hold equal, so that it is their text model's RoPE.
 _VL_TEXT = {"qwen2vl": "qwen2", "qwen3vl": "qwen3", "qwen3vlmoe": "qwen3moe"}
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "exaone4", "glm4", "lfm2", "lfm2moe", "ernie4_5", "phi3", "qwen2moe", "qwen3moe", "olmoe",
-                   "granitemoe", "gpt-oss", *_VL_TEXT)
-# These architectures' Q/K rows come in pairs: the converter permutes Llama's so, ERNIE 4.5's and GLM 4's
-# are so from training (GLM 4's rotary dims only; a glm4 file with M-RoPE sections has them in halves,
+                   "exaone4", "glm4", "lfm2", "lfm2moe", "ernie4_5", "command-r", "cohere2", "phi3", "qwen2moe",
+                   "qwen3moe", "olmoe", "granitemoe", "gpt-oss", *_VL_TEXT)
+# These architectures' Q/K rows come in pairs: the converter permutes Llama's so, ERNIE 4.5's, Cohere's and
+# GLM 4's are so from training (GLM 4's rotary dims only; a glm4 file with M-RoPE sections has them in halves,
 # as the converter wrote it).
-PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe", "ernie4_5")
+PERMUTED = ("llama", "mistral3", "smollm3", "granite", "granitemoe", "ernie4_5", "command-r", "cohere2")
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "tok_embeddings.weight",
@@ -309,6 +310,22 @@ def _kv_heads(f: GGUFFile, arch: str) -> tuple[Any, tuple[int, ...]]:
     return counts.pop(), tuple(i for i, n in enumerate(kv) if lfm2 and n == 0)
 
 
+def _cohere_fields(f: GGUFFile, arch: str, n_layers: int, theta: float) -> dict:
+    """Cohere's LayerNorm, parallel block and logit scale (llama.cpp: 0 or none, none); cohere2's sliding
+    layers (three in four by default), its global ones without RoPE, as llama.cpp runs them."""
+    if "blk.0.attn_q_norm.weight" in f.tensors:
+        raise FastDecodeError(f"{f.path}: {arch}'s per-head QK-norm is not supported")
+    scale = number(f, f"{arch}.logit_scale", 0.0)
+    fields = dict(norm="layer", parallel_block=True, logits_scaling=1.0 / scale if scale else 1.0)
+    if arch == "cohere2":
+        types = _layer_types(f, arch, n_layers, 4)
+        swa_theta = number(f, f"{arch}.rope.freq_base_swa", theta)
+        fields.update(sliding_window=optional_int(f.get(f"{arch}.attention.sliding_window"), f.path, "sliding_window"),
+                      layer_types=types, nope_layers=tuple(i for i, t in enumerate(types) if t == "global"),
+                      rope_local_theta=swa_theta if swa_theta != theta else None)
+    return fields
+
+
 def _check_text_mrope(f: GGUFFile, arch: str, rot: int) -> None:
     """M-RoPE runs as RoPE on text when its sections cover every rotary pair with the three streams
     text tokens hold equal (a fourth section would take another position)."""
@@ -377,6 +394,8 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = dict(qk_norm=True, conv_layers=conv_layers, conv_kernel=need("shortconv.l_cache"))
         if window := optional_int(f.get(f"{arch}.attention.sliding_window"), f.path, "sliding_window"):
             family["sliding_window"] = window  # every attention layer slides, as llama.cpp runs it
+    elif arch in ("command-r", "cohere2"):
+        family = _cohere_fields(f, arch, n_layers, theta)
     elif arch == "glm4":  # Gemma 3's four norms a layer, its gate and up in one tensor (_fused_rows)
         family = dict(post_norms=True)
     elif arch == "exaone4":
@@ -408,7 +427,8 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
             rope_dim=None if rot == head_dim else rot,
             vocab_size=int(f.tensors["token_embd.weight"].shape[1]),
             hidden_dim=hidden,
-            norm_eps=number(f, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5),
+            norm_eps=number(f, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5) if family.get("norm") != "layer"
+            else number(f, f"{arch}.attention.layer_norm_epsilon", 1e-5),
             rope_theta=theta,
             rope_scaling=scaling,
             max_seq_len=scaling.context(context) if scaling else context,

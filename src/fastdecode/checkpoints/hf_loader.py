@@ -25,7 +25,7 @@ SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausa
                    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
                    "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM", "Exaone4ForCausalLM",
                    "Glm4ForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Ernie4_5ForCausalLM",
-                   "GraniteMoeHybridForCausalLM")
+                   "GraniteMoeHybridForCausalLM", "CohereForCausalLM", "Cohere2ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
@@ -35,7 +35,8 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "m
                 "granitemoeshared": "GraniteMoeSharedForCausalLM", "gpt_oss": "GptOssForCausalLM",
                 "exaone4": "Exaone4ForCausalLM", "glm4": "Glm4ForCausalLM", "lfm2": "Lfm2ForCausalLM",
                 "lfm2_moe": "Lfm2MoeForCausalLM", "ernie4_5": "Ernie4_5ForCausalLM",
-                "granitemoehybrid": "GraniteMoeHybridForCausalLM"}
+                "granitemoehybrid": "GraniteMoeHybridForCausalLM", "cohere": "CohereForCausalLM",
+                "cohere2": "Cohere2ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -52,6 +53,9 @@ _EXAONE4 = "Exaone4ForCausalLM"
 # half of each head rotated in interleaved pairs, which load reorders (rope_rows.py)
 _GLM4 = "Glm4ForCausalLM"
 _ERNIE = "Ernie4_5ForCausalLM"  # Llama with its heads rotated in interleaved pairs, which load reorders
+# Cohere's: LayerNorm, attention and MLP in parallel from one norm, scaled logits, heads rotated in pairs;
+# Command R7B's (2) with three sliding layers in four, the global ones without RoPE
+_COHERE, _COHERE2 = "CohereForCausalLM", "Cohere2ForCausalLM"
 # Llama's block with QK-norm where most layers' attention is a gated short convolution (model/short_conv.py)
 _LFM2 = "Lfm2ForCausalLM"
 _LFM2_MOE = "Lfm2MoeForCausalLM"  # LFM2 with experts after its first dense layers, a sigmoid router
@@ -79,7 +83,7 @@ _PER_LAYER_TYPE_ROPE = (_GEMMA, _OLMO3)
 # The RoPE base a config that names none gets: its transformers config class's default (10,000 for
 # the others).
 _DEFAULT_THETA = {_GEMMA: 1_000_000.0, _OLMO3: 500_000.0, _SMOLLM3: 2_000_000.0, _LFM2: 1_000_000.0,
-                  _LFM2_MOE: 1_000_000.0, _ERNIE: 500_000.0}
+                  _LFM2_MOE: 1_000_000.0, _ERNIE: 500_000.0, _COHERE: 500_000.0}
 # Vision-language checkpoints whose text model we run, the image side left out: the text model's
 # architecture (by text_config's model_type), and the values its `text_config` may leave to the
 # config class's defaults (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
@@ -432,8 +436,8 @@ def _sliding(config: dict[str, Any], arch: str, n_layers: int,
     if names is None and arch in ("Qwen2ForCausalLM", "Qwen3ForCausalLM") and config.get("use_sliding_window"):
         first = _int(config, "max_window_layers", n_layers)
         names = ["sliding_attention" if i >= first else "full_attention" for i in range(n_layers)]
-    if arch == _EXAONE4:
-        names = _exaone4_types(config, n_layers)
+    if arch in (_EXAONE4, _COHERE2):
+        names = _types_by_pattern(config, n_layers)
     if names is None and arch == _OLMO3:  # Olmo3Config's default: every fourth layer global
         names = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(n_layers)]
     if names is None and arch == _GPT_OSS:  # GptOssConfig's default: every other layer, the first sliding
@@ -476,11 +480,13 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         return dict(nope_layers=_nope_layers(config, _int(config, "num_hidden_layers")))
     if arch == _GLM4:
         return dict(post_norms=True)
+    if arch in (_COHERE, _COHERE2):
+        return _cohere_fields(config, arch, path)
     if arch in (_LFM2, _LFM2_MOE):
         return _lfm2_fields(config, path)
     if arch == _EXAONE4:  # with a window set, every layer that does not slide runs without RoPE
         window = _int(config, "sliding_window", None)
-        types = _exaone4_types(config, _int(config, "num_hidden_layers"))
+        types = _types_by_pattern(config, _int(config, "num_hidden_layers"))
         return dict(qk_norm=True, pre_norms=False, post_norms=True,
                     nope_layers=tuple(i for i, t in enumerate(types) if t != "sliding_attention") if window else ())
     if arch in (_OLMO2, _OLMO3):
@@ -522,6 +528,20 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
                 attn_scale=_query_scale(config, head_dim))
 
 
+def _cohere_fields(config: dict[str, Any], arch: str, path: Path) -> dict[str, Any]:
+    """Cohere's LayerNorm, parallel block and logit scale; Command R7B's global layers without RoPE."""
+    if config.get("use_qk_norm"):
+        raise FastDecodeError(f"{path}: use_qk_norm is not supported (Cohere's per-head QK-norm weights)")
+    scale = _number(config, "logit_scale", 0.0625)
+    if not scale > 0:
+        raise FastDecodeError(f"{path}: logit_scale must be > 0, got {scale}")
+    fields = dict(norm="layer", parallel_block=True, logits_scaling=1.0 / scale)
+    if arch == _COHERE2 and _int(config, "sliding_window", None):
+        types = _types_by_pattern(config, _int(config, "num_hidden_layers"))
+        fields["nope_layers"] = tuple(i for i, t in enumerate(types) if t != "sliding_attention")
+    return fields
+
+
 def _lfm2_fields(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """LFM2's convolution layers (layer_types "conv", else those not in full_attn_idxs) and taps."""
     if config.get("conv_bias"):
@@ -554,9 +574,10 @@ def _lfm2_hidden(config: dict[str, Any]) -> int:
     return size
 
 
-def _exaone4_types(config: dict[str, Any], n_layers: int) -> list:
-    """EXAONE 4's layer types: its `layer_types`, else `sliding_window_pattern` (every n-th layer global,
-    or a string such as "LLLG" repeated, as llama.cpp's converter reads it; Exaone4Config's default 4)."""
+def _types_by_pattern(config: dict[str, Any], n_layers: int) -> list:
+    """EXAONE 4's and Command R7B's layer types: `layer_types`, else `sliding_window_pattern` (every n-th
+    layer global, or a string such as "LLLG" repeated, as llama.cpp's converter reads it; their configs'
+    default 4)."""
     names = config.get("layer_types")
     if names is not None:
         return names
@@ -690,7 +711,8 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         context = _int(config, "max_position_embeddings", 2048)
         window, layer_types = _sliding(config, arch, n_layers, path)
         tie = config.get("tie_word_embeddings",
-                         config.get("tie_embedding", arch in (_GEMMA, _GEMMA1, _GEMMA2, _LFM2, _LFM2_MOE, _ERNIE)))
+                         config.get("tie_embedding", arch in (_GEMMA, _GEMMA1, _GEMMA2, _LFM2, _LFM2_MOE, _ERNIE,
+                                                              _COHERE, _COHERE2)))
         if not isinstance(tie, bool):
             raise FastDecodeError(f"tie_word_embeddings must be true or false, got {tie!r:.40}")
         return ModelArgs(
@@ -704,6 +726,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             hidden_dim=(_lfm2_hidden(config) if arch == _LFM2 else _int(config, "shared_intermediate_size")
                         if arch == _GRANITE_HYBRID else _int(config, "intermediate_size")),
             norm_eps=_number(config, "norm_eps", 1e-5) if arch in (_LFM2, _LFM2_MOE)
+            else _number(config, "layer_norm_eps", 1e-5) if arch in (_COHERE, _COHERE2)
             else _number(config, "rms_norm_eps", 1e-6),
             rope_theta=theta,
             rope_scaling=scaling,
@@ -787,7 +810,7 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
                         t = t.float() + 1.0
                     if arch in (_LFM2, _LFM2_MOE) and key.endswith("attention.conv") and t.dim() == 3:
                         t = t.squeeze(1)  # [dim, 1, taps] -> [dim, taps]
-                    if arch in (_GLM4, _ERNIE) and key.endswith(_QK):  # rotary rows in pairs
+                    if arch in (_GLM4, _ERNIE, _COHERE, _COHERE2) and key.endswith(_QK):  # rotary rows in pairs
                         heads = args.n_heads if ".wq." in key else args.n_kv_heads
                         t = unpermute_rows(t, heads, args.rope_dim)
                     parts = _split_fused(key, t.to(dtype), args, file)

@@ -29,7 +29,9 @@ def expected_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
     for i in range(args.n_layers):
         p = f"layers.{i}."
         if args.pre_norms:
-            shapes.update({p + "attention_norm.weight": (args.dim,), p + "ffn_norm.weight": (args.dim,)})
+            shapes[p + "attention_norm.weight"] = (args.dim,)
+        if args.pre_norms and not args.parallel_block:  # Cohere's MLP reads the attention's input
+            shapes[p + "ffn_norm.weight"] = (args.dim,)
         shapes.update(_mlp_shapes(args, i))
         if args.post_norms:
             shapes.update({p + "post_attention_norm.weight": (args.dim,), p + "post_ffn_norm.weight": (args.dim,)})

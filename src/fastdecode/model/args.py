@@ -95,6 +95,7 @@ class RopeScaling:
 
 LAYER_TYPES = ("global", "sliding")
 ROUTERS = ("softmax", "sigmoid")
+NORMS = ("rms", "layer")
 # "swiglu_oai" (gpt-oss): gate clamped above at glu_limit, up to +-glu_limit, then
 # gate * sigmoid(glu_alpha * gate) * (up + 1).
 ACTIVATIONS = ("silu", "gelu_tanh", "gelu", "swiglu_oai")
@@ -134,6 +135,9 @@ class ModelArgs:
     qk_norm: bool = False  # RMSNorm over head_dim on q and k before RoPE (Qwen3, Gemma 3)
     qk_norm_full: bool = False  # with qk_norm: over all of q's (and k's) heads at once, not each head (OLMo 2)
     pre_norms: bool = True  # RMSNorm before the attention and the MLP; False: OLMo 2's post-norms only
+    norm: str = "rms"  # the blocks' and the final norm: "rms", or "layer" (mean-centred, a weight, no bias: Cohere's)
+    # Cohere's block: the attention and the MLP read one normalized input and join the residual together
+    parallel_block: bool = False
     # Sliding-window attention: a query at position p attends to keys p - window < j <= p
     # on "sliding" layers, to all keys j <= p on "global" ones. layer_types=None means
     # every layer is sliding when a window is set (Mistral), global otherwise.
@@ -308,6 +312,10 @@ class ModelArgs:
             raise FastDecodeError("ModelArgs.qk_norm_full needs qk_norm")
         if not (self.pre_norms or self.post_norms):
             raise FastDecodeError("ModelArgs needs pre_norms or post_norms (a block with no norm at all)")
+        if self.norm not in NORMS:
+            raise FastDecodeError(f"ModelArgs.norm must be one of {', '.join(NORMS)}, got {self.norm!r}")
+        if self.parallel_block and (self.post_norms or not self.pre_norms):
+            raise FastDecodeError("ModelArgs.parallel_block needs pre_norms and no post_norms (one norm a block)")
         if self.layer_types is None:
             return
         # A tuple (JSON gives lists), so that args compare and hash by value.

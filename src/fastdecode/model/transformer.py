@@ -30,6 +30,23 @@ from .moe import MoEFeedForward
 from .short_conv import ShortConv
 
 
+class LayerNorm(nn.Module):
+    """Mean-centred normalization with a weight and no bias (Cohere's), in fp32 as the references."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x.float(), x.shape[-1:], self.weight.float(), None, self.eps).to(x.dtype)
+
+
+def make_norm(args: ModelArgs, dim: int) -> nn.Module:
+    """The blocks' and the final norm of `args.norm`'s kind."""
+    return LayerNorm(dim, args.norm_eps) if args.norm == "layer" else RMSNorm(dim, args.norm_eps)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -319,18 +336,20 @@ class TransformerBlock(nn.Module):
     def __init__(self, args: ModelArgs, layer: int = 0):
         super().__init__()
         # None: OLMo 2, whose sublayers read the residual stream as it is (its norms come after)
-        self.attention_norm = RMSNorm(args.dim, args.norm_eps) if args.pre_norms else None
+        self.attention_norm = make_norm(args, args.dim) if args.pre_norms else None
         # The layer's token mixer: attention, or on LFM2's convolution layers its short convolution.
         self.attention = (ShortConv(args) if layer in args.conv_layers
                           else Attention(args, window=args.window(layer), rope=layer not in args.nope_layers))
-        self.ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.pre_norms else None
+        # Cohere's parallel block: the MLP reads the attention's input (attention_norm's)
+        self.parallel = args.parallel_block
+        self.ffn_norm = make_norm(args, args.dim) if args.pre_norms and not self.parallel else None
         experts = args.experts(layer)
         self.feed_forward = (MoEFeedForward(args, lambda hidden, bias: FeedForward(args, hidden, bias)) if experts
                              else FeedForward(args))
         # Gemma 3's sandwich (OLMo 2's only norms): the attention and MLP outputs are
         # normalized before they join the residual stream.
-        self.post_attention_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
-        self.post_ffn_norm = RMSNorm(args.dim, args.norm_eps) if args.post_norms else None
+        self.post_attention_norm = make_norm(args, args.dim) if args.post_norms else None
+        self.post_ffn_norm = make_norm(args, args.dim) if args.post_norms else None
         self.residual_scale = args.residual_scale  # Granite's; 1: none
 
     # A plain call in eager mode. Under torch.compile, Dynamo traces one block
@@ -339,8 +358,11 @@ class TransformerBlock(nn.Module):
     @torch.compiler.nested_compile_region
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, input_pos: Optional[Tensor],
                 rows: Optional[Tensor], q_scale: Optional[Tensor] = None) -> Tensor:
-        h = self.attention(x if self.attention_norm is None else self.attention_norm(x), cos, sin, input_pos, rows,
-                           q_scale)
+        normed = x if self.attention_norm is None else self.attention_norm(x)
+        h = self.attention(normed, cos, sin, input_pos, rows, q_scale)
+        if self.parallel:
+            h = h + self.feed_forward(normed)
+            return x + (h * self.residual_scale if self.residual_scale != 1.0 else h)
         if self.post_attention_norm is not None:
             h = self.post_attention_norm(h)
         if self.residual_scale != 1.0:
@@ -360,7 +382,7 @@ class Transformer(nn.Module):
         self.args = args
         self.tok_embeddings = _embedding(args.vocab_size, args.dim)
         self.layers = nn.ModuleList(TransformerBlock(args, i) for i in range(args.n_layers))
-        self.norm = RMSNorm(args.dim, args.norm_eps)
+        self.norm = make_norm(args, args.dim)
         # Tied models use the embedding table as the head (tok_embeddings.as_linear);
         # a shared Parameter would not survive load_state_dict(assign=True).
         self.output = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)
