@@ -272,6 +272,20 @@ def test_smollm3_granite_olmo_gemma_and_phi3_ggufs_match_the_transformers_model(
         assert logits_diff(ckpt, model, tokens[:, :16]) <= 1e-4
 
 
+def test_hunyuan_dense_gguf_matches_transformers_and_llama_cpp(tmp_path):
+    """Hunyuan's QK-norm after RoPE, and its NTK-alpha base as llama.cpp's converter writes it (the scaled
+    freq_base). Measured 2.4e-7 from transformers (QK-norm before RoPE: 2.0e-2), 1.7e-4 from llama.cpp."""
+    model = hf_model("hunyuan", seed=3)
+    theta = 10000.0 * 1000.0 ** (16 / 14)
+    path = write_gguf(tmp_path / "h.gguf", gguf_tensors(model, "hunyuan"), arch="hunyuan-dense", rope_theta=theta)
+    ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
+    assert ckpt.args.qk_norm_after_rope and ckpt.args.rope_theta == pytest.approx(theta, rel=1e-6)
+    assert logits_diff(ckpt, model, TOKENS) <= 1e-4
+    if importlib.util.find_spec("llama_cpp") is not None:
+        ours, theirs = ours_and_llama_cpps_logits(path)
+        assert (ours - theirs).abs().max().item() <= 1e-3
+
+
 def test_granite_4_files_list_their_kv_heads_per_layer(tmp_path):
     """llama.cpp's converter writes Granite 4's attention-only models (granite-4.0-micro, -1b, -350m) as
     granite files whose head_count_kv is a list, one equal count per layer."""
@@ -387,7 +401,8 @@ def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
     message = one_line_error(path, "unsupported architecture 'phi2'")
     assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, granite, olmo2, "
-                            "exaone4, glm4, lfm2, lfm2moe, ernie4_5, command-r, cohere2, phi3, qwen2moe, qwen3moe, olmoe, granitemoe, "
+                            "exaone4, glm4, lfm2, lfm2moe, ernie4_5, command-r, cohere2, hunyuan-dense, phi3, qwen2moe, qwen3moe, olmoe, "
+                            "granitemoe, "
                             "gpt-oss, qwen2vl, qwen3vl, qwen3vlmoe")
 
 

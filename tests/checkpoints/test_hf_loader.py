@@ -30,14 +30,14 @@ def build_ours(ckpt):
                                        ("phi3", False),
                                        ("phi3", True), ("exaone4", True), ("exaone4", False), ("exaone4-global", False),
                                        ("glm4", False), ("glm4", True), ("ernie4_5", True), ("ernie4_5", False),
-                                       ("cohere", True), ("cohere2", True), ("cohere2", False)])
+                                       ("cohere", True), ("cohere2", True), ("cohere2", False), ("hunyuan", False)])
 def test_logits_match_transformers(tmp_path, arch, tie):
     model = hf_model(arch, tie=tie, seed=1)
     write_hf_dir(tmp_path, model)
     ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
     assert ckpt.format == "hf" and ckpt.args.tie_embeddings is tie
     assert ckpt.args.qkv_bias is (arch in ("qwen2", "glm4"))
-    assert ckpt.args.qk_norm is (arch in ("qwen3", "gemma3", "olmo2", "olmo3", "exaone4", "exaone4-global"))
+    assert ckpt.args.qk_norm is (arch in ("qwen3", "gemma3", "olmo2", "olmo3", "exaone4", "exaone4-global", "hunyuan"))
     if arch == "exaone4":  # three sliding layers, then a global one without RoPE
         a = ckpt.args
         assert (a.layer_types, a.nope_layers, a.pre_norms, a.qk_norm_full) == (("sliding",) * 3 + ("global",), (3,),

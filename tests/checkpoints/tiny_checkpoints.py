@@ -131,6 +131,10 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
             position_embedding_type=None if arch == "granite4-nope" else "rope", pad_token_id=0,
             embedding_multiplier=3.0, residual_multiplier=0.5, attention_multiplier=0.3, logits_scaling=4.0,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, **experts)
+    if arch == "hunyuan":  # QK-norm after RoPE; NTK-alpha RoPE (a base of 10,000 x 1000^(16/14))
+        return transformers.HunYuanDenseV1Config(**common, head_dim=16, pad_token_id=0,
+                                                 rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0,
+                                                                  "alpha": 1000.0, "factor": 1.0})
     if arch in ("cohere", "cohere2"):
         # LayerNorm, parallel block, a logit scale far from 1; Cohere 2 with three sliding layers, then a
         # global one without RoPE
@@ -241,7 +245,8 @@ def hf_model(arch: str = "llama", tie: bool = True, seed: int = 0, vocab_size: i
            "glm4": transformers.Glm4ForCausalLM, "lfm2": transformers.Lfm2ForCausalLM,
            "lfm2moe": transformers.Lfm2MoeForCausalLM, "ernie4_5": transformers.Ernie4_5ForCausalLM,
            **dict.fromkeys(("granite4", "granite4-nope", "granite4-moe"), transformers.GraniteMoeHybridForCausalLM),
-           "cohere": transformers.CohereForCausalLM, "cohere2": transformers.Cohere2ForCausalLM}[arch]
+           "cohere": transformers.CohereForCausalLM, "cohere2": transformers.Cohere2ForCausalLM,
+           "hunyuan": transformers.HunYuanDenseV1ForCausalLM}[arch]
     config = hf_config(arch, tie, vocab_size, window)
     if head_dim is not None:
         config.head_dim = head_dim
@@ -276,6 +281,8 @@ _GGUF_NAMES = {
     "self_attn.qkv_proj.weight": "attn_qkv.weight", "mlp.gate_up_proj.weight": "ffn_up.weight",  # Phi-3's fused
     "post_self_attn_layernorm.weight": "post_attention_norm.weight",  # GLM 4's
     "post_mlp_layernorm.weight": "post_ffw_norm.weight",
+    "self_attn.query_layernorm.weight": "attn_q_norm.weight",  # Hunyuan's
+    "self_attn.key_layernorm.weight": "attn_k_norm.weight",
     # LFM2's (and LFM2-MoE's router and selection bias)
     "feed_forward.gate.weight": "ffn_gate_inp.weight", "feed_forward.expert_bias": "exp_probs_b.bias",
     "feed_forward.experts.down_proj": "ffn_down_exps.weight",
@@ -370,7 +377,7 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
                merges: Optional[list[tuple[str, str]]] = None, extra: Optional[dict] = None,
                head_dim: int = 16, dim: int = 64, hidden_dim: int = 96, n_heads: int = 4,
                n_kv_heads: Union[int, list[int]] = 2, control: tuple[str, ...] = tuple(SPECIALS),
-               template: str = CHAT_TEMPLATE, context: int = 128) -> Path:
+               template: str = CHAT_TEMPLATE, context: int = 128, rope_theta: float = 10000.0) -> Path:
     """Write a tiny GGUF: llama-style metadata, a byte-level tokenizer and `tensors`.
 
     `tokens` and `merges` replace the byte-level vocabulary and its merges (MERGES);
@@ -392,7 +399,7 @@ def write_gguf(path: Path, tensors: dict[str, np.ndarray], *, arch: str = "llama
         w.add_array(f"{arch}.attention.head_count_kv", n_kv_heads)
     else:
         w.add_uint32(f"{arch}.attention.head_count_kv", n_kv_heads)
-    w.add_float32(f"{arch}.rope.freq_base", 10000.0)
+    w.add_float32(f"{arch}.rope.freq_base", rope_theta)
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)
     w.add_uint32(f"{arch}.rope.dimension_count", head_dim)
     if head_dim != 16:

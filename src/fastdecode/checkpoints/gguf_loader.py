@@ -27,7 +27,8 @@ from .rope_rows import unpermute_rows
 # has Gemma 3's four norms, half of each head rotated, in pairs; Phi-3 and Phi-4-mini keep q/k/v
 # and gate/up each in one tensor (GLM 4 gate/up), which load splits; LFM2 has short convolutions in
 # place of attention on the layers whose head_count_kv is 0; Cohere's (command-r, cohere2: Command R7B)
-# LayerNorm, attention and MLP in parallel from one norm and scaled logits. Mixture-of-experts files (Mixtral as
+# LayerNorm, attention and MLP in parallel from one norm and scaled logits; Hunyuan's QK-norm comes after
+# RoPE. Mixture-of-experts files (Mixtral as
 # "llama", qwen2moe, qwen3moe, olmoe, granitemoe: Granite's with experts, lfm2moe: LFM2's after its
 # first dense layers, chosen by sigmoid scores and a selection bias) keep each projection of a layer's
 # experts in one 3-D tensor, which load splits per expert; gpt-oss adds biases to them (2-D, split too).
@@ -36,8 +37,8 @@ from .rope_rows import unpermute_rows
 # tokens hold equal, so that it is their text model's RoPE.
 _VL_TEXT = {"qwen2vl": "qwen2", "qwen3vl": "qwen3", "qwen3vlmoe": "qwen3moe"}
 SUPPORTED_ARCHS = ("llama", "mistral3", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "smollm3", "granite", "olmo2",
-                   "exaone4", "glm4", "lfm2", "lfm2moe", "ernie4_5", "command-r", "cohere2", "phi3", "qwen2moe",
-                   "qwen3moe", "olmoe", "granitemoe", "gpt-oss", *_VL_TEXT)
+                   "exaone4", "glm4", "lfm2", "lfm2moe", "ernie4_5", "command-r", "cohere2", "hunyuan-dense", "phi3",
+                   "qwen2moe", "qwen3moe", "olmoe", "granitemoe", "gpt-oss", *_VL_TEXT)
 # These architectures' Q/K rows come in pairs: the converter permutes Llama's so, ERNIE 4.5's, Cohere's and
 # GLM 4's are so from training (GLM 4's rotary dims only; a glm4 file with M-RoPE sections has them in halves,
 # as the converter wrote it).
@@ -394,6 +395,8 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = dict(qk_norm=True, conv_layers=conv_layers, conv_kernel=need("shortconv.l_cache"))
         if window := optional_int(f.get(f"{arch}.attention.sliding_window"), f.path, "sliding_window"):
             family["sliding_window"] = window  # every attention layer slides, as llama.cpp runs it
+    elif arch == "hunyuan-dense":  # QK-norm after RoPE; the converter wrote NTK-alpha's base as freq_base
+        family = dict(qk_norm=True, qk_norm_after_rope=True)
     elif arch in ("command-r", "cohere2"):
         family = _cohere_fields(f, arch, n_layers, theta)
     elif arch == "glm4":  # Gemma 3's four norms a layer, its gate and up in one tensor (_fused_rows)

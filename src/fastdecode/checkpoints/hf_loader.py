@@ -25,7 +25,8 @@ SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausa
                    "MixtralForCausalLM", "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM", "OlmoeForCausalLM",
                    "GraniteMoeForCausalLM", "GraniteMoeSharedForCausalLM", "GptOssForCausalLM", "Exaone4ForCausalLM",
                    "Glm4ForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Ernie4_5ForCausalLM",
-                   "GraniteMoeHybridForCausalLM", "CohereForCausalLM", "Cohere2ForCausalLM")
+                   "GraniteMoeHybridForCausalLM", "CohereForCausalLM", "Cohere2ForCausalLM",
+                   "HunYuanDenseV1ForCausalLM")
 _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "ministral3": "Ministral3ForCausalLM",
                 "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "gemma3_text": "Gemma3ForCausalLM",
                 "smollm3": "SmolLM3ForCausalLM", "granite": "GraniteForCausalLM", "olmo2": "Olmo2ForCausalLM",
@@ -36,7 +37,7 @@ _MODEL_TYPES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "m
                 "exaone4": "Exaone4ForCausalLM", "glm4": "Glm4ForCausalLM", "lfm2": "Lfm2ForCausalLM",
                 "lfm2_moe": "Lfm2MoeForCausalLM", "ernie4_5": "Ernie4_5ForCausalLM",
                 "granitemoehybrid": "GraniteMoeHybridForCausalLM", "cohere": "CohereForCausalLM",
-                "cohere2": "Cohere2ForCausalLM"}
+                "cohere2": "Cohere2ForCausalLM", "hunyuan_v1_dense": "HunYuanDenseV1ForCausalLM"}
 _MINISTRAL3 = "Ministral3ForCausalLM"
 _GEMMA = "Gemma3ForCausalLM"
 _GEMMA2 = "Gemma2ForCausalLM"  # Gemma 3's block without QK-norm, its scores and logits soft-capped
@@ -56,6 +57,8 @@ _ERNIE = "Ernie4_5ForCausalLM"  # Llama with its heads rotated in interleaved pa
 # Cohere's: LayerNorm, attention and MLP in parallel from one norm, scaled logits, heads rotated in pairs;
 # Command R7B's (2) with three sliding layers in four, the global ones without RoPE
 _COHERE, _COHERE2 = "CohereForCausalLM", "Cohere2ForCausalLM"
+# Llama with QK-norm after RoPE, and NTK-alpha RoPE: a base of theta * alpha^(d / (d - 2))
+_HUNYUAN = "HunYuanDenseV1ForCausalLM"
 # Llama's block with QK-norm where most layers' attention is a gated short convolution (model/short_conv.py)
 _LFM2 = "Lfm2ForCausalLM"
 _LFM2_MOE = "Lfm2MoeForCausalLM"  # LFM2 with experts after its first dense layers, a sigmoid router
@@ -190,6 +193,11 @@ _GRANITE_HYBRID_LAYER_NAMES = {
     "shared_mlp.input_linear.weight": "feed_forward.w13.weight",  # gate and up, split (_split_fused)
     "shared_mlp.output_linear.weight": "feed_forward.w2.weight",
 }
+_HUNYUAN_LAYER_NAMES = {
+    **_LAYER_NAMES,
+    "self_attn.query_layernorm.weight": "attention.q_norm.weight",
+    "self_attn.key_layernorm.weight": "attention.k_norm.weight",
+}
 _QK = ("attention.wq.weight", "attention.wq.bias", "attention.wk.weight", "attention.wk.bias")
 _GLM4_LAYER_NAMES = {
     **_LAYER_NAMES,
@@ -215,7 +223,8 @@ def our_name(hf_name: str, arch: str = "LlamaForCausalLM") -> Optional[str]:
     post_norm_names = arch in (_GEMMA, _GEMMA2, _OLMO2, _OLMO3, _EXAONE4)
     names = (_GEMMA_LAYER_NAMES if post_norm_names else _GPT_OSS_LAYER_NAMES if arch == _GPT_OSS
              else _GLM4_LAYER_NAMES if arch == _GLM4 else _LFM2_LAYER_NAMES if arch in (_LFM2, _LFM2_MOE)
-             else _GRANITE_HYBRID_LAYER_NAMES if arch == _GRANITE_HYBRID else _LAYER_NAMES)
+             else _GRANITE_HYBRID_LAYER_NAMES if arch == _GRANITE_HYBRID
+             else _HUNYUAN_LAYER_NAMES if arch == _HUNYUAN else _LAYER_NAMES)
     return map_name(hf_name, _GLOBAL_NAMES, _LAYER_RE, names)
 
 
@@ -482,6 +491,8 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
         return dict(post_norms=True)
     if arch in (_COHERE, _COHERE2):
         return _cohere_fields(config, arch, path)
+    if arch == _HUNYUAN:
+        return dict(qk_norm=True, qk_norm_after_rope=True)
     if arch in (_LFM2, _LFM2_MOE):
         return _lfm2_fields(config, path)
     if arch == _EXAONE4:  # with a window set, every layer that does not slide runs without RoPE
@@ -526,6 +537,17 @@ def _family_fields(config: dict[str, Any], arch: str, dim: int, head_dim: int, p
     local_theta = _local_theta(config, path, _number(config, "rope_local_base_freq", 10000.0))
     return dict(qk_norm=True, post_norms=True, embed_scale=math.sqrt(dim), rope_local_theta=local_theta,
                 attn_scale=_query_scale(config, head_dim))
+
+
+def _hunyuan_alpha(config: dict[str, Any]) -> Optional[float]:
+    """Hunyuan's NTK-alpha RoPE (rope_type "dynamic" with an alpha, which transformers runs as a fixed
+    base): theta * alpha^(d / (d - 2)); None for another rope setting."""
+    params = _object(config, "rope_scaling") or _object(config, "rope_parameters")
+    if params.get("rope_type", params.get("type")) != "dynamic" or not params.get("alpha"):
+        return None
+    d = _int(config, "head_dim", 0) or _int(config, "hidden_size") // _int(config, "num_attention_heads")
+    theta = _number(params, "rope_theta", _number(config, "rope_theta", 10000.0))
+    return theta * _number(params, "alpha", 1.0) ** (d / (d - 2))
 
 
 def _cohere_fields(config: dict[str, Any], arch: str, path: Path) -> dict[str, Any]:
@@ -696,6 +718,8 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         default_theta = _DEFAULT_THETA.get(arch, 10000.0)
         if arch in _PER_LAYER_TYPE_ROPE and "full_attention" in params:  # per layer type in transformers 5
             theta, scaling = _rope(config, path, params["full_attention"], default_theta=default_theta)
+        elif arch == _HUNYUAN and (_ntk_alpha := _hunyuan_alpha(config)):
+            theta, scaling = _ntk_alpha, None
         else:
             theta, scaling = _rope(config, path, default_theta=default_theta)
         n_heads = _int(config, "num_attention_heads")

@@ -134,6 +134,7 @@ class ModelArgs:
     qkv_bias: bool = False  # Qwen2 has biases on q, k and v
     qk_norm: bool = False  # RMSNorm over head_dim on q and k before RoPE (Qwen3, Gemma 3)
     qk_norm_full: bool = False  # with qk_norm: over all of q's (and k's) heads at once, not each head (OLMo 2)
+    qk_norm_after_rope: bool = False  # with qk_norm: applied to the rotated q and k (Hunyuan's), not before
     pre_norms: bool = True  # RMSNorm before the attention and the MLP; False: OLMo 2's post-norms only
     norm: str = "rms"  # the blocks' and the final norm: "rms", or "layer" (mean-centred, a weight, no bias: Cohere's)
     # Cohere's block: the attention and the MLP read one normalized input and join the residual together
@@ -308,8 +309,8 @@ class ModelArgs:
             if w > self.max_seq_len:
                 raise FastDecodeError(f"sliding window of {w} positions is larger than the context of "
                                       f"{self.max_seq_len} (max_seq_len)")
-        if self.qk_norm_full and not self.qk_norm:
-            raise FastDecodeError("ModelArgs.qk_norm_full needs qk_norm")
+        if (self.qk_norm_full or self.qk_norm_after_rope) and not self.qk_norm:
+            raise FastDecodeError("ModelArgs.qk_norm_full and qk_norm_after_rope need qk_norm")
         if not (self.pre_norms or self.post_norms):
             raise FastDecodeError("ModelArgs needs pre_norms or post_norms (a block with no norm at all)")
         if self.norm not in NORMS:

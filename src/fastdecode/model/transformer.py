@@ -164,6 +164,7 @@ class Attention(nn.Module):
             else (args.head_dim, args.head_dim)
         self.q_norm = RMSNorm(q_span, args.norm_eps) if args.qk_norm else None
         self.k_norm = RMSNorm(k_span, args.norm_eps) if args.qk_norm else None
+        self.norm_after_rope = args.qk_norm_after_rope  # Hunyuan's order: RoPE, then the norms
         qkv_out = (args.n_heads + 2 * args.n_kv_heads) * args.head_dim
         # q, k and v share one matmul; checkpoints keep them apart (see _fuse_qkv).
         self.wqkv = nn.Linear(args.dim, qkv_out, bias=args.qkv_bias)
@@ -186,13 +187,15 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.qk_norm_full:
             q = self.q_norm(q.reshape(B, T, H * D)).view(B, T, H, D)
             k = self.k_norm(k.reshape(B, T, Hkv * D)).view(B, T, Hkv, D)
-        elif self.q_norm is not None:
+        elif self.q_norm is not None and not self.norm_after_rope:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             q = apply_rope(q, cos, sin)  # [B, T, H, D]
             k = apply_rope(k, cos, sin)  # [B, T, Hkv, D]
         else:  # views into qkv: the attention kernel reads contiguous q and k, as RoPE's outputs are
             q, k = q.contiguous(), k.contiguous()
+        if self.norm_after_rope:
+            q, k = self.q_norm(q), self.k_norm(k)
         if q_scale is not None:
             q = q * q_scale.to(q.dtype)
 
