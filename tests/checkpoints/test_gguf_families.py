@@ -214,7 +214,8 @@ def write_family(path, family, seed=3):
                    "olmo3-yarn": ("olmo2", OLMO3_YARN_META), "exaone4-global": ("exaone4", {}),
                    "exaone4-64": ("exaone4", {"exaone4.attention.sliding_window": 8}),
                    "glm4": ("glm4", {"glm4.rope.dimension_count": 8}), "ernie4_5": ("ernie4_5", {}),
-                   "cohere": ("command-r", {"command-r.logit_scale": 0.5, "command-r.attention.layer_norm_epsilon": 1e-5}),
+                   "cohere": ("command-r", {"command-r.logit_scale": 0.5,
+                                            "command-r.attention.layer_norm_epsilon": 1e-5}),
                    "cohere2": ("cohere2", {"cohere2.logit_scale": 0.5, "cohere2.attention.layer_norm_epsilon": 1e-5,
                                            "cohere2.attention.sliding_window": 8})}[family]
     names = ("olmo2" if olmo else "exaone4" if family.startswith("exaone4")
@@ -401,9 +402,8 @@ def test_unsupported_architecture_lists_the_supported_ones(tmp_path):
     path = write_gguf(tmp_path / "phi.gguf", gguf_tensors(hf_model()), arch="phi2")
     message = one_line_error(path, "unsupported architecture 'phi2'")
     assert message.endswith("supported: llama, mistral3, qwen2, qwen3, gemma, gemma2, gemma3, smollm3, granite, olmo2, "
-                            "exaone4, glm4, lfm2, lfm2moe, ernie4_5, command-r, cohere2, hunyuan-dense, phi3, qwen2moe, qwen3moe, olmoe, "
-                            "granitemoe, "
-                            "gpt-oss, qwen2vl, qwen3vl, qwen3vlmoe")
+                            "exaone4, glm4, lfm2, lfm2moe, ernie4_5, command-r, cohere2, hunyuan-dense, phi3, qwen2moe, "
+                            "qwen3moe, olmoe, granitemoe, gpt-oss, qwen2vl, qwen3vl, qwen3vlmoe")
 
 
 def test_phi3_rope_factors_missing_or_of_the_wrong_length_are_named(tmp_path):

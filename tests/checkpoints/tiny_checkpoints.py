@@ -125,7 +125,9 @@ def hf_config(arch: str = "llama", tie: bool = True, vocab_size: int = VOCAB, wi
     if arch.startswith("granite4"):
         # Granite 4's attention-only models: Granite's multipliers, a gated shared MLP (48), RoPE
         # ("granite4-nope": none, as its Mamba models' attention layers), and "granite4-moe" 4 experts of 32
-        experts = dict(num_local_experts=4, num_experts_per_tok=2) if arch == "granite4-moe" else dict(num_local_experts=0)
+        experts = dict(num_local_experts=4 if arch == "granite4-moe" else 0)
+        if arch == "granite4-moe":
+            experts["num_experts_per_tok"] = 2
         return transformers.GraniteMoeHybridConfig(
             **{**common, "intermediate_size": 32}, shared_intermediate_size=48, layer_types=["attention"] * 2,
             position_embedding_type=None if arch == "granite4-nope" else "rope", pad_token_id=0,
