@@ -508,6 +508,33 @@ def test_missing_weights(tmp_path):
     assert "no model.safetensors" in error_of(tmp_path)
 
 
+def test_pytorch_bin_weights_load_as_safetensors_do(tmp_path):
+    """Older repositories hold pytorch_model.bin alone (or sharded with its index): read with
+    weights_only (no code runs); a file that is not tensors, or truncated, is one line."""
+    model = hf_model(tie=False)
+    write_hf_dir(tmp_path, model)
+    (tmp_path / "model.safetensors").unlink()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    torch.save(state, tmp_path / "pytorch_model.bin")
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    with torch.no_grad():
+        assert (build_ours(ckpt)(TOKENS, None) - model(TOKENS).logits).abs().max().item() <= 1e-4
+    (tmp_path / "pytorch_model.bin").unlink()  # two shards and their index
+    names = sorted(state)
+    halves = {"pytorch_model-00001-of-00002.bin": names[::2], "pytorch_model-00002-of-00002.bin": names[1::2]}
+    for file, keys in halves.items():
+        torch.save({k: state[k] for k in keys}, tmp_path / file)
+    index = {"weight_map": {k: file for file, keys in halves.items() for k in keys}}
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    assert (build_ours(load_checkpoint(tmp_path, dtype=torch.float32))(TOKENS, None)
+            - model(TOKENS).logits).abs().max().item() <= 1e-4
+    torch.save({"not": "tensors"}, tmp_path / "pytorch_model-00002-of-00002.bin")
+    assert "not a state dict of named tensors" in error_of(tmp_path)
+    data = (tmp_path / "pytorch_model-00001-of-00002.bin").read_bytes()
+    (tmp_path / "pytorch_model-00001-of-00002.bin").write_bytes(data[: len(data) // 2])
+    assert "cannot read a PyTorch weights file" in error_of(tmp_path)
+
+
 def test_truncated_safetensors(tmp_path):
     write_hf_dir(tmp_path, hf_model())
     data = (tmp_path / "model.safetensors").read_bytes()

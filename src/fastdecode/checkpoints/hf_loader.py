@@ -1,4 +1,5 @@
-"""Hugging Face checkpoint directories: config.json + safetensors (single or sharded)."""
+"""Hugging Face checkpoint directories: config.json and weights (hf_files.py: safetensors or PyTorch .bin,
+single or sharded), under our key names."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from ..model.args import ModelArgs, RopeScaling, yarn_mscale
 from ..errors import FastDecodeError
 from ..quant.transform import quantize_state_dict
 from . import hf_mxfp4
+from .hf_files import tensors, weight_files
 from .keys import map_name
 from .rope_rows import unpermute_rows
 
@@ -233,7 +234,7 @@ def read_config(directory: Path) -> dict[str, Any]:
     if not path.is_file():
         raise FastDecodeError(
             f"{directory}: no config.json; a Hugging Face checkpoint directory needs config.json "
-            "and model.safetensors (or model.safetensors.index.json)")
+            "and its weights (model.safetensors, or sharded with model.safetensors.index.json)")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -774,26 +775,6 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         raise FastDecodeError(f"{path}: bad value ({e})") from None
 
 
-def _weight_files(directory: Path) -> list[Path]:
-    single = directory / "model.safetensors"
-    index = directory / "model.safetensors.index.json"
-    if single.is_file():
-        return [single]
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as e:
-            raise FastDecodeError(f"{index}: not a safetensors index ({e})") from None
-        files = [directory / name for name in sorted(set(weight_map.values()))]
-        missing = [f for f in files if not f.is_file()]
-        if missing:
-            raise FastDecodeError(f"{index}: shard {missing[0].name} is missing")
-        return files
-    raise FastDecodeError(
-        f"{directory}: no model.safetensors or model.safetensors.index.json "
-        "(only safetensors weights are supported)")
-
-
 def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights: str = "float",
                   kinds: Optional[Counter] = None) -> dict[str, torch.Tensor]:
     """Read every shard into our key names, converted to `dtype` on CPU. Float matrices stay float, or
@@ -804,45 +785,41 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
     kinds = Counter() if kinds is None else kinds
     out: dict[str, torch.Tensor] = {}
     mxfp4: dict[str, dict[str, torch.Tensor]] = {}  # a layer's blocks or scales until the other is read
-    for file in _weight_files(directory):
-        try:
-            with safe_open(str(file), framework="pt") as f:
-                for name in f.keys():
-                    text = _text_name(name) if multimodal else name
-                    if text is None:
-                        continue  # the image encoder and its projector: not run
-                    key = our_name(text, arch)
-                    if key is None:
-                        if name.endswith("rotary_emb.inv_freq"):  # a buffer some old exports include
-                            continue
-                        raise FastDecodeError(f"{file}: unexpected tensor {name!r}")
-                    if key == "output.weight" and args.tie_embeddings:
-                        continue  # tied: the output reuses the embedding
-                    t = f.get_tensor(name)
-                    if key.endswith(hf_mxfp4.SUFFIXES):
-                        base, part = key.rsplit("_", 1)  # layers.N.feed_forward.experts.gate_up_proj, blocks
-                        pair = mxfp4.setdefault(base, {})
-                        pair[part] = t
-                        if len(pair) == 2:
-                            del mxfp4[base]
-                            out.update(hf_mxfp4.experts(base, pair["blocks"], pair["scales"], args, dtype, weights,
-                                                        kinds, file))
-                        continue
-                    if arch in (_GEMMA, _GEMMA1, _GEMMA2) and key.endswith("norm.weight"):
-                        # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
-                        # so our plain RMSNorm (and its kernel) computes them.
-                        t = t.float() + 1.0
-                    if arch in (_LFM2, _LFM2_MOE) and key.endswith("attention.conv") and t.dim() == 3:
-                        t = t.squeeze(1)  # [dim, 1, taps] -> [dim, taps]
-                    if arch in (_GLM4, _ERNIE, _COHERE, _COHERE2) and key.endswith(_QK):  # rotary rows in pairs
-                        heads = args.n_heads if ".wq." in key else args.n_kv_heads
-                        t = unpermute_rows(t, heads, args.rope_dim)
-                    parts = _split_fused(key, t.to(dtype), args, file)
-                    if weights in ("int8", "int4"):
-                        quantize_state_dict(parts, args, weights, str(directory))
-                    out.update(parts)
-        except (SafetensorError, OSError) as e:
-            raise FastDecodeError(f"{file}: cannot read safetensors ({e})") from None
+    for file in weight_files(directory):
+        for name, read in tensors(file):
+            text = _text_name(name) if multimodal else name
+            if text is None:
+                continue  # the image encoder and its projector: not run
+            key = our_name(text, arch)
+            if key is None:
+                if name.endswith("rotary_emb.inv_freq"):  # a buffer some old exports include
+                    continue
+                raise FastDecodeError(f"{file}: unexpected tensor {name!r}")
+            if key == "output.weight" and args.tie_embeddings:
+                continue  # tied: the output reuses the embedding
+            t = read()
+            if key.endswith(hf_mxfp4.SUFFIXES):
+                base, part = key.rsplit("_", 1)  # layers.N.feed_forward.experts.gate_up_proj, blocks
+                pair = mxfp4.setdefault(base, {})
+                pair[part] = t
+                if len(pair) == 2:
+                    del mxfp4[base]
+                    out.update(hf_mxfp4.experts(base, pair["blocks"], pair["scales"], args, dtype, weights, kinds,
+                                                file))
+                continue
+            if arch in (_GEMMA, _GEMMA1, _GEMMA2) and key.endswith("norm.weight"):
+                # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
+                # so our plain RMSNorm (and its kernel) computes them.
+                t = t.float() + 1.0
+            if arch in (_LFM2, _LFM2_MOE) and key.endswith("attention.conv") and t.dim() == 3:
+                t = t.squeeze(1)  # [dim, 1, taps] -> [dim, taps]
+            if arch in (_GLM4, _ERNIE, _COHERE, _COHERE2) and key.endswith(_QK):  # rotary rows in pairs
+                heads = args.n_heads if ".wq." in key else args.n_kv_heads
+                t = unpermute_rows(t, heads, args.rope_dim)
+            parts = _split_fused(key, t.to(dtype), args, file)
+            if weights in ("int8", "int4"):
+                quantize_state_dict(parts, args, weights, str(directory))
+            out.update(parts)
     for key, pair in mxfp4.items():
         missing = "scales" if "blocks" in pair else "blocks"
         raise FastDecodeError(f"{directory}: {key}'s MXFP4 {next(iter(pair))} have no {missing} "
