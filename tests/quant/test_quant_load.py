@@ -93,7 +93,8 @@ def test_a_float_gguf_is_quantized_a_layer_at_a_time(tmp_path, weights):
     from collections import Counter
 
     from fastdecode.checkpoints.gguf_file import GGUFFile
-    from fastdecode.checkpoints.gguf_loader import gguf_model_args, gguf_shards
+    from fastdecode.checkpoints.gguf_config import gguf_model_args
+    from fastdecode.checkpoints.gguf_loader import gguf_shards
     from fastdecode.quant.formats import quantize
 
     f = GGUFFile(write_gguf(tmp_path / "f.gguf", gguf_tensors(hf_model(tie=False))))

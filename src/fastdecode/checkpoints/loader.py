@@ -17,9 +17,11 @@ from ..errors import FastDecodeError
 from ..text.tokenizer import Tokenizer
 from . import cache
 from .gguf_file import GGUFFile
-from .gguf_loader import gguf_model_args, gguf_shards, gguf_state_dict, summarize
+from .gguf_config import gguf_model_args
+from .gguf_loader import gguf_shards, gguf_state_dict, summarize
 from .gguf_tokenizer import tokenizer_from_gguf
-from .hf_loader import hf_model_args, hf_state_dict, read_config
+from .hf_config import hf_model_args, read_config
+from .hf_loader import hf_state_dict
 from .hf_tokenizer import tokenizer_from_hf_dir
 from .keys import check_state_dict
 
