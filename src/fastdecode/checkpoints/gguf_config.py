@@ -330,7 +330,7 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
         family = dict(qk_norm=True, qk_norm_after_rope=True)
     elif arch in ("command-r", "cohere2"):
         family = _cohere_fields(f, arch, n_layers, theta)
-    elif arch == "glm4":  # Gemma 3's four norms a layer, its gate and up in one tensor (_fused_rows)
+    elif arch == "glm4":  # Gemma 3's four norms a layer; gate and up in one tensor (gguf_loader splits it)
         family = dict(post_norms=True)
     elif arch == "exaone4":
         family = dict(qk_norm=True, pre_norms=False, post_norms=True)
