@@ -259,12 +259,9 @@ def _check_memory(opts: LoadOptions, part: _Part, need: int, max_batch_size: int
 def _runnable_compile(compile: str, device: torch.device, model: Transformer) -> str:
     """`compile`, or "none" (with one line saying why) where Inductor cannot build code here
     or the model cannot be traced."""
-    if compile != "none" and model.args.n_experts:
-        log.warning("compile=%s: a mixture-of-experts model runs eagerly (which experts run depends on the "
-                    "tokens): running the eager steps instead", compile)
-        return "none"
-    if compile != "none" and model.args.conv_layers:
-        log.warning("compile=%s: LFM2's convolution layers run eagerly: running the eager steps instead", compile)
+    if compile != "none" and model.args.eager_only:
+        log.warning("compile=%s: the model runs eagerly (%s do): running the eager steps instead", compile,
+                    model.args.eager_only)
         return "none"
     if compile != "none" and device.type == "cpu" and shutil.which(os.environ.get("CXX", "c++")) is None:
         log.warning("compile=%s needs a C++ compiler for Inductor and none was found (apt-get install g++): "
@@ -283,11 +280,10 @@ def _steps(opts: LoadOptions, part: _Part, compile: str, compiled: Optional[str]
     from ..compile.aot import ExportedSteps, package_path
 
     model, kernels = part.model, part.kernels
-    if model.args.n_experts or model.args.conv_layers:  # eager only (moe.py, short_conv.py): no package
+    if model.args.eager_only:  # no package to use or export
         if compiled not in (None, "auto"):
-            kind = "mixture-of-experts models" if model.args.n_experts else "LFM2's convolution layers"
-            raise FastDecodeError(f"compiled={compiled!r}: {kind} are not exported (they run eagerly); "
-                                  "use compiled=none")
+            raise FastDecodeError(f"compiled={compiled!r}: {model.args.eager_only} are not exported (they run "
+                                  "eagerly); use compiled=none")
         return make_steps(model, compile)
     missing = native.unavailable_reason if not kernels.ops else None
     if compiled not in (None, "auto") and missing:

@@ -147,12 +147,8 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
         raise FastDecodeError(f"package path {str(path)!r} must end in .pt2")
     if not path.parent.is_dir():
         raise FastDecodeError(f"folder {str(path.parent)!r} for the package does not exist")
-    if model.args.n_experts:
-        raise FastDecodeError("mixture-of-experts models cannot be exported: which experts run depends on the "
-                              "tokens (they run eagerly)")
-    if model.args.conv_layers:
-        raise FastDecodeError("LFM2's convolution layers cannot be exported: their state per slot is not a KV cache "
-                              "(they run eagerly)")
+    if model.args.eager_only:
+        raise FastDecodeError(f"{model.args.eager_only} cannot be exported (they run eagerly)")
     device = model.device
     meta = _metadata(model)
     a = model.args

@@ -329,6 +329,14 @@ class ModelArgs:
             raise FastDecodeError("ModelArgs.layer_types has sliding layers but sliding_window is not set")
 
     @property
+    def eager_only(self) -> Optional[str]:
+        """What keeps this model on the eager steps (no compile, no exported package, tp 1), or None:
+        experts chosen by the tokens, or LFM2's convolutions with their state per slot."""
+        if self.n_experts:
+            return "mixture-of-experts models"
+        return "LFM2's convolution layers" if self.conv_layers else None
+
+    @property
     def attention_layers(self) -> int:
         """How many layers attend (and hold a KV cache): all but the convolution layers."""
         return self.n_layers - len(self.conv_layers)

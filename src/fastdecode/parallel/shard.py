@@ -97,10 +97,8 @@ def shard_model(model: Transformer, group: dist.ProcessGroup, *, head: str = "au
 
 def check_divisible(model: Transformer, tp: int) -> None:
     """Raise a one-line FastDecodeError naming the first layer tp cannot split."""
-    if tp > 1 and model.args.n_experts:
-        raise FastDecodeError(f"tp={tp}: tensor parallelism does not split mixture-of-experts models; accepted: 1")
-    if tp > 1 and model.args.conv_layers:
-        raise FastDecodeError(f"tp={tp}: tensor parallelism does not split LFM2's convolution layers; accepted: 1")
+    if tp > 1 and model.args.eager_only:
+        raise FastDecodeError(f"tp={tp}: tensor parallelism does not split {model.args.eager_only}; accepted: 1")
     for i, layer in enumerate(model.layers):
         attn, ff = layer.attention, layer.feed_forward
         H, Hkv, D = attn.n_heads, attn.n_kv_heads, attn.head_dim
@@ -122,7 +120,7 @@ def check_divisible(model: Transformer, tp: int) -> None:
 def valid_tp(model: Transformer) -> list[int]:
     """The tp values this model splits into (1 always does)."""
     out = [1]
-    if model.args.n_experts or model.args.conv_layers:
+    if model.args.eager_only:
         return out
     layer = model.layers[0]
     attn, ff = layer.attention, layer.feed_forward
