@@ -479,30 +479,29 @@ static int64_t amx_rows(const Panel (&p)[P], const Args& a, float* y, int64_t ld
   return rows;
 }
 #else
-// The int16 pair sums P[h][c] of units U0..U0+NU-1 of a block of nibbles (at pb; H5: q5k's, with
-// their fifth bits in unit 4) for the panel's rows 8h..8h+7 against activation rows m..m+C-1 (xb:
-// xblock's). maddubs's pair sums over a block's 4 units stay below 2^15 (2 x 15 x 127 x 2 x 4 =
-// 30480); with fifth bits, over 2 units (2 x 31 x 127 x 2 x 2 = 31496).
-template <int C, int U0 = 0, int NU = 4, bool H5 = false>
-static FD_INLINE void nibble_sums(const uint8_t* pb, const int8_t* xb, __m256i (&P)[2][C]) {
+// The int16 pair sums P[i][c] of units U0..U0+NU-1 of a block of nibbles (at pb; H5: q5k's, with
+// their fifth bits in unit 4) for the panel's rows 8h..8h+7, h = H0 + i for NH halves, against
+// activation rows m..m+C-1 (xb: xblock's). maddubs's pair sums over a block's 4 units stay below
+// 2^15 (2 x 15 x 127 x 2 x 4 = 30480); with fifth bits, over 2 units (2 x 31 x 127 x 2 x 2 = 31496).
+template <int C, int U0 = 0, int NU = 4, bool H5 = false, int NH = 2>
+static FD_INLINE void nibble_sums(const uint8_t* pb, const int8_t* xb, __m256i (&P)[NH][C], int H0 = 0) {
   static_assert(NU <= (H5 ? 2 : 4), "the int16 pair sums would overflow");
   const __m256i low = _mm256_set1_epi8(0x0F);
-  __m256i top[2] = {low, low};
+  __m256i top[NH];
   if constexpr (H5)
-    for (int h = 0; h < 2; ++h) top[h] = load32(pb + 256 + 32 * h);
+    for (int i = 0; i < NH; ++i) top[i] = load32(pb + 256 + 32 * (H0 + i));
   auto unit = [&]<int u>() __attribute__((always_inline)) {
-    __m256i xl[C], xh[C];
-    for (int c = 0; c < C; ++c) {
-      xl[c] = _mm256_set1_epi32(xword(xb, 256 * c, u));
-      xh[c] = _mm256_set1_epi32(xword(xb, 256 * c, 4 + u));
-    }
-    for (int h = 0; h < 2; ++h) {
-      const __m256i v = load32(pb + 64 * u + 32 * h);
+    for (int i = 0; i < NH; ++i) {
+      const __m256i v = load32(pb + 64 * u + 32 * (H0 + i));
       __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-      if constexpr (H5) fifth_bits<u, V256>(top[h], lo, hi);
+      if constexpr (H5) fifth_bits<u, V256>(top[i], lo, hi);
       for (int c = 0; c < C; ++c) {
-        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xl[c]), _mm256_maddubs_epi16(hi, xh[c]));
-        P[h][c] = u == U0 ? t : _mm256_add_epi16(P[h][c], t);
+        const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xword(xb, 256 * c, u))),
+                                           _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xword(xb, 256 * c, 4 + u))));
+        P[i][c] = u == U0 ? t : _mm256_add_epi16(P[i][c], t);
+        // Unit by unit: left free, GCC computed every unit's products first and spilled them
+        // (a fifth of q4k's samples at C = 4 were on stack loads and stores).
+        __asm__("" : "+x"(P[i][c]));
       }
     }
   };
@@ -538,7 +537,31 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
       }
     }
   };
-  each_chunk(unit);
+  if constexpr (C == 1) {
+    each_chunk(unit);
+  } else {  // values 0-15 over the 4 units, then 16-31: C rows' pair sums live at a time, not 2 C
+    // (Pl and Ph for 4 rows spilled; this ran the 1B shapes' q6k 1.4x faster at M = 8 on a Zen 3)
+    auto part = [&]<int half>() __attribute__((always_inline)) {
+      const __m256i top = half ? h1 : h0, sc = half ? sc1 : sc0;
+      __m256i P[C];
+      auto part_unit = [&]<int u>() __attribute__((always_inline)) {
+        __m256i lo, hi;
+        q6k_values<u, V256>(load32(pb + 64 * u), top, top, lo, hi);
+        const __m256i v = half ? hi : lo;
+        for (int c = 0; c < C; ++c) {
+          const __m256i t = _mm256_maddubs_epi16(v, _mm256_set1_epi32(xword(xb, 256 * c, 4 * half + u)));
+          P[c] = u % 2 ? _mm256_add_epi16(P[c], t) : t;
+          if constexpr (u % 2 == 1) {
+            const __m256i w = _mm256_madd_epi16(P[c], sc);
+            I[c] = half == 0 && u == 1 ? w : _mm256_add_epi32(I[c], w);
+          }
+        }
+      };
+      each_chunk(part_unit);
+    };
+    part.template operator()<0>();
+    part.template operator()<1>();
+  }
   const __m256i pairs = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane i: (sc_lo, sc_hi) of row i
   for (int c = 0; c < C; ++c) {
     const __m256i off = _mm256_madd_epi16(pairs, _mm256_set1_epi32(S[c][b % 8]));
@@ -546,44 +569,62 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
   }
 }
 
-// q6k's tile (super_tile's sums on VNNI). Several activation rows: one half of the panel's rows over
-// all its blocks, then the other, so that 4 rows' accumulators stay in registers and each unit,
-// whose unpacking costs 9 operations, is unpacked once per 4 rows (both halves at once, 2 rows a
-// tile, spilled: 0.8x the lane tiles at M = 8, hot). One row: both halves per block, so that the
-// weights stream (and are prefetched) throughout (half after half: 0.6x).
+// The K-quants' tiles' loops. One activation row (H = 2): both halves of the panel per block, so
+// that the weights stream (and are prefetched) throughout (q6k half after half: 0.6x). Several
+// (H = 1): one half of the panel's rows over all its blocks, then the other, so that C rows'
+// sums fit the 16 registers (q6k with both halves at once, 2 rows a tile, spilled: 0.8x the lane
+// tiles at M = 8; q4k's 4 rows with both halves spilled a fifth of its instructions, and half by
+// half ran the 1B shapes 1.3-1.4x faster at M = 8 on a Zen 3). Per pass (halves h0..h0+H-1) and
+// group g: sums(h0, g, Ig) adds the group's integer sums into Ig [H][C] (zeroed), then
+// steps(h0, g, Ig, acc) scales them into the float accumulators acc [H][C]; y [C][16] at the end.
 template <int C>
-static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
-  constexpr int H = C == 1 ? 2 : 1;  // halves a pass
-  const int64_t G = a.nb / 8;
+constexpr int kHalves = C == 1 ? 2 : 1;
+template <int C, class Sums, class Steps>
+static FD_INLINE void half_passes(const Args& a, float* y, int64_t ldy, const Sums& sums, const Steps& steps) {
+  constexpr int H = kHalves<C>;
   for (int h0 = 0; h0 < 2; h0 += H) {
     __m256 acc[H][C];
     for (int i = 0; i < H; ++i)
       for (int c = 0; c < C; ++c) acc[i][c] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < G; ++g) {
+    for (int64_t g = 0; g < a.nb / 8; ++g) {
       __m256i Ig[H][C];
       for (int i = 0; i < H; ++i)
         for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_setzero_si256();
-      int32_t S[C][8];
-      for (int c = 0; c < C; ++c) half_pairs(a, m + c, g, S[c]);
-      for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
-        if (ahead && h0 == 0) panel_prefetch<kQ6K>(p, p.q + 256 * b, b, ahead, a.far);
-        for (int i = 0; i < H; ++i) {
-          __m256i I[C];
-          q6k_sums<C>(p, a, m, b, h0 + i, S, I);
-          for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_add_epi32(Ig[i][c], I[c]);
-        }
-      }
-      for (int i = 0; i < H; ++i) {
-        const __m256 dg = scales8(p.d + 16 * g + 8 * (h0 + i));
-        for (int c = 0; c < C; ++c) {
-          const __m256 scale = _mm256_mul_ps(dg, _mm256_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
-          acc[i][c] = _mm256_add_ps(acc[i][c], _mm256_mul_ps(_mm256_cvtepi32_ps(Ig[i][c]), scale));
-        }
-      }
+      sums(h0, g, Ig);
+      steps(h0, g, Ig, acc);
     }
     for (int i = 0; i < H; ++i)
       for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * (h0 + i), acc[i][c]);
   }
+}
+
+// q6k's tile (super_tile's sums on VNNI).
+template <int C>
+static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
+  constexpr int H = kHalves<C>;
+  const int64_t G = a.nb / 8;
+  auto sums = [&](int h0, int64_t g, __m256i (&Ig)[H][C]) __attribute__((always_inline)) {
+    int32_t S[C][8];
+    for (int c = 0; c < C; ++c) half_pairs(a, m + c, g, S[c]);
+    for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
+      if (ahead && h0 == 0) panel_prefetch<kQ6K>(p, p.q + 256 * b, b, ahead, a.far);
+      for (int i = 0; i < H; ++i) {
+        __m256i I[C];
+        q6k_sums<C>(p, a, m, b, h0 + i, S, I);
+        for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_add_epi32(Ig[i][c], I[c]);
+      }
+    }
+  };
+  auto steps = [&](int h0, int64_t g, const __m256i (&Ig)[H][C], __m256 (&acc)[H][C]) __attribute__((always_inline)) {
+    for (int i = 0; i < H; ++i) {
+      const __m256 dg = scales8(p.d + 16 * g + 8 * (h0 + i));
+      for (int c = 0; c < C; ++c) {
+        const __m256 scale = _mm256_mul_ps(dg, _mm256_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]));
+        acc[i][c] = _mm256_add_ps(acc[i][c], _mm256_mul_ps(_mm256_cvtepi32_ps(Ig[i][c]), scale));
+      }
+    }
+  };
+  half_passes<C>(a, y, ldy, sums, steps);
 }
 
 // q4k's and q5k's tile: panel_tile's q4 sums (q5k's per 2 units), each block's taken through madd
@@ -591,40 +632,38 @@ static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* 
 // steps once a group.
 template <int L, int C>
 static FD_INLINE void q4k_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
+  constexpr int H = kHalves<C>;
   const int64_t G = a.nb / 8;
-  __m256 acc[2][C];
-  for (int h = 0; h < 2; ++h)
-    for (int c = 0; c < C; ++c) acc[h][c] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < G; ++g) {
-    __m256i Ig[2][C];
-    for (int h = 0; h < 2; ++h)
-      for (int c = 0; c < C; ++c) Ig[h][c] = _mm256_setzero_si256();
+  auto sums = [&](int h0, int64_t g, __m256i (&Ig)[H][C]) __attribute__((always_inline)) {
     for (int64_t b = 8 * g; b < 8 * g + 8; ++b) {
       const uint8_t* pb = p.q + 64 * kUnits<L> * b;
-      if (ahead) panel_prefetch<L>(p, pb, b, ahead, a.far);
+      if (ahead && h0 == 0) panel_prefetch<L>(p, pb, b, ahead, a.far);
       const int8_t* xb = xblock(a, m, b);
-      __m256i scp[2];
-      for (int h = 0; h < 2; ++h) {
-        const __m128i sc = load8(p.sc + 16 * b + 8 * h);
-        scp[h] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));
+      __m256i scp[H];
+      for (int i = 0; i < H; ++i) {
+        const __m128i sc = load8(p.sc + 16 * b + 8 * (h0 + i));
+        scp[i] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));
       }
-      __m256i P[2][C];
+      __m256i P[H][C];
       auto add = [&]() __attribute__((always_inline)) {
-        for (int h = 0; h < 2; ++h)
-          for (int c = 0; c < C; ++c) Ig[h][c] = _mm256_add_epi32(Ig[h][c], _mm256_madd_epi16(P[h][c], scp[h]));
+        for (int i = 0; i < H; ++i)
+          for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_add_epi32(Ig[i][c], _mm256_madd_epi16(P[i][c], scp[i]));
       };
       if constexpr (L == kQ5K) {
-        nibble_sums<C, 0, 2, true>(pb, xb, P);
+        nibble_sums<C, 0, 2, true, H>(pb, xb, P, h0);
         add();
-        nibble_sums<C, 2, 2, true>(pb, xb, P);
+        nibble_sums<C, 2, 2, true, H>(pb, xb, P, h0);
       } else {
-        nibble_sums<C>(pb, xb, P);
+        nibble_sums<C, 0, 4, false, H>(pb, xb, P, h0);
       }
       add();
     }
+  };
+  auto steps = [&](int h0, int64_t g, const __m256i (&Ig)[H][C], __m256 (&acc)[H][C]) __attribute__((always_inline)) {
     int32_t S[C][4];
     for (int c = 0; c < C; ++c) sum_pairs(a, m + c, g, S[c]);
-    for (int h = 0; h < 2; ++h) {
+    for (int i = 0; i < H; ++i) {
+      const int h = h0 + i;
       const __m256 dg = scales8(p.d + 16 * g + 8 * h);
       const __m256 neg = _mm256_xor_ps(scales8(p.dmin + 16 * g + 8 * h), _mm256_set1_ps(-0.f));
       __m256i mn[4];  // lane i: row 8h + i's (mn_b, mn_b+1), b = 8g + 2k, int16
@@ -633,20 +672,18 @@ static FD_INLINE void q4k_tile(const Panel& p, const Args& a, int64_t m, float* 
                                                          load8(p.mn + 16 * (8 * g + 2 * k + 1) + 8 * h)));
       for (int c = 0; c < C; ++c) {
         const __m256 xd = _mm256_set1_ps(a.xd[(m + c) * G * 8 + 8 * g]);
-        acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(Ig[h][c]), _mm256_mul_ps(dg, xd)));
+        acc[i][c] = _mm256_add_ps(acc[i][c], _mm256_mul_ps(_mm256_cvtepi32_ps(Ig[i][c]), _mm256_mul_ps(dg, xd)));
         __m256i Mg = _mm256_madd_epi16(mn[0], _mm256_set1_epi32(S[c][0]));
         for (int k = 1; k < 4; ++k) Mg = _mm256_add_epi32(Mg, _mm256_madd_epi16(mn[k], _mm256_set1_epi32(S[c][k])));
-        acc[h][c] = _mm256_add_ps(acc[h][c], _mm256_mul_ps(_mm256_cvtepi32_ps(Mg), _mm256_mul_ps(neg, xd)));
+        acc[i][c] = _mm256_add_ps(acc[i][c], _mm256_mul_ps(_mm256_cvtepi32_ps(Mg), _mm256_mul_ps(neg, xd)));
       }
     }
-  }
-  for (int h = 0; h < 2; ++h)
-    for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + c * ldy + 8 * h, acc[h][c]);
+  };
+  half_passes<C>(a, y, ldy, sums, steps);
 }
 
-// 16 registers: both halves' 2 x 2 x 2 accumulators, the unpacked weights (q6k: q6k_tile's 4 x 1).
-// q4k's tile keeps float accumulators out of its blocks' loop, and takes 4 rows (1.23x 2 at M = 8
-// and 16; q4 at 4 rows: 0.98-1.08x, left at 2).
+// 16 registers: both halves' 2 x 2 x 2 accumulators, the unpacked weights. The K-quants' tiles take
+// 4 rows, one half of the panel at a time (q4k_tile, q6k_tile; q4 at 4 rows: 0.98-1.08x, left at 2).
 template <int L>
 constexpr int kPanelCols = kSuper<L> ? 4 : 2;
 // Rows 8h..8h+7 of the panel in each half h, both halves per block, so that each activation word
