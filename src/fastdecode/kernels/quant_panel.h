@@ -573,10 +573,11 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
 // that the weights stream (and are prefetched) throughout (q6k half after half: 0.6x). Several
 // (H = 1): one half of the panel's rows over all its blocks, then the other, so that C rows'
 // sums fit the 16 registers (q6k with both halves at once, 2 rows a tile, spilled: 0.8x the lane
-// tiles at M = 8; q4k's 4 rows with both halves spilled a fifth of its instructions, and half by
-// half ran the 1B shapes 1.3-1.4x faster at M = 8 on a Zen 3). Per pass (halves h0..h0+H-1) and
-// group g: sums(h0, g, Ig) adds the group's integer sums into Ig [H][C] (zeroed), then
-// steps(h0, g, Ig, acc) scales them into the float accumulators acc [H][C]; y [C][16] at the end.
+// tiles at M = 8; q4k's 4 rows with both halves had a third of its samples on stack loads and
+// stores, and half by half ran the 1B shapes 1.26-1.44x faster at M = 8 on a Zen 3). Per pass
+// (halves h0..h0+H-1) and group g: sums(h0, g, Ig) adds the group's integer sums into Ig [H][C]
+// (zeroed), then steps(h0, g, Ig, acc) scales them into the float accumulators acc [H][C];
+// y [C][16] at the end.
 template <int C>
 constexpr int kHalves = C == 1 ? 2 : 1;
 template <int C, class Sums, class Steps>
