@@ -15,7 +15,7 @@ import fastdecode
 from fastdecode.api.llm import split_options
 
 model, batch, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-llm = fastdecode.load(model, max_batch_size=max(batch, 1))
+llm = fastdecode.load(model, max_batch_size=batch)
 ids = llm.tokenizer.encode("The history of the city begins", add_special_tokens=False)
 prompts = [ids + [100 + i] for i in range(batch)]
 
