@@ -83,6 +83,6 @@ def test_q8_0_kv_perplexity_within_one_percent_of_float32(llms):
     ctx = 512
     ppl = {}
     for kv in ("float32", "q8_0"):
-        nll = [cached_nll(llms[kv], ids[s:s + ctx])[ctx // 2:] for s in range(0, len(ids) - ctx + 1, ctx)][:4]
+        nll = [cached_nll(llms[kv], ids[s:s + ctx])[ctx // 2:] for s in range(0, len(ids) - ctx + 1, ctx)[:4]]
         ppl[kv] = torch.cat(nll).mean().exp().item()
     assert abs(ppl["q8_0"] / ppl["float32"] - 1) < 0.01, ppl
