@@ -57,8 +57,9 @@ from ..paths import remove_stale_tmp
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).parent
-# Longest compile first (alone on Zen 4: quant_avx2 17 s, quant_vnni 14 s, ops 13 s, attention
-# 4 s, math 1 s), so that on two cores the quant units start together and the rest fill in.
+# The quant units first, so that on two cores they start together and the rest fill in. Alone
+# on a Zen 3: quant_vnni 22-25 s, quant_avx2 18-19 s, attention 14-19 s, ops 15-16 s, math 1-2 s;
+# the build 33 s on both cores (the longest first, vnni, avx2, attention, ops: also 33 s).
 _SOURCES = ("quant_avx2.cpp", "quant_vnni.cpp", "ops.cpp", "attention.cpp", "math.cpp")
 _HEADERS = ("kernels.h", "quant_kernel.h", "quant_panel.h", "quant_dispatch.h", "simd.h")
 _CFLAGS = ("-fPIC", "-std=c++20", "-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-ffp-contract=off")
