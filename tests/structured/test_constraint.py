@@ -40,6 +40,9 @@ def test_a_pydantic_model_is_a_schema():
     (lambda: Constraint.json_schema({"type": "strin"}), ["json_schema", "strin"]),
     (lambda: Constraint.json_schema("{not json"), ["json_schema", "not valid JSON"]),
     (lambda: Constraint.json_schema([1, 2]), ["json_schema", "list"]),
+    (lambda: Constraint.json_schema(False), ["json_schema is false", "no value", "true for any JSON value"]),
+    (lambda: Constraint.json_schema("false"), ["json_schema is false"]),
+    (lambda: json_schema_lark(False), ["json_schema is false"]),
     (lambda: Constraint.json_schema({"type": "integer", "minimum": "a"}), ["json_schema", "minimum"]),
     # A keyword llguidance does not implement is refused, never ignored.
     (lambda: Constraint.json_schema({"type": "array", "uniqueItems": True}), ["json_schema", "uniqueItems"]),
@@ -64,6 +67,33 @@ def test_bad_specs_fail_in_one_line_naming_what_was_wrong(build, words):
     assert "\n" not in message
     for w in words:
         assert w in message, (w, message)
+
+
+def test_the_schema_true_takes_any_json_value():
+    """JSON Schema's `true` matches every value, as `{}` does: llguidance takes neither boolean,
+    so `true` compiles as `{}`."""
+    import llguidance
+    from fastdecode.structured.constraint import _grammar
+
+    assert Constraint.json_schema(True).spec == "true"
+    assert _grammar("json_schema", "true") == _grammar("json_schema", "{}")
+    assert json_schema_lark(True) == json_schema_lark({})
+    tok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
+    for text in ('{"a": [1, "x", null]}', "[true, 2.5]", '"s"', "-3"):
+        m = llguidance.LLMatcher(tok, _grammar("json_schema", "true"), log_level=0)
+        ids = list(text.encode())
+        assert m.consume_tokens(ids) and m.is_accepting(), text
+
+
+class _Bytes:
+    """Token ids 0-255 are bytes, then <eos> 256."""
+
+    eos_token_id, bos_token_id = 256, None
+    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+    special_token_ids = [256]
+
+    def __call__(self, text):
+        return list(text if isinstance(text, bytes) else text.encode())
 
 
 def test_a_schema_nested_past_the_parser_limit_is_refused():

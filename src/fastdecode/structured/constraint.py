@@ -112,8 +112,7 @@ def schema_text(schema: Any) -> str:
         except json.JSONDecodeError as e:
             raise FastDecodeError(f"json_schema is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") \
                 from None
-    if not isinstance(schema, (dict, bool)):
-        raise FastDecodeError(f"json_schema must be a JSON object (or true/false), got {type(schema).__name__}")
+    _schema_object(schema)
     try:
         return json.dumps(schema, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
@@ -123,9 +122,7 @@ def schema_text(schema: Any) -> str:
 def json_schema_lark(schema: Any) -> str:
     """`%json {...}` for embedding a schema in a Lark grammar, with the same JSON
     options (no free whitespace, strict keywords) as a json_schema constraint."""
-    parsed = json.loads(schema_text(schema))
-    if isinstance(parsed, bool):
-        parsed = {} if parsed else {"not": {}}
+    parsed = _schema_object(json.loads(schema_text(schema)))
     parsed = {**parsed, "x-guidance": {**JSON_OPTIONS}}
     return "%json " + json.dumps(parsed, ensure_ascii=False)
 
@@ -174,8 +171,20 @@ def _check_schema_text(text: str) -> None:
         schema = json.loads(text)
     except json.JSONDecodeError as e:
         raise FastDecodeError(f"json_schema is not valid JSON: {e.msg}") from None
-    if not isinstance(schema, (dict, bool)):
+    _schema_object(schema)
+
+
+def _schema_object(schema: Any) -> dict:
+    """A parsed schema as an object: JSON Schema's `true` (any value) is `{}`; `false`, which no
+    value matches, is refused (llguidance takes neither)."""
+    if schema is True:
+        return {}
+    if schema is False:
+        raise FastDecodeError("json_schema is false, which no value matches; accepted: an object schema, "
+                              "or true for any JSON value")
+    if not isinstance(schema, dict):
         raise FastDecodeError(f"json_schema must be a JSON object (or true/false), got {type(schema).__name__}")
+    return schema
 
 
 @functools.lru_cache(maxsize=512)
@@ -190,7 +199,8 @@ def _grammar(kind: str, spec: Union[str, tuple[str, ...]]) -> str:
     from llguidance import LLMatcher
 
     if kind == "json_schema":
-        return LLMatcher.grammar_from_json_schema(spec, overrides=JSON_OPTIONS)
+        schema = "{}" if json.loads(spec) is True else spec  # JSON Schema's true: any value
+        return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
     if kind == "json_object":
         return LLMatcher.grammar_from_json_schema('{"type":"object"}', overrides=JSON_OPTIONS)
     if kind == "regex":
