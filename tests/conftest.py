@@ -40,6 +40,19 @@ def tiny_package(tmp_path_factory):
     return str(path)
 
 
+def need_llama_cpp():
+    """llama_cpp, or a skip saying why it cannot run here: `pytest.importorskip` misses an install
+    without its library, whose import raises FileNotFoundError rather than ImportError."""
+    from fastdecode.evaluation.perplexity import llama_cpp_problem
+
+    problem = llama_cpp_problem()
+    if problem:
+        pytest.skip(problem, allow_module_level=True)
+    import llama_cpp
+
+    return llama_cpp
+
+
 def make_model(**changes) -> Transformer:
     """Tiny random model, optionally with changed ModelArgs fields."""
     args = get_preset("tiny").replace(**changes)

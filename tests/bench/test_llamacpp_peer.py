@@ -6,8 +6,9 @@ Runs only where llama-cpp-python is installed and the default GGUF file is prese
 import itertools
 
 import pytest
+from conftest import need_llama_cpp
 
-llama_cpp = pytest.importorskip("llama_cpp")
+llama_cpp = need_llama_cpp()
 
 from fastdecode.bench.options import BenchSettings  # noqa: E402
 from fastdecode.bench.peers import PeerSkipped, make_peer  # noqa: E402

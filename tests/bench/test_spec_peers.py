@@ -8,6 +8,8 @@ from fastdecode.bench.speculative import SpecBenchSettings, main
 from fastdecode.bench.spec_peers import PeerOptions, run_spec_peers, summary_lines
 from fastdecode.errors import FastDecodeError
 from fastdecode.cli.keys import load_settings
+from fastdecode.evaluation.perplexity import llama_cpp_problem
+from conftest import need_llama_cpp
 
 
 def _options(model, **changes):
@@ -60,6 +62,8 @@ def test_a_model_that_does_not_load_is_skipped_with_a_note(tmp_path):
     assert "\n" not in report["transformers"]["skipped"]
     if importlib.util.find_spec("llama_cpp") is None:  # CI does not build llama-cpp-python
         assert report["llama.cpp"]["skipped"].startswith("llama-cpp-python is not installed")
+    elif llama_cpp_problem():  # installed without a library it can load
+        assert report["llama.cpp"] == {"skipped": llama_cpp_problem()}
     else:
         assert report["llama.cpp"] == {"skipped": "llama.cpp needs a GGUF file; the model is a Hugging Face directory"}
 
@@ -95,7 +99,7 @@ def test_transformers_smoke_on_a_tiny_model(tiny_hf_dir):
 
 
 def test_llamacpp_smoke_on_the_default_gguf():
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     from fastdecode.bench.peers import PeerSkipped, peer_checkpoint
 
     try:

@@ -2,7 +2,6 @@
 Phi-3 and Qwen-VL architectures, written by the tests from random transformers models, against those
 models (and llama.cpp, where installed); ERNIE 4.5 and Cohere's too; and their bad input."""
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -14,6 +13,8 @@ from fastdecode.checkpoints import load_checkpoint
 from fastdecode.errors import FastDecodeError
 from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
 from tiny_checkpoints import VOCAB, gguf_tensors, hf_config, hf_model, write_gguf
+from conftest import need_llama_cpp
+from fastdecode.evaluation.perplexity import llama_cpp_available
 
 transformers = pytest.importorskip("transformers")
 
@@ -120,7 +121,7 @@ def test_vision_language_ggufs_run_their_text_model(tmp_path, kind):
     ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     assert (ckpt.args.qk_norm, ckpt.args.qkv_bias) == ((True, False) if kind == "qwen3vl" else (False, True))
     assert logits_diff(ckpt, model, TOKENS) <= 1e-4
-    if kind == "qwen3vl" and importlib.util.find_spec("llama_cpp") is not None:
+    if kind == "qwen3vl" and llama_cpp_available():
         ours, theirs = ours_and_llama_cpps_logits(path)
         assert (ours - theirs).abs().max().item() <= 1e-3
 
@@ -282,7 +283,7 @@ def test_hunyuan_dense_gguf_matches_transformers_and_llama_cpp(tmp_path):
     ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     assert ckpt.args.qk_norm_after_rope and ckpt.args.rope_theta == pytest.approx(theta, rel=1e-6)
     assert logits_diff(ckpt, model, TOKENS) <= 1e-4
-    if importlib.util.find_spec("llama_cpp") is not None:
+    if llama_cpp_available():
         ours, theirs = ours_and_llama_cpps_logits(path)
         assert (ours - theirs).abs().max().item() <= 1e-3
 
@@ -317,7 +318,7 @@ def test_families_match_llama_cpp(tmp_path, family):
     EXAONE 4 2.1e-4, and with 64 layers, which slide, 1.5e-3 (transformers is as far: ours is 1.5e-6 from it;
     0.59 with RoPE on its global layers), GLM 4 2.2e-4 (5.1e-3 with its Q/K rows left in pairs), ERNIE 4.5
     1.3e-4 (7.1e-3 so), Cohere 7.0e-5 (2.6e-3 so) and Command R7B's 8.3e-5 (3.8e-3 so)."""
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     path, _ = write_family(tmp_path / "m.gguf", family)
     ours, theirs = ours_and_llama_cpps_logits(path)
     assert (ours - theirs).abs().max().item() <= (3e-3 if family == "exaone4-64" else 1e-3)
@@ -371,7 +372,7 @@ def test_scaled_rope_and_queries_through_the_engine(tmp_path, family):
 def test_qwen3_gguf_with_yarn_matches_llama_cpp(tmp_path):
     """The same file through llama.cpp (where llama-cpp-python is installed): measured 2.3e-4
     apart at most (llama.cpp keeps K and V in float16), and 0.34 from the file without YaRN."""
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     model, meta = qwen3_with_yarn()
     path = write_gguf(tmp_path / "q3.gguf", gguf_tensors(model, arch="qwen3"), arch="qwen3", head_dim=24,
                       extra={**meta, "qwen3.attention.value_length": 24})

@@ -17,6 +17,7 @@ from fastdecode.checkpoints.gguf_file import GGUFFile
 from fastdecode.checkpoints.gguf_splits import PRE_SPLITS
 from fastdecode.checkpoints.gguf_tokenizer import tokenizer_from_gguf
 from tiny_checkpoints import BOUNDARY_MERGES, BOUNDARY_TEXTS, boundary_tokens, write_vocab
+from conftest import need_llama_cpp
 
 RECORD = Path(__file__).with_name("gguf_splits_llama_cpp.json")
 NAMES = sorted(PRE_SPLITS)
@@ -51,7 +52,7 @@ def test_record_is_llama_cpps(tmp_path):
     """The record covers every name we split and the texts as they are, and llama.cpp gives it."""
     record = recorded()
     assert record["texts"] == BOUNDARY_TEXTS and sorted(record["ids"]) == NAMES
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     for pre in NAMES:
         assert llama_cpp_ids(write_boundary_vocab(tmp_path / f"{pre}.gguf", pre)) == record["ids"][pre], pre
 

@@ -4,7 +4,6 @@ transformers and llama.cpp (and LFM2-MoE's, with experts chosen by sigmoid score
 bias); the engine, several requests in fewer slots with chunked prefill, against the cache-free
 forward; what it refuses."""
 
-import importlib.util
 import json
 
 import pytest
@@ -18,6 +17,7 @@ from fastdecode.quant import build_model
 from test_gguf_families import logits_diff, one_line_error, ours_and_llama_cpps_logits
 from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
 from tiny_checkpoints import VOCAB, gguf_tensors, hf_model, write_gguf, write_hf_dir
+from fastdecode.evaluation.perplexity import llama_cpp_available
 
 transformers = pytest.importorskip("transformers")
 
@@ -58,7 +58,7 @@ def test_gguf_matches_transformers_and_llama_cpp(tmp_path):
     ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     assert (ckpt.args.conv_layers, ckpt.args.n_kv_heads) == ((0, 1, 3), 2)
     assert logits_diff(ckpt, model, TOKENS[:1]) <= 1e-4
-    if importlib.util.find_spec("llama_cpp") is not None:
+    if llama_cpp_available():
         ours, theirs = ours_and_llama_cpps_logits(path)
         assert (ours - theirs).abs().max().item() <= 1e-3
     packed = load_checkpoint(write_lfm2_gguf(tmp_path / "q.gguf", model, T.Q8_0), dtype=torch.float32, weights="auto")
@@ -87,7 +87,7 @@ def test_lfm2_moe_matches_transformers_and_llama_cpp(tmp_path):
     gguf = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     assert gguf.args == a.replace(max_seq_len=gguf.args.max_seq_len, norm_eps=gguf.args.norm_eps)
     assert logits_diff(gguf, model, TOKENS[:1]) <= 1e-4
-    if importlib.util.find_spec("llama_cpp") is not None:
+    if llama_cpp_available():
         ours, theirs = ours_and_llama_cpps_logits(path)
         assert (ours - theirs).abs().max().item() <= 1e-3
     bad = write_gguf(tmp_path / "bad.gguf", gguf_tensors(model, "lfm2moe"), arch="lfm2moe", n_layers=4,

@@ -3,7 +3,6 @@ Granite MoE (with its multipliers, and a shared expert in Granite MoE Shared), a
 Hugging Face directories and as GGUF files written by the tests from random transformers models,
 against those models and llama.cpp (where installed); the engine on them; their bad input."""
 
-import importlib.util
 import json
 import logging
 
@@ -19,6 +18,8 @@ from fastdecode.errors import FastDecodeError
 from test_gguf_families import logits_diff, one_line_error, ours_and_llama_cpps_logits
 from tiny_checkpoints import private_cache  # noqa: F401  (autouse fixture)
 from tiny_checkpoints import VOCAB, gguf_tensors, hf_model, write_gguf, write_hf_dir
+from conftest import need_llama_cpp
+from fastdecode.evaluation.perplexity import llama_cpp_available
 
 transformers = pytest.importorskip("transformers")
 
@@ -99,7 +100,7 @@ def test_gguf_matches_llama_cpp(tmp_path, family):
     """Measured apart at most (llama.cpp keeps K and V in float16): 7.3e-6 (Granite) to 2.2e-4 in float32,
     3.1e-5 to 6.6e-4 with Q8_0 experts, 2.7e-5 to 7.0e-4 with MXFP4 experts (q4mx); the same argmax at
     all 100 positions, for each family."""
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     for quant in (None, T.Q8_0, T.MXFP4):
         path, _ = write_moe(tmp_path / f"{quant}.gguf", family, quant)
         ours, theirs = ours_and_llama_cpps_logits(path)
@@ -118,7 +119,7 @@ def test_qwen3_vl_moe_gguf_runs_its_text_model(tmp_path):
     ckpt = load_checkpoint(path, dtype=torch.float32, use_cache=False)
     assert (ckpt.args.n_experts, ckpt.args.qk_norm, ckpt.args.norm_expert_weights) == (4, True, True)
     assert logits_diff(ckpt, model, TOKENS) <= 1e-4
-    if importlib.util.find_spec("llama_cpp") is not None:
+    if llama_cpp_available():
         ours, theirs = ours_and_llama_cpps_logits(path)
         assert (ours - theirs).abs().max().item() <= 2e-3
 

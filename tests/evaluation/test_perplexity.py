@@ -18,6 +18,7 @@ from fastdecode.errors import FastDecodeError
 from fastdecode.evaluation.perplexity import (encode_text, llama_cpp_available, llama_cpp_perplexity,
                                               perplexity, plan_windows)
 from fastdecode.cli.perplexity import read_text
+from conftest import need_llama_cpp
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXT = read_text(None)  # the built-in text
@@ -205,7 +206,7 @@ def test_default_model_perplexity_is_plausible(default_run):
 
 
 def test_default_model_agrees_with_llama_cpp(default_run):
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     llm, ids, ours = default_run
     theirs = llama_cpp_perplexity(llm.source, llm.tokenizer, ids, ctx=512, max_windows=2, n_threads=1)
     assert (theirs.engine, theirs.windows, theirs.tokens) == ("llama.cpp", ours.windows, ours.tokens)

@@ -13,6 +13,7 @@ from fastdecode.config import KV_DTYPE_CHOICES
 from fastdecode.errors import FastDecodeError
 from fastdecode.evaluation.perplexity import GGML_KV_TYPES, llama_cpp_perplexity, perplexity
 from fastdecode.model.kv_cache import KV_DTYPES
+from conftest import need_llama_cpp
 
 TEXT = read_text(None)[:1000]
 
@@ -112,7 +113,7 @@ def test_llama_cpp_takes_the_same_names():
 
 def test_default_model_with_a_q8_0_cache_agrees_with_llama_cpp():
     """One window of the default model, both engines with q8_0 K/V caches."""
-    pytest.importorskip("llama_cpp")
+    need_llama_cpp()
     import fastdecode
     from fastdecode.evaluation.perplexity import encode_text
 

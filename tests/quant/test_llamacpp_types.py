@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "checkpoints"))
 import fastdecode  # noqa: E402
 from fastdecode.quant.formats import GGUF_LAYOUTS  # noqa: E402
 from tiny_checkpoints import VOCAB, private_cache, write_gguf  # noqa: E402,F401
+from conftest import need_llama_cpp
 
-llama_cpp = pytest.importorskip("llama_cpp")
+llama_cpp = need_llama_cpp()
 
 DIM, FFN, HEADS, KV_HEADS, HEAD_DIM, LAYERS = 256, 512, 4, 2, 64, 2
 # The types written as random blocks: byte offsets of their float16 scales (and minima), and

@@ -82,8 +82,12 @@ def load_hf_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype):
 
 def require_llama_cpp(ckpt: Checkpoint, device: str) -> None:
     """PeerSkipped unless llama-cpp-python is installed and can run `ckpt` on `device`."""
+    from ..evaluation.perplexity import llama_cpp_problem
+
     if importlib.util.find_spec("llama_cpp") is None:
         raise PeerSkipped(f"llama-cpp-python is not installed; install with: {INSTALL['llama_cpp']}")
+    if problem := llama_cpp_problem():
+        raise PeerSkipped(problem)
     if ckpt.gguf_path is None:
         raise PeerSkipped("llama.cpp needs a GGUF file; the model is a Hugging Face directory")
     if device != "cpu":

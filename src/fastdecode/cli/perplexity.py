@@ -14,8 +14,8 @@ from typing import Optional
 
 from ..errors import FastDecodeError
 from ..evaluation.perplexity import (DEFAULT_CTX, MIN_CTX, PerplexityResult, check_ctx, check_max_windows, max_ctx,
-                                     encode_text, llama_cpp_available, llama_cpp_perplexity, perplexity,
-                                     plan_windows)
+                                     encode_text, llama_cpp_available, llama_cpp_perplexity, llama_cpp_problem,
+                                     perplexity, plan_windows)
 from .command import run_command
 from .keys import ModelKeys, decode_utf8, read_user_file
 from .progress import progress
@@ -88,8 +88,8 @@ def _wants_llama_cpp(s: PerplexitySettings, source: str) -> bool:
         return is_gguf and llama_cpp_available()
     if s.llama_cpp and not is_gguf:
         raise FastDecodeError(f"llama_cpp=true needs a .gguf model; {source!r} is not one")
-    if s.llama_cpp and not llama_cpp_available():
-        raise FastDecodeError("llama_cpp=true but llama_cpp is not installed (pip install llama-cpp-python)")
+    if s.llama_cpp and (problem := llama_cpp_problem()):
+        raise FastDecodeError(f"llama_cpp=true but {problem}")
     return s.llama_cpp
 
 

@@ -228,8 +228,20 @@ def _window_bos(tokenizer: Any) -> Optional[int]:
 
 # -- llama.cpp on the same token ids ---------------------------------------------------------
 
+def llama_cpp_problem() -> Optional[str]:
+    """Why llama-cpp-python cannot run here, or None: not installed, or installed without a
+    library it can load (its import then raises an OSError such as FileNotFoundError)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama_cpp is not installed (pip install llama-cpp-python)"
+    try:
+        import llama_cpp  # noqa: F401
+    except Exception as e:
+        return f"llama_cpp is installed but does not load: {type(e).__name__}: {e}"
+    return None
+
+
 def llama_cpp_available() -> bool:
-    return importlib.util.find_spec("llama_cpp") is not None
+    return llama_cpp_problem() is None
 
 
 # kv_dtype names -> ggml type ids (ggml.h's enum ggml_type), for llama.cpp's type_k / type_v
@@ -250,10 +262,10 @@ def llama_cpp_perplexity(model_path: str, tokenizer: Any, text: Text, *, ctx: in
     if kv_dtype is not None and kv_dtype not in GGML_KV_TYPES:
         raise FastDecodeError(f"unknown kv_dtype {kv_dtype!r} for llama.cpp; accepted: "
                               f"{', '.join(GGML_KV_TYPES)} or none")
-    try:
-        import llama_cpp
-    except ImportError:
-        raise FastDecodeError("llama_cpp is not installed (pip install llama-cpp-python)") from None
+    problem = llama_cpp_problem()
+    if problem:
+        raise FastDecodeError(problem)
+    import llama_cpp
     if not str(model_path).endswith(".gguf"):
         raise FastDecodeError(f"llama.cpp needs a .gguf model file, not {str(model_path)!r}")
     ids = encode_text(tokenizer, text)
