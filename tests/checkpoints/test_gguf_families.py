@@ -2,7 +2,6 @@
 Phi-3 and Qwen-VL architectures, written by the tests from random transformers models, against those
 models (and llama.cpp, where installed); ERNIE 4.5 and Cohere's too; and their bad input."""
 
-
 import numpy as np
 import pytest
 import torch

@@ -74,26 +74,17 @@ def test_the_schema_true_takes_any_json_value():
     so `true` compiles as `{}`."""
     import llguidance
     from fastdecode.structured.constraint import _grammar
+    from fastdecode.structured.vocab import vocab_for
+    from fastdecode.text.tokenizer import ByteTokenizer
 
     assert Constraint.json_schema(True).spec == "true"
     assert _grammar("json_schema", "true") == _grammar("json_schema", "{}")
     assert json_schema_lark(True) == json_schema_lark({})
-    tok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
+    tok = vocab_for(ByteTokenizer()).ll
     for text in ('{"a": [1, "x", null]}', "[true, 2.5]", '"s"', "-3"):
         m = llguidance.LLMatcher(tok, _grammar("json_schema", "true"), log_level=0)
         ids = list(text.encode())
         assert m.consume_tokens(ids) and m.is_accepting(), text
-
-
-class _Bytes:
-    """Token ids 0-255 are bytes, then <eos> 256."""
-
-    eos_token_id, bos_token_id = 256, None
-    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
-    special_token_ids = [256]
-
-    def __call__(self, text):
-        return list(text if isinstance(text, bytes) else text.encode())
 
 
 def test_a_schema_nested_past_the_parser_limit_is_refused():
