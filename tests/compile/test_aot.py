@@ -70,6 +70,25 @@ def test_package_equals_eager_and_never_compiles(tiny_llm, exported):
     assert counters["stats"]["unique_graphs"] == graphs  # no Dynamo tracing at all
 
 
+def test_steps_take_the_caches_set_up_after_them(package):
+    """The steps keep the caches' tensors between steps; caches set up again (new tensors) must
+    be the ones the next step reads and writes, as eager's are."""
+    llm = fastdecode.load("tiny", compiled=package, max_batch_size=2)
+    model = llm.engine.model
+    steps = aot.ExportedSteps(model, package)
+    tokens, pos = torch.tensor([[5, 6, 7, 8]]), torch.arange(4)[None]
+    rows, at = torch.tensor([1]), torch.tensor([[3]])
+    first = steps.step(tokens, pos, rows, at)
+    old = model.layers[0].attention.kv_cache.k_cache
+    model.setup_caches(2, 64, dtype=model.kv_dtype)
+    new = model.layers[0].attention.kv_cache.k_cache
+    assert new.data_ptr() != old.data_ptr()
+    written = old[1, :4].clone()
+    again = steps.step(tokens, pos, rows, at)
+    assert torch.equal(again, first)
+    assert torch.equal(new[1, :4], written)  # written into the new caches
+
+
 def test_metadata_records_what_the_package_was_built_for(package):
     _, meta = read_metadata(package)
     assert json.loads(meta["model_args"])["n_layers"] == 2

@@ -108,3 +108,4 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.fastdecode.q8_linear, (x, p8["qweight"], p8["scales"]))
     torch.library.opcheck(torch.ops.fastdecode.gemv, (x, torch.randn(8, 64)))
     torch.library.opcheck(torch.ops.fastdecode.rms_norm, (torch.randn(2, 3, 64), torch.randn(64), 1e-5))
+    torch.library.opcheck(torch.ops.fastdecode.first_max, (torch.randn(3, 100),))

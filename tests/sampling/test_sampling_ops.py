@@ -3,9 +3,10 @@ import math
 import pytest
 import torch
 
-from fastdecode import FastDecodeError, SamplingParams
+from fastdecode import FastDecodeError, SamplingParams, kernels
 from fastdecode.sampling import (SamplingBatch, apply_penalties, draw_from, first_max, logits_to_probs, make_generator,
                                  min_p_mask, sample, token_logprobs, top_k_mask, top_p_mask)
+from fastdecode.sampling import ops as sampling_ops
 from fastdecode.sampling.ops import best_of
 
 
@@ -198,17 +199,34 @@ def test_greedy_is_argmax():
     assert torch.equal(sample(logits, batch_of(*[greedy] * 6, V=50)), logits.argmax(-1))
 
 
-def test_first_max_is_argmax_with_ties_nan_and_infinities():
-    """Rows of few distinct values (many ties), a NaN (which argmax takes as the largest), rows of
-    -inf only (banned everything), odd widths."""
+@pytest.fixture(params=["native", "torch"])
+def first_max_path(request, monkeypatch):
+    """first_max through the kernels' op (skipped where they do not build) or torch.max."""
+    if request.param == "native":
+        if not kernels.load_kernels():
+            pytest.skip(f"native kernels unavailable: {kernels.unavailable_reason}")
+    else:
+        monkeypatch.setattr(sampling_ops, "kernels_loaded", lambda: False)
+    return request.param
+
+
+def test_first_max_is_argmax_with_ties_nan_and_infinities(first_max_path):
+    """Rows of few distinct values (many ties), a NaN (which argmax takes as the largest) in the
+    vector part or the tail, rows of -inf only (banned everything), odd widths, -0 beside +0, a
+    strided view."""
     g = torch.Generator().manual_seed(3)
-    for b, v in [(1, 49152), (3, 7), (16, 1000), (5, 32001)]:
+    for b, v in [(1, 49152), (3, 7), (16, 1000), (5, 32001), (2, 1), (4, 9)]:
         x = torch.randint(-3, 3, (b, v), generator=g).float()
         x[0, v // 3] = math.nan
         x[-1] = -math.inf
         if b > 2:
             x[1, -1] = math.inf
-        assert torch.equal(first_max(x), x.argmax(-1))
+            x[2, -1] = math.nan  # in the tail past the last 8 values
+        assert torch.equal(first_max(x), x.argmax(-1)), (b, v)
+    zeros = torch.tensor([[-1.0, -0.0, 0.0, -0.0], [-1.0, 0.0, -0.0, 0.0]])
+    assert first_max(zeros).tolist() == zeros.argmax(-1).tolist() == [1, 1]
+    wide = torch.randn(6, 2000, generator=g)[:, ::2]
+    assert torch.equal(first_max(wide), wide.argmax(-1))
 
 
 def test_rows_sample_independently_of_their_batch():

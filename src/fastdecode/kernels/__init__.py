@@ -175,6 +175,11 @@ def load_kernels() -> bool:
     return True
 
 
+def kernels_loaded() -> bool:
+    """Whether this process has registered the kernels already (never builds them)."""
+    return _loaded is True
+
+
 def _open(d: Path, retry: bool = True) -> ctypes.CDLL:
     """Load the library in `d`, building it first if it is not there (or not whole)."""
     built = False
@@ -390,6 +395,10 @@ def _register_fakes() -> None:
     @torch.library.register_fake("fastdecode::rms_norm")
     def _(x, weight, eps):
         return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+    @torch.library.register_fake("fastdecode::first_max")
+    def _(x):
+        return x.new_empty(x.shape[0], dtype=torch.long)
 
 
 def set_isa(name: Optional[str]) -> str:

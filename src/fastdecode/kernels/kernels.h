@@ -19,6 +19,10 @@ void gemv_rows(const float* x, const float* w, float* y, int64_t M, int64_t K, i
 // Rows [m0, m1) of y [M, K] = rms_norm(x [M, K]) * w [K].
 void rms_norm_rows(const float* x, const float* w, float* y, int64_t K, float eps, int64_t m0, int64_t m1);
 
+// Rows [m0, m1) of x [M, V]: idx[m] = the index of row m's first largest value, a NaN counting as
+// largest (torch's argmax and max(dim).indices).
+void first_max_rows(const float* x, int64_t* idx, int64_t V, int64_t m0, int64_t m1);
+
 // K/V storage formats of the attention kernel. q8_0: per (slot, position, kv head) row,
 // D / 32 blocks of kQ8Block bytes, each a float16 scale then 32 int8 values.
 enum KvFormat : int { kKvF32 = 0, kKvF16 = 1, kKvBF16 = 2, kKvQ8_0 = 3 };

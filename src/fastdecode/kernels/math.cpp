@@ -88,3 +88,41 @@ void norm_row(const float* x, const float* w, float* y, int64_t K, float eps) {
 void fd::rms_norm_rows(const float* xp, const float* wp, float* yp, int64_t K, float eps, int64_t m0, int64_t m1) {
   for (int64_t m = m0; m < m1; ++m) norm_row(xp + m * K, wp, yp + m * K, K, eps);
 }
+
+// Two passes, as a row of logits (V = 49,152: 192 KiB) stays in L2: the largest value in 8 lanes,
+// then the first index that holds it. A NaN anywhere makes the first NaN the answer, found by a
+// scalar pass; -0 and +0 compare equal, so the first of either wins, as in torch.
+void fd::first_max_rows(const float* xp, int64_t* idx, int64_t V, int64_t m0, int64_t m1) {
+  for (int64_t m = m0; m < m1; ++m) {
+    const float* x = xp + m * V;
+    __m256 best = _mm256_set1_ps(-INFINITY), nan = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= V; k += 8) {
+      const __m256 v = _mm256_loadu_ps(x + k);
+      best = _mm256_max_ps(best, v);
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, best);
+    float top = lanes[0];
+    for (int i = 1; i < 8; ++i) top = lanes[i] > top ? lanes[i] : top;
+    bool any_nan = _mm256_movemask_ps(nan) != 0;
+    for (; k < V; ++k) {
+      any_nan |= std::isnan(x[k]);
+      top = x[k] > top ? x[k] : top;
+    }
+    int64_t at = 0;
+    if (any_nan) {
+      while (!std::isnan(x[at])) ++at;
+    } else {
+      const __m256 t = _mm256_set1_ps(top);
+      for (k = 0; k + 8 <= V; k += 8) {
+        const int hits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + k), t, _CMP_EQ_OQ));
+        if (hits) break;
+      }
+      while (x[k] != top) ++k;  // within the block that matched, or the tail
+      at = k;
+    }
+    idx[m] = at;
+  }
+}

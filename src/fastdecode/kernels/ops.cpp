@@ -67,6 +67,20 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return y;
 }
 
+// first_max (math.cpp): [M, V] float32 -> [M] int64, each row's argmax.
+
+at::Tensor first_max(const at::Tensor& x) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.device().is_cpu() && x.dim() == 2 && x.size(1) > 0,
+              "first_max: a float32 CPU tensor [M, V], V > 0");
+  const at::Tensor xc = x.contiguous();
+  const int64_t M = xc.size(0), V = xc.size(1);
+  at::Tensor idx = at::empty({M}, xc.options().dtype(at::kLong));
+  const float* xp = xc.data_ptr<float>();
+  int64_t* ip = idx.data_ptr<int64_t>();
+  at::parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) { fd::first_max_rows(xp, ip, V, m0, m1); });
+  return idx;
+}
+
 // The instruction set of the quantized matmuls and of the attention's wide path: what the
 // CPU reports, or what fastdecode_set_isa() forces (tests run both).
 enum Isa : int { kAvx2 = 1, kVnni = 2 };
@@ -692,6 +706,7 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("q4mx_linear(Tensor x, Tensor qweight, Tensor e) -> Tensor");
   m.def("grouped_linear(str layout, Tensor[] x, Tensor[] w) -> Tensor[]");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("first_max(Tensor x) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale, "
         "float softcap=0.) -> Tensor");
   m.def("attention_sinks(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale, "
@@ -713,6 +728,7 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("q4mx_linear", &q4mx_linear);
   m.impl("grouped_linear", &grouped_linear);
   m.impl("rms_norm", &rms_norm);
+  m.impl("first_max", &first_max);
   m.impl("attention", &attention);
   m.impl("attention_sinks", &attention_sinks);
 }
