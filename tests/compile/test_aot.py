@@ -74,8 +74,8 @@ def test_steps_take_the_caches_set_up_after_them(package):
     """The steps keep the caches' tensors between steps; caches set up again (new tensors) must
     be the ones the next step reads and writes, as eager's are."""
     llm = fastdecode.load("tiny", compiled=package, max_batch_size=2)
-    model = llm.engine.model
-    steps = aot.ExportedSteps(model, package)
+    model, steps = llm.engine.model, llm.steps
+    assert steps.compiled == package
     tokens, pos = torch.tensor([[5, 6, 7, 8]]), torch.arange(4)[None]
     rows, at = torch.tensor([1]), torch.tensor([[3]])
     first = steps.step(tokens, pos, rows, at)

@@ -319,7 +319,8 @@ class ExportedSteps:
         runner.load_constants({n: named[n] for n in names}, False, True, True, False)
         self._runner = runner
         # The caches' tensors in the exported order, gathered again only when setup_caches has
-        # given the layers new caches: walking the modules took ~160 us a step (30 layers).
+        # given the layers new caches: walking the modules took 120-160 us a step (30 layers;
+        # benchmarks/batch_tiles/step_overheads.py).
         self._attention0 = model.layers[0].attention
         self._caches: tuple[object, list[Tensor]] = (None, [])
 

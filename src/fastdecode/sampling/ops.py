@@ -197,8 +197,9 @@ def draw_from(weights: Tensor, u: Tensor) -> Tensor:
 def first_max(x: Tensor) -> Tensor:
     """[B, V] -> [B] int64: each row's index of its first largest value, as argmax(-1) (a NaN
     counting as largest). On CPU with the kernels loaded, their vectorized op (torch 2.13, V =
-    49152: 8 against torch.max's 54 us a row, 64 against 484 us for 16 rows, 2% of a 16-row decode
-    step of the default model); elsewhere torch.max's reduction, 2.6-3.1x faster than argmax's."""
+    49152: 8-9 against torch.max's 54 us a row, 63 against 484-532 us for 16 rows, 2% of a 16-row
+    decode step of the default model; benchmarks/batch_tiles/step_overheads.py); elsewhere
+    torch.max's reduction, 2.6-3.1x faster than argmax's."""
     if x.device.type == "cpu" and x.dtype == torch.float32 and x.dim() == 2 and x.shape[-1] and kernels_loaded():
         return torch.ops.fastdecode.first_max(x)
     return x.max(dim=-1).indices
