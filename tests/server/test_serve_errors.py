@@ -161,3 +161,22 @@ def test_the_server_keeps_serving(server, http):
     with pytest.raises(openai.BadRequestError) as e:  # the openai client reads the same shape
         client.chat.completions.create(model="tiny", messages=USER, temperature=-1)
     assert e.value.param == "temperature"
+
+
+def test_a_client_gone_before_its_body_is_no_server_error(server, http):
+    """A client that closes the connection mid-body: logged as 499, no 500, no traceback."""
+    import socket
+    import time
+
+    before = server.log().count("status=499")
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{\"messa")
+    deadline = time.monotonic() + 10
+    while server.log().count("status=499") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log = server.log()
+    assert log.count("status=499") == before + 1, log[-2000:]
+    assert "Traceback" not in log and "status=500" not in log
+    assert 'status="500"' not in http.get("/metrics").text
+    assert http.get("/health").status_code == 200

@@ -13,7 +13,7 @@ import uuid
 from typing import Any, AsyncIterator, Callable, Optional, Union
 
 from pydantic import BaseModel, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from ..errors import FastDecodeError
@@ -40,10 +40,16 @@ async def read_body(request: Request, limit: int) -> bytes:
         raise APIError(413, f"the body has {int(length)} bytes; this server accepts at most {limit}",
                        code="body_too_large")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise APIError(413, f"the body is over this server's limit of {limit} bytes", code="body_too_large")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise APIError(413, f"the body is over this server's limit of {limit} bytes", code="body_too_large")
+    except ClientDisconnect:
+        # The client left before its body was read (or uvicorn saw it close first): nobody
+        # reads the answer, and it is no server error.
+        raise APIError(499, "the client closed the connection before its request body was read",
+                       code="client_closed") from None
     return bytes(body)
 
 
