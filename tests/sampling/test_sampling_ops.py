@@ -199,6 +199,18 @@ def test_greedy_is_argmax():
     assert torch.equal(sample(logits, batch_of(*[greedy] * 6, V=50)), logits.argmax(-1))
 
 
+def test_a_vanishing_temperature_is_greedy():
+    """Temperatures so small that logits / T overflows float32 pick the argmax, not any token."""
+    logits = rows(3).float() * 30
+    noise = draw_uniforms(torch.Generator().manual_seed(1), 6, "cpu")
+    for t in (1e-6, 1e-30, 1e-40, 5e-324):
+        p = SamplingParams(temperature=t)
+        assert torch.equal(sample(logits, batch_of(*[p] * 6, V=50), noise), logits.argmax(-1)), t
+        mixed = batch_of(p, SamplingParams(temperature=1.0), *[p] * 4, V=50)
+        picked = sample(logits, mixed, noise)
+        assert torch.equal(picked[[0, 2, 3, 4, 5]], logits.argmax(-1)[[0, 2, 3, 4, 5]]), t
+
+
 @pytest.fixture(params=["native", "torch"])
 def first_max_path(request, monkeypatch):
     """first_max through the kernels' op (skipped where they do not build) or torch.max."""

@@ -12,13 +12,16 @@ from ..errors import FastDecodeError
 from ..structured.constraint import Constraint
 
 MAX_LOGPROBS = 20
+# Temperatures below this are greedy (vLLM's cut-off too): float32 logits divided by one
+# under ~1e-37 overflow to inf, and a draw from the NaN probabilities is any token.
+GREEDY_BELOW = 1e-5
 
 
 @dataclass(frozen=True)
 class SamplingParams:
     """How to pick each next token.
 
-    temperature: >= 0; 0 means greedy (argmax).
+    temperature: >= 0; 0 (or anything below 1e-5) means greedy (argmax).
     top_k: keep the k most likely tokens; >= 1, or None for no limit.
     top_p: keep the smallest set of most likely tokens whose mass reaches p; in (0, 1].
     min_p: drop tokens less likely than min_p times the most likely one; in [0, 1).
@@ -96,7 +99,7 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0
+        return self.temperature < GREEDY_BELOW
 
     @property
     def uses_penalties(self) -> bool:
