@@ -137,6 +137,7 @@ BAD = {
                               "structured_outputs.grammar", "no_such_token"),
     "empty choice": ({"structured_outputs": {"choice": []}}, "structured_outputs.choice", "empty"),
     "choice not strings": ({"guided_choice": ["a", 2]}, "guided_choice", "strings"),
+    "choice with a null": ({"guided_choice": ["a", None]}, "guided_choice", "strings"),
     "two kinds in structured_outputs": ({"structured_outputs": {"regex": "a", "choice": ["a"]}},
                                         "structured_outputs", "exactly one"),
     "structural_tag": ({"structured_outputs": {"structural_tag": {"x": 1}}}, "structured_outputs.structural_tag",

@@ -53,6 +53,8 @@ def test_a_pydantic_model_is_a_schema():
     (lambda: Constraint.grammar('root ::= "a" [0-9+'), ["grammar", "GBNF", "end of input"]),
     (lambda: Constraint.choice([]), ["choice", "empty"]),
     (lambda: Constraint.choice(["a", 1]), ["choice", "strings", "1"]),
+    (lambda: Constraint.choice(["a", None]), ["choice", "strings", "None"]),
+    (lambda: Constraint.choice([True]), ["choice", "strings", "True"]),
     (lambda: Constraint.choice("ab"), ["choice", "list of strings"]),
     (lambda: Constraint("yaml", "x"), ["yaml", "json_schema, json_object, regex, choice, grammar"]),
     (lambda: Constraint.grammar("start: " + " | ".join(f'"{i}"' for i in range(40000))), ["grammar", "characters"]),

@@ -158,9 +158,9 @@ def _choices(value: Any) -> tuple[str, ...]:
         raise FastDecodeError(f"choice must be a list of strings, got {type(value).__name__}")
     if not value:
         raise FastDecodeError("choice is empty; accepted: a non-empty list of strings")
-    bad = next((c for c in value if not isinstance(c, str)), None)
-    if bad is not None or any(isinstance(c, bool) for c in value):
-        raise FastDecodeError(f"choice must hold only strings, got {bad!r}")
+    bad = [c for c in value if not isinstance(c, str)]  # a list: a null option is bad too
+    if bad:
+        raise FastDecodeError(f"choice must hold only strings, got {bad[0]!r}")
     if len(value) > MAX_CHOICES:
         raise FastDecodeError(f"choice has {len(value)} options; accepted: at most {MAX_CHOICES}")
     return tuple(value)
