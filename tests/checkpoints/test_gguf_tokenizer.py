@@ -19,8 +19,8 @@ TEXTS = ["hello", " hello abc", "hello\nworld", "ab ab  ab", "é and 🤖", "<s>
          "x<|im_start|>y"]
 
 
-def write_spm_gguf(path, add_bos=None):
-    w = gguf.GGUFWriter(str(path), "llama")
+def write_spm_gguf(path, add_bos=None, arch="llama"):
+    w = gguf.GGUFWriter(str(path), arch)
     tokens = ["<unk>", "<s>", "</s>", *(f"<0x{b:02X}>" for b in range(256)), *(p for p, _ in SPM_PIECES)]
     types = [2, 3, 3, *([6] * 256), *([1] * len(SPM_PIECES))]
     scores = [0.0, 0.0, 0.0, *([0.0] * 256), *(s for _, s in SPM_PIECES)]
@@ -77,6 +77,17 @@ def test_sentencepiece_type_matches_transformers(tmp_path, add_bos):
     # llama.cpp's rule: a SentencePiece vocabulary gets BOS unless the file says no.
     assert ours.add_bos is (add_bos is not False)
     assert (ours.encode("hello")[0] == 1) is ours.add_bos
+
+
+def test_phi3_sentencepiece_puts_a_space_before_every_piece_of_text(tmp_path):
+    """Phi-3's tokenizer prepends "▁" to each stretch of text between special tokens, and to text that
+    starts with a space, as transformers reads a phi3 file (and llama.cpp any such vocabulary): "<s>hello"
+    is <s> ▁hello, not <s> he llo."""
+    ours = check_against_transformers(write_spm_gguf(tmp_path / "phi3.gguf", arch="phi3"))
+    pieces = ours.backend.id_to_token
+    assert [pieces(i) for i in ours.encode("<s>hello</s>", add_special_tokens=False)] == ["<s>", "▁hello", "</s>"]
+    assert [pieces(i) for i in ours.encode(" hello", add_special_tokens=False)] == ["▁", "▁hello"]
+    assert ours.decode(ours.encode(" hello abc")) == " hello abc"
 
 
 @pytest.mark.parametrize("pre", [None, "llama-bpe", "qwen2", "smollm"])

@@ -51,9 +51,10 @@ from .keys import check_state_dict
 # 2: the matrices the model fuses are stored fused ("fused" in meta.json); 3: one weights file per part
 FORMAT_VERSION = 3
 # How the tokenizer state was built from a GGUF's metadata. 2: every `tokenizer.ggml.pre` split
-# llama.cpp knows (gguf_splits.py), and the tool_use chat template. An older state is rebuilt
+# llama.cpp knows (gguf_splits.py), and the tool_use chat template; 3: Phi-3's "▁" before every piece of
+# text between special tokens (gguf_tokenizer.EVERY_PIECE_PREFIX). An older state is rebuilt
 # from the source on load (`replace_tokenizer`), the weights kept.
-TOKENIZER_VERSION = 2
+TOKENIZER_VERSION = 3
 _TOKENIZER = "tokenizer_state.json"
 log = logging.getLogger("fastdecode.checkpoints")
 

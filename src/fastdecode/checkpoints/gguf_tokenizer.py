@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as Backend
 
 from ..errors import FastDecodeError
@@ -25,6 +25,10 @@ from .hf_tokenizer import HFTokenizer
 CONTROL, USER_DEFINED = 3, 4
 
 SUPPORTED_MODELS = ("gpt2", "llama")
+# SentencePiece vocabularies whose own tokenizer prepends "▁" to every piece of text between special
+# tokens (a normalizer, not Metaspace): "<|user|>\nhi" is <|user|> ▁ \n hi. transformers picks this by
+# architecture too; llama.cpp does it for every SentencePiece vocabulary with add_space_prefix.
+EVERY_PIECE_PREFIX = ("phi3",)
 # Tokens that end an assistant turn in chat templates. A file that names no EOT
 # token stops at the one its template uses as well as at EOS (llama.cpp's rule):
 # an instruction-tuned Gemma ends its turns with <end_of_turn>, not <eos>.
@@ -86,12 +90,20 @@ def merges_from_scores(tokens: list[str], scores: list[float]) -> list[tuple[str
     return [(left, right) for left, right, _ in found]
 
 
-def _sentencepiece(tokens: list[str], merges: list[tuple[str, str]], add_space_prefix: bool) -> Backend:
+def _sentencepiece(tokens: list[str], merges: list[tuple[str, str]], add_space_prefix: bool,
+                   every_piece: bool = False) -> Backend:
+    """every_piece: "▁" goes before each stretch of text between special tokens, and before text that
+    already starts with a space (Phi-3's own tokenizer.json; llama.cpp and transformers read its GGUF so);
+    else only before the text's start, unless it starts with a space."""
     vocab = {t: i for i, t in enumerate(tokens)}
     backend = Backend(models.BPE(vocab=vocab, merges=merges, dropout=None, fuse_unk=True, byte_fallback=True))
-    backend.normalizer = None
-    backend.pre_tokenizer = pre_tokenizers.Metaspace(
-        replacement="▁", prepend_scheme="first" if add_space_prefix else "never", split=False)
+    if every_piece and add_space_prefix:
+        backend.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        backend.pre_tokenizer = None
+    else:
+        backend.normalizer = None
+        backend.pre_tokenizer = pre_tokenizers.Metaspace(
+            replacement="▁", prepend_scheme="first" if add_space_prefix else "never", split=False)
     steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
     if add_space_prefix:
         steps.append(decoders.Strip(content=" ", left=1))
@@ -126,7 +138,8 @@ def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
             backend = _byte_level(tokens, merges, f.get("tokenizer.ggml.pre"))
         else:
             # transformers always prepends "▁"; llama.cpp honours add_space_prefix, and so do we.
-            backend = _sentencepiece(tokens, merges, bool(f.get("tokenizer.ggml.add_space_prefix", True)))
+            backend = _sentencepiece(tokens, merges, bool(f.get("tokenizer.ggml.add_space_prefix", True)),
+                                     every_piece=f.get("general.architecture") in EVERY_PIECE_PREFIX)
     except Exception as e:  # the tokenizers library raises plain Exception, e.g. a merge of unknown tokens
         raise FastDecodeError(f"{path}: cannot build the tokenizer ({str(e).splitlines()[0]})") from None
     if kind == "gpt2":
