@@ -304,6 +304,53 @@ def test_unknown_tensor_type(tmp_path, good_gguf):
     assert "Q4_K" in message  # lists what is supported
 
 
+def _patched(tmp_path, good_gguf, tensor_name, part, fmt, *values, name="bad.gguf"):
+    """good_gguf with part `part` of a tensor description (3: dims, 4: type, 5: data offset) rewritten."""
+    from gguf import GGUFReader
+
+    field = next(t for t in GGUFReader(good_gguf).tensors if t.name == tensor_name).field
+    at = field.offset + sum(int(p.nbytes) for p in field.parts[:part])
+    data = bytearray(good_gguf.read_bytes())
+    struct.pack_into(fmt, data, at, *values)
+    bad = tmp_path / name
+    bad.write_bytes(bytes(data))
+    return bad
+
+
+@pytest.mark.parametrize("offset, match", [
+    (3, r"tensor 'blk.0.attn_k.weight' starts at data offset 3, not a multiple of the file's alignment 32"),
+    (0, r"tensor '(blk.0.attn_k|token_embd).weight' \(data bytes from 0\) overlaps tensor "
+        r"'(token_embd|blk.0.attn_k).weight'"),
+    # wraps past 2^64 to the header's bytes, which the reader would have taken as weights
+    (2**64 - 64, r"tensor 'blk.0.attn_k.weight' \(bytes 1844674407370955\d+-\d+\) is cut short"),
+])
+def test_tensor_data_offsets_that_no_writer_makes(tmp_path, good_gguf, offset, match):
+    """Offsets inside another tensor's bytes, off the alignment or wrapped past 2^64 loaded those bytes
+    as weights (llama.cpp refuses such files)."""
+    one_line_error(_patched(tmp_path, good_gguf, "blk.0.attn_k.weight", 5, "<Q", offset), match)
+
+
+def test_duplicate_tensor_name(tmp_path, good_gguf):
+    data = bytearray(good_gguf.read_bytes())
+    at = data.find(b"blk.0.attn_k.weight")
+    data[at:at + 19] = b"blk.0.attn_q.weight"
+    bad = tmp_path / "dup.gguf"
+    bad.write_bytes(bytes(data))
+    one_line_error(bad, "tensor 'blk.0.attn_q.weight' appears twice")  # was "truncated or corrupt"
+
+
+def test_rows_that_are_not_whole_blocks(tmp_path, good_gguf):
+    bad = _patched(tmp_path, good_gguf, "blk.0.attn_q.weight", 4, "<I", int(T.Q4_K))
+    one_line_error(bad, "tensor 'blk.0.attn_q.weight' of type Q4_K has rows of 64 values, not a whole number "
+                        "of its 256-value blocks")
+
+
+@pytest.mark.parametrize("alignment", [0, 48])
+def test_alignment_that_is_not_a_power_of_two(tmp_path, alignment):
+    path = write_gguf(tmp_path / "align.gguf", gguf_tensors(hf_model()), extra={"general.alignment": alignment})
+    one_line_error(path, "general.alignment must be a uint32 power of two")
+
+
 def test_known_but_unsupported_tensor_type(tmp_path):
     import gguf
 

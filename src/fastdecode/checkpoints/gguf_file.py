@@ -111,6 +111,8 @@ class _Reader(GGUFReader):
     def _build_tensors(self, *args: Any, **kwargs: Any) -> None:
         # (start_offs, fields) in the gguf versions we know; any other shape keeps the
         # reader's own error (_tensor_extents then finds nothing).
+        if len(args) >= 2:
+            _check_layout(*args[:2], len(self.data), int(self.alignment))
         try:
             super()._build_tensors(*args, **kwargs)
         except ValueError:
@@ -119,6 +121,46 @@ class _Reader(GGUFReader):
                 if end > size:
                     raise _CutShort(_cut_short(name, begin, end, size)) from None
             raise
+
+
+class _BadLayout(Exception):
+    """The tensor descriptions give a layout llama.cpp refuses (_check_layout): the message says how."""
+
+
+def _check_layout(start_offs: int, fields: list, size: int, alignment: int) -> None:
+    """Each tensor named once, its rows whole blocks of its type, its bytes aligned and apart from every
+    other tensor's. The reader checks none of this: a duplicate name or a row that is not whole blocks
+    failed as a truncated file, and an offset that overlaps another tensor, or wraps past 2^64 into the
+    header, loaded those bytes as weights (llama.cpp refuses all of these)."""
+    seen: set[str] = set()
+    extents = []
+    for field in fields:
+        try:
+            _, name_data, _, dims, raw_dtype, offset = field.parts
+            name = bytes(name_data).decode("utf-8", errors="replace")
+            qtype = GGMLQuantizationType(int(raw_dtype[0]))
+            block, type_size = GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return  # the reader's own error names it (an unknown type id, say)
+        if name in seen:
+            raise _BadLayout(f"tensor {name!r} appears twice")
+        seen.add(name)
+        shape = [int(d) for d in dims]
+        if shape and shape[0] % block:
+            raise _BadLayout(f"tensor {name!r} of type {qtype.name} has rows of {shape[0]} values, "
+                             f"not a whole number of its {block}-value blocks")
+        begin = int(offset[0])
+        if begin % alignment:
+            raise _BadLayout(f"tensor {name!r} starts at data offset {begin}, not a multiple of the "
+                             f"file's alignment {alignment}")
+        extents.append((begin, begin + math.prod(shape) * type_size // block, name))
+    for begin, end, name in extents:
+        if start_offs + end > size:
+            raise _CutShort(_cut_short(name, start_offs + begin, start_offs + end, size))
+    for (_, end, before), (begin, _, name) in zip(sorted(extents), sorted(extents)[1:]):
+        if begin < end:
+            raise _BadLayout(f"tensor {name!r} (data bytes from {begin}) overlaps tensor {before!r} "
+                             f"(data bytes to {end})")
 
 
 def _cut_short(name: str, begin: int, end: int, size: int) -> str:
@@ -161,6 +203,8 @@ class GGUFFile:
             raise FastDecodeError(f"{path}: {_describe_reader_error(e)}") from None
         except _BadHeader as e:
             raise FastDecodeError(f"{path}: truncated or corrupt GGUF header: {e}") from None
+        except _BadLayout as e:
+            raise FastDecodeError(f"{path}: corrupt GGUF tensor layout: {e}") from None
         if self._reader.byte_order == "S":
             raise FastDecodeError(f"{path}: big-endian GGUF files are not supported")
         self.tensors: dict[str, ReaderTensor] = {t.name: t for t in self._reader.tensors}
@@ -230,6 +274,8 @@ def _describe_reader_error(e: ValueError) -> str:
                 f"{', '.join(dequant.SUPPORTED_TYPES)}")
     if "version" in text:
         return f"unsupported GGUF version ({text})"
+    if "alignment" in text:
+        return f"general.alignment must be a uint32 power of two ({text})"
     # Everything else the reader trips over is a short read: reshape or slice past the end.
     return "truncated or corrupt GGUF (the header or tensor data is cut short)"
 
