@@ -373,6 +373,14 @@ def test_unsupported_architecture(tmp_path):
     assert "llama" in message and "qwen2" in message
 
 
+@pytest.mark.parametrize("key, value", [("n_heads", 0), ("dim", 0)])
+def test_zero_heads_or_width(tmp_path, key, value):
+    """A head count of 0 raised ZeroDivisionError (the head size's default divides by it)."""
+    path = write_gguf(tmp_path / "zero.gguf", gguf_tensors(hf_model()), **{key: value})
+    name = {"n_heads": "attention.head_count", "dim": "embedding_length"}[key]
+    one_line_error(path, rf"llama\.{name} must be >= 1, got 0$")
+
+
 def test_tokenizer_larger_than_model_vocabulary(tmp_path):
     tokens = byte_level_tokens() + ["extra1", "extra2"]
     path = write_gguf(tmp_path / "vocab.gguf", gguf_tensors(hf_model()), tokens=tokens)

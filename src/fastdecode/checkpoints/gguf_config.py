@@ -285,6 +285,9 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
     if "token_embd.weight" not in f.tensors:
         raise FastDecodeError(f"{f.path}: missing tensor token_embd.weight")
     dim, n_heads = need("embedding_length"), need("attention.head_count")
+    for key, value in (("embedding_length", dim), ("attention.head_count", n_heads)):
+        if value < 1:  # head_dim's default divides by the head count
+            raise FastDecodeError(f"{f.path}: {arch}.{key} must be >= 1, got {value}")
     kv, conv_layers = _kv_heads(f, arch)
     n_kv_heads = optional_int(kv, f.path, "head_count_kv") or n_heads
     head_dim = optional_int(f.get(f"{arch}.attention.key_length"), f.path, "key_length") or dim // n_heads
