@@ -519,6 +519,11 @@ def test_pytorch_bin_weights_load_as_safetensors_do(tmp_path):
     ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
     with torch.no_grad():
         assert (build_ours(ckpt)(TOKENS, None) - model(TOKENS).logits).abs().max().item() <= 1e-4
+    # torch.save's format before PyTorch 1.6, which older repositories' files are in (failed: not mmap-able)
+    torch.save(state, tmp_path / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    with torch.no_grad():
+        assert (build_ours(load_checkpoint(tmp_path, dtype=torch.float32))(TOKENS, None)
+                - model(TOKENS).logits).abs().max().item() <= 1e-4
     (tmp_path / "pytorch_model.bin").unlink()  # two shards and their index
     names = sorted(state)
     halves = {"pytorch_model-00001-of-00002.bin": names[::2], "pytorch_model-00002-of-00002.bin": names[1::2]}
@@ -533,6 +538,10 @@ def test_pytorch_bin_weights_load_as_safetensors_do(tmp_path):
     data = (tmp_path / "pytorch_model-00001-of-00002.bin").read_bytes()
     (tmp_path / "pytorch_model-00001-of-00002.bin").write_bytes(data[: len(data) // 2])
     assert "cannot read a PyTorch weights file" in error_of(tmp_path)
+    (tmp_path / "pytorch_model-00001-of-00002.bin").write_bytes(b"not a checkpoint" * 64)
+    message = error_of(tmp_path)  # torch's own first line advised weights_only=False
+    assert "cannot read a PyTorch weights file (weights_only unpickling refused it: Unsupported operand" in message
+    assert "weights_only` set to `False`" not in message
 
 
 def test_truncated_safetensors(tmp_path):

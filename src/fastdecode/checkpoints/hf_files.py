@@ -8,6 +8,7 @@ containers only (no code runs), memory-mapped.
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -61,12 +62,24 @@ def tensors(file: Path) -> Iterator[tuple[str, Callable[[], torch.Tensor]]]:
             raise unreadable(e) from None
         return
     try:
-        state = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+        # torch.save's format before PyTorch 1.6 (not a zip) cannot be memory-mapped: read whole, as
+        # transformers does.
+        state = torch.load(str(file), map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(file))
     except Exception as e:  # a pickle that is not tensors, a truncated zip: torch raises many kinds
-        raise FastDecodeError(f"{file}: cannot read a PyTorch weights file ({type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''})") from None
+        raise FastDecodeError(f"{file}: cannot read a PyTorch weights file ({_load_problem(e)})") from None
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                               for k, v in state.items()):
         raise FastDecodeError(f"{file}: not a state dict of named tensors")
     for name, t in state.items():
         yield name, lambda t=t: t
+
+
+def _load_problem(e: Exception) -> str:
+    """torch.load's failure in a line. Its weights_only refusal starts with advice to unpickle without
+    it (running the file's code) and names the reason lines later: that reason is what we show."""
+    text = str(e)
+    _, marker, rest = text.partition("WeightsUnpickler error:")
+    reason = next((line.strip() for line in rest.splitlines() if line.strip()), "") if marker else ""
+    if reason:
+        return f"weights_only unpickling refused it: {reason}"
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
