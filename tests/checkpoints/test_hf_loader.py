@@ -502,6 +502,22 @@ def test_unsupported_architecture(tmp_path):
     assert "unsupported architecture 'GPT2LMHeadModel'" in message and "Qwen2ForCausalLM" in message
 
 
+@pytest.mark.parametrize("shard", ["../model.safetensors", "/etc/hostname", "sub/model.safetensors",
+                                   "model-00001-of-00001.bin"])
+def test_index_shards_are_files_beside_it(tmp_path, shard):
+    """An index naming a shard in another folder read that file (any file on the machine), and a .bin
+    shard of a safetensors index unpickled it."""
+    write_hf_dir(tmp_path / "m", hf_model())
+    (tmp_path / "model.safetensors").write_bytes((tmp_path / "m" / "model.safetensors").read_bytes())
+    (tmp_path / "m" / "sub").mkdir()
+    (tmp_path / "m" / "sub" / "model.safetensors").write_bytes((tmp_path / "model.safetensors").read_bytes())
+    (tmp_path / "m" / "model-00001-of-00001.bin").write_bytes(b"")
+    (tmp_path / "m" / "model.safetensors").unlink()
+    index = {"weight_map": {"model.embed_tokens.weight": shard}}
+    (tmp_path / "m" / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert f"shard {shard!r} is not a .safetensors file name beside the index" in error_of(tmp_path / "m")
+
+
 def test_missing_weights(tmp_path):
     write_hf_dir(tmp_path, hf_model())
     (tmp_path / "model.safetensors").unlink()

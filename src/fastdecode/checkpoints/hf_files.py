@@ -33,6 +33,12 @@ def weight_files(directory: Path) -> list[Path]:
                 files = [directory / shard for shard in sorted(set(weight_map.values()))]
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
                 raise FastDecodeError(f"{index}: not a {kind} index ({e})") from None
+            # A shard is a file beside its index, of the index's format: a name with a folder in it
+            # ("../x", "/x") would read a file from anywhere, and a .bin shard of a safetensors index a pickle.
+            suffix = Path(name).suffix
+            odd = [s for s in sorted(set(weight_map.values())) if Path(s).name != s or not s.endswith(suffix)]
+            if odd:
+                raise FastDecodeError(f"{index}: shard {odd[0]!r} is not a {suffix} file name beside the index")
             missing = [f for f in files if not f.is_file()]
             if missing:
                 raise FastDecodeError(f"{index}: shard {missing[0].name} is missing")
