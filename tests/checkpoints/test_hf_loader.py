@@ -518,6 +518,19 @@ def test_index_shards_are_files_beside_it(tmp_path, shard):
     assert f"shard {shard!r} is not a .safetensors file name beside the index" in error_of(tmp_path / "m")
 
 
+def test_integer_weights_are_refused(tmp_path):
+    """An int32 tensor (a quantizer's packed words without its config, say) was cast to float: garbage
+    weights that loaded and generated."""
+    from safetensors.torch import load_file, save_file
+
+    write_hf_dir(tmp_path, hf_model())
+    state = load_file(tmp_path / "model.safetensors")
+    name = "model.layers.0.self_attn.q_proj.weight"
+    state[name] = state[name].view(torch.int32)
+    save_file(state, tmp_path / "model.safetensors")
+    assert f"tensor '{name}' is int32; expected floating-point weights" in error_of(tmp_path)
+
+
 def test_missing_weights(tmp_path):
     write_hf_dir(tmp_path, hf_model())
     (tmp_path / "model.safetensors").unlink()

@@ -183,6 +183,9 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
                     out.update(hf_mxfp4.experts(base, pair["blocks"], pair["scales"], args, dtype, weights, kinds,
                                                 file))
                 continue
+            if not t.is_floating_point():  # would become garbage weights in the float cast below
+                raise FastDecodeError(f"{file}: tensor {name!r} is {str(t.dtype).removeprefix('torch.')}; "
+                                      "expected floating-point weights (float32, float16 or bfloat16)")
             if arch in (GEMMA3, GEMMA1, GEMMA2) and key.endswith("norm.weight"):
                 # Gemma's norms scale by (1 + w): fold the 1 in (in float32),
                 # so our plain RMSNorm (and its kernel) computes them.
