@@ -116,3 +116,21 @@ def test_syntax_error_names_the_line():
 def test_bad_messages(messages):
     with pytest.raises(FastDecodeError, match="messages"):
         render_chat_template(StubTokenizer("{{ 1 }}"), messages)
+
+
+GENERATION_TAG = ("{% for m in messages %}{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{% endgeneration %}"
+                  "{% else %}{{ m.content }}{% endif %}{% endfor %}")
+READS_REASONING = "{% for m in messages %}{{ m.content }}[{{ m.reasoning_content }}|{{ m.thinking }}]{% endfor %}"
+
+
+@pytest.mark.parametrize("template, messages", [
+    # transformers' {% generation %} block (training masks) renders its body; it was a syntax error
+    (GENERATION_TAG, [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]),
+    # a reply's reasoning under any of its names reaches both names templates read, as in transformers
+    (READS_REASONING, [{"role": "assistant", "content": "x", "reasoning": "r"},
+                       {"role": "assistant", "content": "y", "thinking": "t"}, {"role": "user", "content": "z"}]),
+])
+def test_transformers_template_extras(template, messages):
+    ours = render_chat_template(StubTokenizer(template), messages, add_generation_prompt=True)
+    assert ours == reference(template, messages, True)
+    assert ours in ("ab", "x[r|r]y[t|t]z[|]")

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Optional
 
 import jinja2
-from jinja2.ext import loopcontrols
+from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from ..errors import FastDecodeError
@@ -37,10 +37,38 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+class _Generation(Extension):
+    """`{% generation %}...{% endgeneration %}`: marks the assistant's text for training masks in
+    transformers, which renders the body as it is; so do we (SmolLM3's and other templates use it)."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: Any) -> Any:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller: Any) -> str:
+        return caller()
+
+
+# A message's reasoning under the names clients send it; transformers fills both template names
+# (`reasoning_content`, and `thinking` that gpt-oss's template reads) from the first one present.
+_REASONING = ("reasoning_content", "thinking", "reasoning")
+
+
+def _with_reasoning_names(messages: list) -> list:
+    out = []
+    for m in messages:
+        text = next((m[k] for k in _REASONING if m.get(k) is not None), None)
+        out.append(m if text is None else {"thinking": text, **m, "reasoning_content": text})
+    return out
+
+
 @functools.lru_cache(maxsize=16)
 def compile_template(source: str) -> jinja2.Template:
     """Compile once per template text; a syntax error is reported as bad input."""
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols, _Generation])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
@@ -89,7 +117,8 @@ def render_chat_template(tokenizer: "Tokenizer", messages: list[dict], *, add_ge
     variables = {"tools": None, "documents": None, **special_token_strings(tokenizer), **(variables or {}), **extra}
     template = compile_template(source)  # its syntax errors are one line of their own
     try:
-        return template.render(messages=list(messages), add_generation_prompt=add_generation_prompt, **variables)
+        return template.render(messages=_with_reasoning_names(messages), add_generation_prompt=add_generation_prompt,
+                               **variables)
     except jinja2.TemplateError as e:
         raise FastDecodeError(f"chat template failed: {e.message or type(e).__name__}") from None
     except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
