@@ -239,3 +239,29 @@ def test_harmony_auto_holds_a_call_after_any_messages():
         reply = parse_reply(HARMONY, SCHEMAS, content)
         assert reasoning == "Need {the} weather <b>." and reply.content is None and len(reply.calls) == 1, text
         jsonschema.validate(json.loads(reply.calls[0].arguments), SCHEMAS[reply.calls[0].name])
+
+
+def test_arguments_are_always_an_object(tokenizer):
+    """Tool arguments are a JSON object (OpenAI's): a function without parameters takes only `{}`,
+    a schema that leaves the type open still takes only objects, and one of another type is a 400."""
+    from fastdecode.server.errors import APIError
+    from fastdecode.server.protocol import ToolDefinition
+    from fastdecode.server.tools.spec import tool_spec
+
+    def grammar_accepts(function, arguments):
+        spec = tool_spec([ToolDefinition.model_validate({"type": "function", "function": function})], "required", False)
+        g = llguidance.LLMatcher.grammar_from_lark(tool_grammar(GENERIC, spec))
+        m = llguidance.LLMatcher(tokenizer, g, log_level=0)
+        ids = list(GENERIC.render([(function["name"], arguments)]).encode())
+        return m.validate_tokens(ids) == len(ids) and m.consume_tokens(ids) and m.is_accepting()
+
+    assert grammar_accepts({"name": "now"}, "{}")
+    assert not grammar_accepts({"name": "now"}, '{"tz": "UTC"}')
+    for open_schema in ({}, {"properties": {"a": {"type": "integer"}}}):
+        fn = {"name": "f", "parameters": open_schema}
+        assert grammar_accepts(fn, '{"a": 1}')
+        for not_object in ("5", '"x"', "[1]", "null"):
+            assert not grammar_accepts(fn, not_object), (open_schema, not_object)
+    with pytest.raises(APIError) as e:
+        grammar_accepts({"name": "f", "parameters": {"type": "string"}}, '"x"')
+    assert e.value.status == 400 and e.value.param == "tools[0].function.parameters" and "object" in str(e.value)

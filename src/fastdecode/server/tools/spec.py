@@ -17,7 +17,8 @@ from ..errors import APIError
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
 MODES = ("none", "auto", "required")
-NO_PARAMETERS = {"type": "object", "properties": {}}  # OpenAI: leaving parameters out means none
+# OpenAI: leaving parameters out means none, so the only arguments are `{}`.
+NO_PARAMETERS = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
 @dataclass(frozen=True)
@@ -98,13 +99,18 @@ def _function(i: int, tool: Any) -> Function:
     if not isinstance(parameters, dict):
         raise APIError(400, f"{param}.parameters must be a JSON Schema object, got {_short(parameters)}",
                        param=f"{param}.parameters")
+    if parameters.get("type", "object") != "object":
+        raise APIError(400, f"{param}.parameters must describe an object (type 'object': the arguments are "
+                       f"named), got type {_short(parameters['type'])}", param=f"{param}.parameters")
     try:
         jsonschema.validators.validator_for(parameters).check_schema(parameters)
     except jsonschema.SchemaError as e:
         where = "/".join(str(p) for p in e.path)
         raise APIError(400, f"{param}.parameters is not a valid JSON Schema: {e.message}"
                        + (f" (at {where})" if where else ""), param=f"{param}.parameters") from None
-    return Function(fn.name, parameters, tool.model_dump(exclude_none=True))
+    # Arguments are always a JSON object, also where the schema leaves its type open ({} or bare properties).
+    held = parameters if "type" in parameters else {**parameters, "type": "object"}
+    return Function(fn.name, held, tool.model_dump(exclude_none=True))
 
 
 def _short(value: Any) -> str:
