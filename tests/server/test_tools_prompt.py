@@ -230,3 +230,21 @@ def test_generic_without_tools_adds_nothing():
     messages = [{"role": "user", "content": "Hi"}]
     assert ours(BYTE_CHAT_TEMPLATE, messages, tools=None) == "<|user|>Hi\n<|assistant|>"
     assert ours(BYTE_CHAT_TEMPLATE, messages, tool_choice="none") == "<|user|>Hi\n<|assistant|>"
+
+
+# Gemma's way: the system message goes first, then roles must alternate or the template raises.
+ALTERNATING = """{%- if messages[0].role == 'system' %}<system>{{ messages[0].content }}
+{% endif -%}
+{%- for m in messages if m.role != 'system' -%}
+{%- if (m.role == 'user') != (loop.index0 % 2 == 0) -%}{{ raise_exception('Conversation roles must alternate') }}{%- endif -%}
+<{{ m.role }}>{{ m.content }}
+{% endfor -%}<assistant>"""
+
+
+def test_a_question_after_tool_results_keeps_roles_alternating():
+    assert detect(ALTERNATING) is GENERIC
+    turn = [m for m in conversation(calls=2) if m["role"] != "system"] + [{"role": "user", "content": "And Rome?"}]
+    prompt = ours(ALTERNATING, turn)
+    assert prompt.endswith("<user>Result of get_weather (call_0): 20 C, sunny\n"
+                           "Result of get_weather (call_1): 21 C, sunny\n\nAnd Rome?\n<assistant>")
+    assert prompt.startswith("<system>You can call these functions")

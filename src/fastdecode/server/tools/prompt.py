@@ -82,6 +82,11 @@ def _as_text(messages: list[dict], spec: Optional[ToolSpec]) -> list[dict]:
                 out[-1]["content"] += "\n" + result
             else:
                 out.append({"role": "user", "content": result, "tool_results": True})
+        elif m["role"] == "user" and out and out[-1].get("tool_results"):
+            # The next question joins the results' user message: two user turns in a row are refused
+            # by templates that insist on alternating roles (Gemma's).
+            if m["content"]:
+                out[-1]["content"] += "\n\n" + m["content"]
         else:
             out.append({k: v for k, v in m.items() if k in ("role", "content", "name")})
     for m in out:
