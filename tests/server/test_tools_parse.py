@@ -125,6 +125,21 @@ def test_replies_cut_short():
     assert len(inside_end.calls) == 2 and inside_end.content is None
 
 
+def test_finish_reason_is_tool_calls_only_for_complete_calls():
+    from fastdecode.server.tools.spec import Function, ToolSpec
+    from fastdecode.server.tools.stream import ToolSetup
+
+    setup = ToolSetup(GENERIC, ToolSpec(tuple(Function(n, {}, {}) for n in NAMES), "required", None, True))
+    full = calls_text(GENERIC, [("get_weather", {"city": "Paris"}), ("add", {"x": 1})])
+    # A stop string (", " here) can end the reply inside a call's text or its arguments.
+    for text, reason in ((full, "tool_calls"), (full[:-2], "tool_calls"), (full[:full.index(", ")], "stop"),
+                         (full[:full.index('{"x"') + 4], "stop")):
+        reader = setup.reader()
+        reader.deltas(text, finished=True)
+        assert reader.finish_reason("stop") == reason, text
+        assert reader.finish_reason("length") == "length"
+
+
 def test_text_that_leaves_the_format_is_kept_as_content():
     # The grammar does not let this happen; a stop string or an unconstrained reply could.
     reply = parse_reply(GENERIC, NAMES, 'Hi {"tool_calls": [{"name": "unknown", "arguments": {}}]}')

@@ -52,6 +52,7 @@ class Call:
     id: str
     name: str
     arguments: str = ""  # the JSON text, as written (cut short when the reply was)
+    complete: bool = False  # its arguments' JSON value ended (a reply cut short may leave it open)
 
 
 def new_call_id() -> str:
@@ -240,6 +241,7 @@ class CallParser:
         index = len(self.calls) - 1
         self.calls[index].arguments += piece
         out.append(Arguments(index, piece))
+        self.calls[index].complete = complete
         if not complete:
             if self._finished:
                 self._state = "done"  # cut off inside the arguments: the call keeps what came

@@ -46,7 +46,9 @@ class ToolReader:
         return AssistantMessage(content=self.parser.content, tool_calls=calls or None)
 
     def finish_reason(self, reason: Optional[str]) -> Optional[str]:
-        return "tool_calls" if reason == "stop" and self.parser.calls else reason
+        # A stop string can end the reply inside a call: that reply is not a complete set of calls.
+        calls = self.parser.calls
+        return "tool_calls" if reason == "stop" and calls and all(c.complete for c in calls) else reason
 
 
 def to_deltas(events: list[Event]) -> list[Delta]:
