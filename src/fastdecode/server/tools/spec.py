@@ -99,15 +99,15 @@ def _function(i: int, tool: Any) -> Function:
     if not isinstance(parameters, dict):
         raise APIError(400, f"{param}.parameters must be a JSON Schema object, got {_short(parameters)}",
                        param=f"{param}.parameters")
-    if parameters.get("type", "object") != "object":
-        raise APIError(400, f"{param}.parameters must describe an object (type 'object': the arguments are "
-                       f"named), got type {_short(parameters['type'])}", param=f"{param}.parameters")
     try:
         jsonschema.validators.validator_for(parameters).check_schema(parameters)
     except jsonschema.SchemaError as e:
         where = "/".join(str(p) for p in e.path)
         raise APIError(400, f"{param}.parameters is not a valid JSON Schema: {e.message}"
                        + (f" (at {where})" if where else ""), param=f"{param}.parameters") from None
+    if parameters.get("type", "object") != "object":
+        raise APIError(400, f"{param}.parameters must describe an object (type 'object': the arguments are "
+                       f"named), got type {_short(parameters['type'])}", param=f"{param}.parameters")
     # Arguments are always a JSON object, also where the schema leaves its type open ({} or bare properties).
     held = parameters if "type" in parameters else {**parameters, "type": "object"}
     return Function(fn.name, held, tool.model_dump(exclude_none=True))
