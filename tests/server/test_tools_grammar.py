@@ -265,3 +265,62 @@ def test_arguments_are_always_an_object(tokenizer):
     with pytest.raises(APIError) as e:
         grammar_accepts({"name": "f", "parameters": {"type": "string"}}, '"x"')
     assert e.value.status == 400 and e.value.param == "tools[0].function.parameters" and "object" in str(e.value)
+
+
+@pytest.mark.parametrize("fmt", [GENERIC, HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_ARGS],
+                         ids=["generic", "hermes", "llama3_json", "mistral", "mistral_args"])
+def test_auto_with_a_json_answer_is_calls_or_that_json(tokenizer, fmt):
+    """tools with a response_format (OpenAI's Agents SDK sends both for an agent with an output type):
+    under auto the reply is calls, or JSON valid against the answer's schema, never free text."""
+    from fastdecode.structured import json_schema_lark
+
+    answer_schema = {"type": "object", "properties": {"temp": {"type": "integer"}}, "required": ["temp"],
+                     "additionalProperties": False}
+    grammar = tool_grammar(fmt, ToolSpec(FUNCTIONS, "auto", None, True), answer=json_schema_lark(answer_schema))
+
+    def takes(text):
+        m = llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_lark(grammar), log_level=0)
+        assert not m.is_error(), m.get_error()
+        ids = list(text.encode())
+        return m.validate_tokens(ids) == len(ids) and m.consume_tokens(ids) and m.is_accepting()
+
+    assert takes('{"temp": 21}') and takes(fmt.render(GOOD))
+    for bad in ('{"temp": "warm"}', '{"temp": 21, "x": 1}', "It is warm.", "", "Sure. " + fmt.render(GOOD)):
+        assert not takes(bad), bad
+    reply = parse_reply(fmt, SCHEMAS, '{"temp": 21}')
+    assert reply.calls == [] and reply.content == '{"temp": 21}'  # the answer reads back as content
+    rng = random.Random(1)
+    for _ in range(10):  # a model that picks any allowed token: calls, or the answer
+        m = llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_lark(grammar), log_level=0)
+        reply = parse_reply(fmt, SCHEMAS, walk(m, rng))
+        if reply.calls:
+            for c in reply.calls:
+                jsonschema.validate(json.loads(c.arguments), SCHEMAS[c.name])
+        else:
+            jsonschema.validate(json.loads(reply.content), answer_schema)
+
+
+@pytest.mark.parametrize("fmt", [GENERIC, LLAMA3_JSON], ids=["generic", "llama3_json"])
+def test_json_answer_keeps_each_tools_references(tokenizer, fmt):
+    """Calls written as JSON beside the answer: a tool's `#/$defs/...` still means its own $defs."""
+    from fastdecode.structured import json_schema_lark
+
+    tree = {"$defs": {"N": {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {
+        "type": "array", "items": {"$ref": "#/$defs/N"}, "maxItems": 2}}, "required": ["v"], "additionalProperties": False}},
+        "type": "object", "properties": {"root": {"$ref": "#/$defs/N"}}, "required": ["root"],
+        "additionalProperties": False}
+    answer = {"$defs": {"N": {"type": "string"}}, "type": "object", "properties": {"n": {"$ref": "#/$defs/N"}},
+              "required": ["n"], "additionalProperties": False}
+    spec = ToolSpec((Function("tree", tree, {}), FUNCTIONS[1]), "auto", None, False)
+    grammar = llguidance.LLMatcher.grammar_from_lark(tool_grammar(fmt, spec, answer=json_schema_lark(answer)))
+
+    def takes(text):
+        m = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
+        ids = list(text.encode())
+        return m.validate_tokens(ids) == len(ids) and m.consume_tokens(ids) and m.is_accepting()
+
+    good = fmt.render([call("tree", {"root": {"v": 1, "kids": [{"v": 2}]}})])
+    assert takes(good) and takes('{"n": "x"}') and takes(fmt.render(GOOD[1:]))
+    assert not takes(fmt.render([call("tree", {"root": {"v": "x"}})]))  # N is the tool's, not the answer's
+    assert not takes('{"n": 1}')
+    assert not takes(fmt.render([GOOD[1], GOOD[1]]))  # parallel_tool_calls false: one call

@@ -101,6 +101,40 @@ def test_auto_offers_the_tools(client, tiny_llm):
     assert r.usage.prompt_tokens > len(tiny_llm.chat_prompt(ASK))  # our system message lists the tools
 
 
+def test_tools_with_a_json_response_format(server, client):
+    """OpenAI's Agents SDK sends both for an agent with an output type: the reply is calls or that JSON."""
+    import pydantic
+    from typing import Literal
+
+    class Answer(pydantic.BaseModel):
+        model_config = pydantic.ConfigDict(extra="forbid")
+        c: Literal["x", "y"]
+
+    parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
+    strict = [{"type": "function", "function": {**TOOLS[0]["function"], "strict": True}}]  # parse() wants them
+    # Both ways open with '{"'; the next byte picks: "c" (the answer's key) or "t" ("tool_calls").
+    for pick, seed in ((ord("c"), 0), (ord("t"), 0), (ord("c"), 1), (ord("t"), 1)):
+        r = parse(model="tiny", messages=ASK, tools=strict, response_format=Answer, parallel_tool_calls=False,
+                  logit_bias={str(pick): 50}, temperature=1, seed=seed,
+                  max_tokens=ROOM - 16)  # "strict" lengthens the listed tool
+        choice = r.choices[0]
+        if pick == ord("t"):
+            valid_calls(choice.message)
+            assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        else:
+            assert choice.finish_reason == "stop" and choice.message.tool_calls is None
+            assert choice.message.parsed.c in ("x", "y")
+    # A forced call is the whole reply: the answer's format has nothing to hold.
+    r = client.chat.completions.create(model="tiny", messages=ASK, tools=TOOLS, tool_choice="required",
+                                       parallel_tool_calls=False, seed=0, max_tokens=ROOM,
+                                       response_format={"type": "json_object"})
+    valid_calls(r.choices[0].message)
+    # Other constraints cannot stand in for free text beside calls.
+    r = httpx.post(server.url + "/v1/chat/completions", timeout=60,
+                   json={"messages": ASK, "tools": TOOLS, "guided_regex": "[a-z]+", "max_tokens": 4})
+    assert r.status_code == 400 and error_of(r)["param"] == "tool_choice" and "cannot be combined" in r.text
+
+
 def collect(stream):
     """Content, calls [(id, name, arguments)] and the finish reason from a stream's chunks."""
     content, calls, finish = None, {}, None
@@ -160,7 +194,6 @@ BAD = [
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {
         "type": "object", "properties": {"a": {"type": "array", "uniqueItems": True}}}}}]},
      "tools[0].function.parameters", "uniqueItems"),  # a keyword the grammar compiler does not implement
-    ({"tools": TOOLS, "response_format": {"type": "json_object"}}, "tool_choice", "cannot be combined"),
     ({"tool_choice": "required"}, "tool_choice", "no tools"),
     ({"tool_choice": {"type": "function", "function": {"name": "pick"}}}, "tool_choice", "no tools"),
     ({"tools": TOOLS, "tool_choice": "sometimes"}, "tool_choice", "accepted"),

@@ -7,6 +7,7 @@ template are CPU work that should not stall the event loop.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -14,7 +15,7 @@ from ..engine import GenerationConfig
 from ..errors import FastDecodeError
 from ..api.llm import LLM
 from ..sampling import SamplingParams
-from ..structured import Constraint
+from ..structured import Constraint, json_schema_lark
 from ..text.harmony import MARKERS as HARMONY_MARKERS
 from ..text.harmony import is_harmony
 from .errors import APIError, from_fastdecode
@@ -22,11 +23,12 @@ from .protocol import ChatCompletionRequest, CompletionRequest, TokenizeRequest
 from .reasoning import MARKERS as THINK_MARKERS
 from .reasoning import inside_thinking, thinks
 from .structured import prepare_constraint, request_constraint
+from .tools.formats import ToolFormat
 from .tools.formats import detect as detect_format
 from .tools.formats import special_markers, special_tokens
 from .tools.grammar import tool_constraint
 from .tools.prompt import template_input
-from .tools.spec import tool_spec
+from .tools.spec import ToolSpec, tool_spec
 from .tools.stream import ToolSetup
 
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions
@@ -93,12 +95,9 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
     if req.top_logprobs is not None and not req.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
     spec = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls)
-    if spec is not None and request_constraint(req) is not None:
-        raise APIError(400, "tool calls cannot be combined with a constrained output (response_format, "
-                       "structured_outputs, guided_*, json_schema, grammar); give tool_choice 'none' or leave "
-                       "one of them out", param="tool_choice")
     template = llm.tokenizer.template_for(spec is not None)
     fmt = detect_format(template)
+    answer = _tool_answer(spec, request_constraint(req), fmt)
     messages, tools = template_input(req.messages, fmt, spec)
     try:
         prompt = llm.chat_prompt(messages, tools=tools, template_kwargs=template_kwargs(req))
@@ -112,7 +111,7 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
     if spec is not None:
         setup = ToolSetup(fmt, spec)
         specials = special_markers(fmt, llm.tokenizer)
-        constraint = tool_constraint(fmt, spec, llm.tokenizer, specials)
+        constraint = tool_constraint(fmt, spec, llm.tokenizer, specials, answer)
     # A reply constrained to a format (JSON, a grammar, calls from its first token) is that
     # format, never thinking; tool_choice auto leaves the reply free until its calls.
     thinking = None
@@ -129,6 +128,21 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
                skip_special_tokens=not specials)
     job.tools, job.thinking, job.harmony = setup, thinking, harmony
     return job
+
+
+def _tool_answer(spec: Optional[ToolSpec], asked: Optional[Constraint], fmt: ToolFormat) -> Optional[str]:
+    """With tools and a JSON response_format (as OpenAI's Agents SDK sends for an agent with an
+    output type), the reply is calls or that JSON: the JSON's grammar rule under tool_choice auto.
+    Required or named calls are the whole reply, so the format has nothing to hold there."""
+    if spec is None or asked is None or spec.choice != "auto":
+        return None
+    if asked.kind not in ("json_schema", "json_object") or fmt.channels:
+        what = "a regex, choice or grammar" if asked.kind not in ("json_schema", "json_object") \
+            else f"a JSON answer in the {fmt.name} tool format"
+        raise APIError(400, f"tool_choice 'auto' cannot be combined with {what}; accepted with tools: a JSON "
+                       "response_format (json_schema or json_object), or tool_choice 'none', 'required' or a "
+                       "named function", param="tool_choice")
+    return json_schema_lark(json.loads(asked.spec) if asked.kind == "json_schema" else {"type": "object"})
 
 
 # What the server itself hands every chat template.

@@ -26,6 +26,7 @@ no whitespace a model could run on with until max_tokens.
 from __future__ import annotations
 
 import json
+import re
 from typing import Mapping, Optional, Sequence
 
 from ...errors import FastDecodeError
@@ -76,14 +77,26 @@ def _calls(fmt: ToolFormat, functions: Sequence[Function], parallel: bool, skip:
     return rules
 
 
-def tool_grammar(fmt: ToolFormat, spec: ToolSpec, specials: Optional[Mapping[str, int]] = None) -> str:
+def tool_grammar(fmt: ToolFormat, spec: ToolSpec, specials: Optional[Mapping[str, int]] = None,
+                 answer: Optional[str] = None) -> str:
     """The grammar for a request's tool_choice (auto, required or a named function);
-    `specials`: the format's markers that are special tokens (`formats.special_markers`)."""
+    `specials`: the format's markers that are special tokens (`formats.special_markers`);
+    `answer`: under auto, what a reply that calls nothing must be instead of free text (a Lark
+    rule's body, e.g. `json_schema_lark(...)` for a response_format)."""
     functions = spec.callable
     specials = specials or {}
     head = ["%llguidance {}"]
     if spec.choice != "auto":
         return "\n".join(head + ["start: calls"] + _calls(fmt, functions, spec.parallel, 0, specials)) + "\n"
+    if answer is not None:
+        if fmt.channels:
+            raise ValueError(f"{fmt.name}: an answer format is not supported with tool_choice auto")
+        lines = head + ["start: answer | calls", f"answer: {answer}"]
+        if (fmt.begin + fmt.call_open).startswith("{"):
+            # llguidance's lexer cannot tell a literal that opens like the answer's JSON from it: the calls
+            # are written as JSON too (the same text, compact).
+            return "\n".join(lines + _json_calls(fmt, functions, spec.parallel)) + "\n"
+        return "\n".join(lines + _calls(fmt, functions, spec.parallel, 0, specials)) + "\n"
     if fmt.channels and set(fmt.markers) <= set(specials):
         return "\n".join(head + _messages(fmt, functions, specials)) + "\n"
     if fmt.trigger in specials:
@@ -101,6 +114,32 @@ def tool_grammar(fmt: ToolFormat, spec: ToolSpec, specials: Optional[Mapping[str
     return "\n".join(lines + _calls(fmt, functions, spec.parallel, 0, specials)) + "\n"
 
 
+def _json_key(text: str) -> str:
+    """The key a format's literal text names (`{"tool_calls": [` -> tool_calls)."""
+    return re.search(r'"(\w+)": ', text).group(1)
+
+
+def _call_schema(fmt: ToolFormat, f: Function, i: int) -> dict:
+    # Its own $id keeps the parameters' `#/$defs/...` references pointing into the parameters.
+    parameters = f.parameters if "$id" in f.parameters else {"$id": f"urn:fastdecode:tool:{i}", **f.parameters}
+    return {"type": "object", "properties": {"name": {"const": f.name}, _json_key(fmt.args_key): parameters},
+            "required": ["name", _json_key(fmt.args_key)], "additionalProperties": False}
+
+
+def _json_calls(fmt: ToolFormat, functions: Sequence[Function], parallel: bool) -> list[str]:
+    """Rules for `calls` as JSON values, for the formats whose calls open with `{`."""
+    calls = {"anyOf": [_call_schema(fmt, f, i) for i, f in enumerate(functions)]}
+    if fmt.begin:  # the block is one JSON object: {"tool_calls": [call, ...]}
+        items = {"type": "array", "items": calls, "minItems": 1, **({} if parallel else {"maxItems": 1})}
+        block = {"type": "object", "properties": {_json_key(fmt.begin): items}, "required": [_json_key(fmt.begin)],
+                 "additionalProperties": False}
+        if fmt.render([("f", "{}")]) != json.dumps({_json_key(fmt.begin): [{"name": "f", _json_key(fmt.args_key): {}}]}):
+            raise ValueError(f"{fmt.name}: its block of calls is not compact JSON")
+        return [f"calls: {json_schema_lark(block)}"]
+    more = f"({json.dumps(fmt.separator)} call)*" if parallel else ""
+    return [f"calls: call {more}", f"call: {json_schema_lark(calls)}"]
+
+
 def _messages(fmt: ToolFormat, functions: Sequence[Function], specials: Mapping[str, int]) -> list[str]:
     """harmony under tool_choice=auto: messages, each a channel's name and either a body of free text
     (which holds no special token, so it ends at the next marker) then the next message or the reply's
@@ -114,10 +153,10 @@ def _messages(fmt: ToolFormat, functions: Sequence[Function], specials: Mapping[
 
 
 def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer,
-                    specials: Mapping[str, int]) -> Constraint:
+                    specials: Mapping[str, int], answer: Optional[str] = None) -> Constraint:
     """The constraint, compiled for `tokenizer` now (prepare runs in a worker thread, so the
     engine finds it cached); a schema llguidance cannot take is a 400 naming its tool.
-    `specials`: `formats.special_markers(fmt, tokenizer)`."""
+    `specials`: `formats.special_markers(fmt, tokenizer)`; `answer`: as tool_grammar's."""
     for i, f in enumerate(spec.functions):
         if f in spec.callable:
             try:
@@ -126,7 +165,7 @@ def tool_constraint(fmt: ToolFormat, spec: ToolSpec, tokenizer: Tokenizer,
                 raise APIError(400, f"tools[{i}].function.parameters: {e}",
                                param=f"tools[{i}].function.parameters") from None
     try:
-        constraint = Constraint.grammar(tool_grammar(fmt, spec, specials))
+        constraint = Constraint.grammar(tool_grammar(fmt, spec, specials, answer))
         CACHE.matcher(constraint, vocab_for(tokenizer))
         return constraint
     except FastDecodeError as e:
