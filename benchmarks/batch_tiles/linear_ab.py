@@ -1,4 +1,4 @@
-"""Time one quantized matmul (of a Q4_1, Q8_0, Q4_0, Q4_K or Q6_K weight: layouts q4, q8, q4s, q4k,
+"""Time one quantized matmul (of a Q4_1, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K weight: layouts q4, q8, q4s, q4k, q5k,
 q6k) of two source trees, through torch, in alternating rounds, and print each shape's median time per tree and
 their ratio.
 
@@ -80,7 +80,7 @@ def main() -> None:
     ap.add_argument("base")
     ap.add_argument("new")
     ap.add_argument("shapes", nargs="+", help="MxNxK")
-    ap.add_argument("--type", choices=("Q4_1", "Q8_0", "Q4_0", "Q4_K", "Q6_K"), default="Q4_1")
+    ap.add_argument("--type", choices=("Q4_1", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K"), default="Q4_1")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()

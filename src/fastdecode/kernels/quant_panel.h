@@ -51,6 +51,7 @@ constexpr bool kPanelD = kSuper<L>;  // float16 d (and q4k's and q5k's dmin) per
 struct Panel {
   const uint8_t *q, *qh, *sc, *mn;
   const uint16_t *d, *dmin;
+  const uint8_t* u = nullptr;  // AVX2, several tiles of rows: q6k's values unpacked (unpack_q6k)
 };
 
 // Activation row m's block b: its first word in quantize_rows' lane order, the panel layouts'
@@ -479,6 +480,31 @@ static int64_t amx_rows(const Panel (&p)[P], const Args& a, float* y, int64_t ld
   return rows;
 }
 #else
+// AVX2, q6k's panels against several tiles of activation rows: the values unpacked once per call,
+// one byte each ([nb][4 units][2 halves][lo, hi][32]), which each tile's loop would otherwise
+// rebuild from the low nibbles and the top bits (~5 vector operations a unit and half), so that
+// the tiles load them. The sums and float steps are the same, so are the bits. From 12 rows, one
+// thread: 1.08-1.10x at 12 to 16 rows, 1.18-1.2x at 160 (benchmarks/batch_tiles/unpacked.md). q4, q4s,
+// q4k and q5k, whose nibbles take 3 operations a unit (q5k's fifth bits 4 more), ran level or slower.
+constexpr int64_t kUnpackedUnit = 128, kUnpackedBlock = 4 * kUnpackedUnit, kUnpackMinRows = 12;
+static void unpack_q6k(const Panel& p, const Args& a, int64_t ahead, uint8_t* u) {
+  for (int64_t b = 0; b < a.nb; ++b) {
+    const uint8_t* pb = p.q + 256 * b;
+    if (ahead) panel_prefetch<kQ6K>(p, pb, b, ahead, a.far);
+    for (int h = 0; h < 2; ++h) {
+      const __m256i h0 = load32(p.qh + 128 * b + 32 * h), h1 = load32(p.qh + 128 * b + 64 + 32 * h);
+      auto unit = [&]<int w>() __attribute__((always_inline)) {
+        __m256i lo, hi;
+        q6k_values<w, V256>(load32(pb + 64 * w + 32 * h), h0, h1, lo, hi);
+        uint8_t* to = u + kUnpackedBlock * b + kUnpackedUnit * w + 64 * h;
+        _mm256_store_si256(reinterpret_cast<__m256i*>(to), lo);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(to + 32), hi);
+      };
+      each_unit<0, 4>(unit);
+    }
+  }
+}
+
 // The int16 pair sums P[i][c] of units U0..U0+NU-1 of a block of nibbles (at pb; H5: q5k's, with
 // their fifth bits in unit 4) for the panel's rows 8h..8h+7, h = H0 + i for NH halves, against
 // activation rows m..m+C-1 (xb: xblock's). maddubs's pair sums over a block's 4 units stay below
@@ -513,11 +539,12 @@ static FD_INLINE void nibble_sums(const uint8_t* pb, const int8_t* xb, __m256i (
 // 2^15; madd against the half's scale (in both 16-bit halves of each row's lane) widens them, and
 // 32 (sc_lo sum_lo x + sc_hi sum_hi x) comes off from one madd of the (sc_lo, sc_hi) pairs and
 // the activations' half sums (S: the group's half_pairs).
-template <int C>
+template <int C, bool Un = false>
 static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t b, int h, const int32_t (&S)[C][8],
                                 __m256i (&I)[C]) {
   const int8_t* xb = xblock(a, m, b);
   const uint8_t* pb = p.q + 256 * b + 32 * h;
+  const uint8_t* ub = Un ? p.u + kUnpackedBlock * b + 64 * h : nullptr;
   const __m256i h0 = load32(p.qh + 128 * b + 32 * h), h1 = load32(p.qh + 128 * b + 64 + 32 * h);
   const __m128i s0 = load8(p.sc + 32 * b + 8 * h), s1 = load8(p.sc + 32 * b + 16 + 8 * h);
   const __m256i sc0 = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s0));
@@ -525,7 +552,8 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
   __m256i Pl[C], Ph[C];
   auto unit = [&]<int u>() __attribute__((always_inline)) {
     __m256i lo, hi;
-    q6k_values<u, V256>(load32(pb + 64 * u), h0, h1, lo, hi);
+    if constexpr (Un) lo = load32(ub + kUnpackedUnit * u), hi = load32(ub + kUnpackedUnit * u + 32);
+    else q6k_values<u, V256>(load32(pb + 64 * u), h0, h1, lo, hi);
     for (int c = 0; c < C; ++c) {
       const __m256i tl = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xword(xb, 256 * c, u)));
       const __m256i th = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xword(xb, 256 * c, 4 + u)));
@@ -545,9 +573,14 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
       const __m256i top = half ? h1 : h0, sc = half ? sc1 : sc0;
       __m256i P[C];
       auto part_unit = [&]<int u>() __attribute__((always_inline)) {
-        __m256i lo, hi;
-        q6k_values<u, V256>(load32(pb + 64 * u), top, top, lo, hi);
-        const __m256i v = half ? hi : lo;
+        __m256i v;
+        if constexpr (Un) {
+          v = load32(ub + kUnpackedUnit * u + 32 * half);
+        } else {
+          __m256i lo, hi;
+          q6k_values<u, V256>(load32(pb + 64 * u), top, top, lo, hi);
+          v = half ? hi : lo;
+        }
         for (int c = 0; c < C; ++c) {
           const __m256i t = _mm256_maddubs_epi16(v, _mm256_set1_epi32(xword(xb, 256 * c, 4 * half + u)));
           P[c] = u % 2 ? _mm256_add_epi16(P[c], t) : t;
@@ -600,7 +633,7 @@ static FD_INLINE void half_passes(const Args& a, float* y, int64_t ldy, const Su
 }
 
 // q6k's tile (super_tile's sums on VNNI).
-template <int C>
+template <int C, bool Un>
 static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
   constexpr int H = kHalves<C>;
   const int64_t G = a.nb / 8;
@@ -611,7 +644,7 @@ static FD_INLINE void q6k_tile(const Panel& p, const Args& a, int64_t m, float* 
       if (ahead && h0 == 0) panel_prefetch<kQ6K>(p, p.q + 256 * b, b, ahead, a.far);
       for (int i = 0; i < H; ++i) {
         __m256i I[C];
-        q6k_sums<C>(p, a, m, b, h0 + i, S, I);
+        q6k_sums<C, Un>(p, a, m, b, h0 + i, S, I);
         for (int c = 0; c < C; ++c) Ig[i][c] = _mm256_add_epi32(Ig[i][c], I[c]);
       }
     }
@@ -691,9 +724,9 @@ constexpr int kPanelCols = kSuper<L> ? 4 : 2;
 // is broadcast once. q4: maddubs's int16 pair sums over a block's 4 units stay below 2^15
 // (2 x 15 x 127 x 2 x 4 = 30480) before madd widens them. q8: |w| against x signed as w (the
 // pairs reach 2 x 128 x 127), widened every unit.
-template <int L, int C>
+template <int L, int C, bool Un = false>
 static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float* y, int64_t ldy, int64_t ahead) {
-  if constexpr (L == kQ6K) return q6k_tile<C>(p, a, m, y, ldy, ahead);
+  if constexpr (L == kQ6K) return q6k_tile<C, Un>(p, a, m, y, ldy, ahead);
   if constexpr (L == kQ4K || L == kQ5K) return q4k_tile<L, C>(p, a, m, y, ldy, ahead);
   const int64_t G = (a.nb + 7) / 8;
   const __m256i ones = _mm256_set1_epi16(1);
@@ -745,10 +778,35 @@ static FD_INLINE void panel_tile(const Panel& p, const Args& a, int64_t m, float
 }
 #endif
 
+#if !FD_VNNI
+// q6k's whole tiles of rows m.. on the panel's unpacked values; returns the first row left. Not
+// inlined: in one function with the packed tiles, GCC spilled the one-row tile's registers
+// (0.86-0.9x at M = 1 and 8 when q5k took this path too).
+__attribute__((noinline)) static int64_t unpacked_rows(const Panel& p, const Args& a, float* y, int64_t ldy,
+                                                       int64_t ahead, int64_t m) {
+  struct alignas(32) Chunk {
+    uint8_t b[32];
+  };
+  thread_local std::vector<Chunk> buf;  // 512 bytes a block: 1 MB at K = 65536
+  buf.resize(kUnpackedBlock / 32 * a.nb);
+  Panel up = p;
+  up.u = buf.data()->b;
+  unpack_q6k(p, a, m == 0 ? ahead : 0, buf.data()->b);
+  constexpr int C = kPanelCols<kQ6K>;
+  for (; a.M - m >= C; m += C) panel_tile<kQ6K, C, true>(up, a, m, y + m * ldy, ldy, 0);
+  return m;
+}
+#endif
+
 // One panel against activation rows m.. in tiles of up to kPanelCols rows; y [M, ldy] from its
 // first column. `ahead`: bytes to prefetch ahead in the values' stream (0: none).
+
 template <int L>
 static void tile_rows(const Panel& p, const Args& a, float* y, int64_t ldy, int64_t ahead, int64_t m) {
+#if !FD_VNNI
+  if constexpr (L == kQ6K)
+    if (a.M - m >= kUnpackMinRows) m = unpacked_rows(p, a, y, ldy, ahead, m);
+#endif
   for (; m < a.M;) {
     const int64_t left = a.M - m, first = m == 0 ? ahead : 0;
     float* ym = y + m * ldy;
