@@ -81,6 +81,15 @@ def test_top_k_mask_per_row(k):
         assert {i for i in range(50) if not drop[r, i]} == ref_top_k_keep(logits[r].tolist(), k[r])
 
 
+def test_top_p_zero_keeps_only_the_most_likely_token():
+    """top_p=0 (which OpenAI's and llama.cpp's servers accept) samples the argmax whatever the draw."""
+    logits = rows(3).float()
+    p = SamplingParams(temperature=1.0, top_p=0.0)
+    for seed in range(4):
+        noise = draw_uniforms(torch.Generator().manual_seed(seed), 6, "cpu")
+        assert torch.equal(sample(logits, batch_of(*[p] * 6, V=50), noise), logits.argmax(-1)), seed
+
+
 def test_top_p_and_min_p_masks_per_row():
     probs = torch.softmax(rows(6, B=3) * 2, dim=-1)
     ps, mins = [0.3, 1.0, 0.9], [0.0, 0.2, 0.05]
@@ -313,7 +322,7 @@ def test_logits_to_probs_normalized():
 
 @pytest.mark.parametrize("field, value", [
     ("temperature", -0.1), ("temperature", math.inf), ("temperature", "hot"), ("top_k", 0), ("top_k", 2.5),
-    ("top_p", 0.0), ("top_p", 1.5), ("min_p", 1.0), ("min_p", -0.1), ("repetition_penalty", 0.0),
+    ("top_p", -0.1), ("top_p", 1.5), ("min_p", 1.0), ("min_p", -0.1), ("repetition_penalty", 0.0),
     ("frequency_penalty", 2.5), ("presence_penalty", -3.0), ("seed", "abc"), ("top_p", float("nan")),
     ("logprobs", 21), ("logprobs", -1), ("logprobs", 1.5),
 ])

@@ -23,7 +23,8 @@ class SamplingParams:
 
     temperature: >= 0; 0 (or anything below 1e-5) means greedy (argmax).
     top_k: keep the k most likely tokens; >= 1, or None for no limit.
-    top_p: keep the smallest set of most likely tokens whose mass reaches p; in (0, 1].
+    top_p: keep the smallest set of most likely tokens whose mass reaches p; in [0, 1]
+        (0 keeps only the most likely token, as OpenAI's and llama.cpp's servers take it).
     min_p: drop tokens less likely than min_p times the most likely one; in [0, 1).
     repetition_penalty: > 0; tokens seen in prompt or output have positive
         logits divided by it and negative ones multiplied (1 disables).
@@ -76,7 +77,7 @@ class SamplingParams:
             if isinstance(self.top_k, bool) or not isinstance(self.top_k, int):
                 raise FastDecodeError(f"top_k must be an integer >= 1 or None, got {self.top_k!r}")
             check("top_k", self.top_k >= 1, "an integer >= 1, or None")
-        check("top_p", 0 < number("top_p") <= 1, "0 < top_p <= 1")
+        check("top_p", 0 <= number("top_p") <= 1, "0 <= top_p <= 1")
         check("min_p", 0 <= number("min_p") < 1, "0 <= min_p < 1")
         check("repetition_penalty", 0 < number("repetition_penalty") < math.inf, "a number > 0")
         check("frequency_penalty", -2 <= number("frequency_penalty") <= 2, "-2 <= frequency_penalty <= 2")

@@ -33,7 +33,7 @@ class _Sampling(_In):
     model: Optional[str] = None
     max_tokens: Optional[int] = Field(default=None, ge=1)
     temperature: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
-    top_p: Optional[float] = Field(default=None, gt=0, le=1)
+    top_p: Optional[float] = Field(default=None, ge=0, le=1)
     top_k: Optional[int] = Field(default=None, ge=-1)  # 0 and -1 mean no limit (llama.cpp, vLLM)
     min_p: Optional[float] = Field(default=None, ge=0, lt=1)
     presence_penalty: Optional[float] = Field(default=None, ge=-2, le=2)
