@@ -36,6 +36,8 @@ def metric(server, name):
 
 def test_models_and_health(server, client):
     assert httpx.get(server.url + "/health").json() == {"status": "ok"}
+    head = httpx.head(server.url + "/health")  # through uvicorn: the status, no body
+    assert head.status_code == 200 and head.content == b""
     models = client.models.list()
     assert [m.id for m in models.data] == ["tiny"]
     assert client.models.retrieve("tiny").id == "tiny"

@@ -42,6 +42,7 @@ def test_loading_and_draining_answer_503():
     app = create_app(state)
     r = call(app, "GET", "/health")
     assert r.status_code == 503 and r.json() == {"status": "loading"}
+    assert call(app, "HEAD", "/health").status_code == 503  # probes that send HEAD get the status too
     for method, path, body in (("GET", "/v1/models", None), ("POST", "/v1/chat/completions", {"messages": USER})):
         r = call(app, method, path, json=body)
         assert r.status_code == 503 and error_of(r)["code"] == "loading"

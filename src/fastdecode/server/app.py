@@ -47,7 +47,7 @@ def create_app(state: ServerState, lifespan=None) -> FastAPI:
 
     api = APIRouter(dependencies=[Depends(authorized)])
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: probes that read only the status
     async def health() -> Response:
         if state.draining:
             return JSONResponse({"status": "shutting down"}, status_code=503)
