@@ -109,18 +109,11 @@ class _Reader(GGUFReader):
         return 12 + int(values.nbytes), [raw_itype, alen, values], [2] if n else [], types
 
     def _build_tensors(self, *args: Any, **kwargs: Any) -> None:
-        # (start_offs, fields) in the gguf versions we know; any other shape keeps the
-        # reader's own error (_tensor_extents then finds nothing).
+        # (start_offs, fields) in the gguf versions we know; any other shape, or a tensor
+        # description _tensor_info cannot read, keeps the reader's own error.
         if len(args) >= 2:
             _check_layout(*args[:2], len(self.data), int(self.alignment))
-        try:
-            super()._build_tensors(*args, **kwargs)
-        except ValueError:
-            size = len(self.data)
-            for name, begin, end in _tensor_extents(*args[:2]) if len(args) >= 2 else []:
-                if end > size:
-                    raise _CutShort(_cut_short(name, begin, end, size)) from None
-            raise
+        super()._build_tensors(*args, **kwargs)
 
 
 class _BadLayout(Exception):
@@ -135,21 +128,17 @@ def _check_layout(start_offs: int, fields: list, size: int, alignment: int) -> N
     seen: set[str] = set()
     extents = []
     for field in fields:
-        try:
-            _, name_data, _, dims, raw_dtype, offset = field.parts
-            name = bytes(name_data).decode("utf-8", errors="replace")
-            qtype = GGMLQuantizationType(int(raw_dtype[0]))
-            block, type_size = GGML_QUANT_SIZES[qtype]
-        except (ValueError, KeyError, IndexError, TypeError):
+        info = _tensor_info(field)
+        if info is None:
             return  # the reader's own error names it (an unknown type id, say)
+        name, qtype, shape, begin = info
+        block, type_size = GGML_QUANT_SIZES[qtype]
         if name in seen:
             raise _BadLayout(f"tensor {name!r} appears twice")
         seen.add(name)
-        shape = [int(d) for d in dims]
         if shape and shape[0] % block:
             raise _BadLayout(f"tensor {name!r} of type {qtype.name} has rows of {shape[0]} values, "
                              f"not a whole number of its {block}-value blocks")
-        begin = int(offset[0])
         if begin % alignment:
             raise _BadLayout(f"tensor {name!r} starts at data offset {begin}, not a multiple of the "
                              f"file's alignment {alignment}")
@@ -167,20 +156,17 @@ def _cut_short(name: str, begin: int, end: int, size: int) -> str:
     return f"truncated GGUF: tensor {name!r} (bytes {begin}-{end}) is cut short at byte {size}, the end of the file"
 
 
-def _tensor_extents(start_offs: int, fields: list) -> list[tuple[str, int, int]]:
-    """(name, first byte, end byte) of each tensor the header describes, in header order;
-    empty where the header cannot be read that way (then the caller's own error stands)."""
-    out = []
+def _tensor_info(field: Any) -> Optional[tuple[str, GGMLQuantizationType, list[int], int]]:
+    """(name, type, shape, offset in the data section) of a tensor description, or None where it
+    cannot be read that way (then the reader's own error stands)."""
     try:
-        for field in fields:
-            _, name, _, dims, raw_dtype, offset = field.parts
-            block, type_size = GGML_QUANT_SIZES[GGMLQuantizationType(int(raw_dtype[0]))]
-            n_bytes = math.prod(int(d) for d in dims) * type_size // block
-            begin = int(start_offs + int(offset[0]))
-            out.append((bytes(name).decode("utf-8", errors="replace"), begin, begin + n_bytes))
+        _, name, _, dims, raw_dtype, offset = field.parts
+        qtype = GGMLQuantizationType(int(raw_dtype[0]))
+        if qtype not in GGML_QUANT_SIZES:
+            return None
+        return bytes(name).decode("utf-8", errors="replace"), qtype, [int(d) for d in dims], int(offset[0])
     except (ValueError, KeyError, IndexError, TypeError):
-        return []
-    return out
+        return None
 
 
 class GGUFFile:

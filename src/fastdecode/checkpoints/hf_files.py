@@ -29,14 +29,14 @@ def weight_files(directory: Path) -> list[Path]:
             return [single]
         if index.is_file():
             try:
-                weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-                files = [directory / shard for shard in sorted(set(weight_map.values()))]
+                shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+                files = [directory / shard for shard in shards]
             except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
                 raise FastDecodeError(f"{index}: not a {kind} index ({e})") from None
             # A shard is a file beside its index, of the index's format: a name with a folder in it
             # ("../x", "/x") would read a file from anywhere, and a .bin shard of a safetensors index a pickle.
             suffix = Path(name).suffix
-            odd = [s for s in sorted(set(weight_map.values())) if Path(s).name != s or not s.endswith(suffix)]
+            odd = [s for s in shards if Path(s).name != s or not s.endswith(suffix)]
             if odd:
                 raise FastDecodeError(f"{index}: shard {odd[0]!r} is not a {suffix} file name beside the index")
             missing = [f for f in files if not f.is_file()]

@@ -544,6 +544,7 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
                                 __m256i (&I)[C]) {
   const int8_t* xb = xblock(a, m, b);
   const uint8_t* pb = p.q + 256 * b + 32 * h;
+  static_assert(!Un || C > 1, "unpacked values serve tiles of several rows (unpacked_rows)");
   const uint8_t* ub = Un ? p.u + kUnpackedBlock * b + 64 * h : nullptr;
   const __m256i h0 = load32(p.qh + 128 * b + 32 * h), h1 = load32(p.qh + 128 * b + 64 + 32 * h);
   const __m128i s0 = load8(p.sc + 32 * b + 8 * h), s1 = load8(p.sc + 32 * b + 16 + 8 * h);
@@ -552,8 +553,7 @@ static FD_INLINE void q6k_sums(const Panel& p, const Args& a, int64_t m, int64_t
   __m256i Pl[C], Ph[C];
   auto unit = [&]<int u>() __attribute__((always_inline)) {
     __m256i lo, hi;
-    if constexpr (Un) lo = load32(ub + kUnpackedUnit * u), hi = load32(ub + kUnpackedUnit * u + 32);
-    else q6k_values<u, V256>(load32(pb + 64 * u), h0, h1, lo, hi);
+    q6k_values<u, V256>(load32(pb + 64 * u), h0, h1, lo, hi);
     for (int c = 0; c < C; ++c) {
       const __m256i tl = _mm256_maddubs_epi16(lo, _mm256_set1_epi32(xword(xb, 256 * c, u)));
       const __m256i th = _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xword(xb, 256 * c, 4 + u)));
@@ -800,7 +800,6 @@ __attribute__((noinline)) static int64_t unpacked_rows(const Panel& p, const Arg
 
 // One panel against activation rows m.. in tiles of up to kPanelCols rows; y [M, ldy] from its
 // first column. `ahead`: bytes to prefetch ahead in the values' stream (0: none).
-
 template <int L>
 static void tile_rows(const Panel& p, const Args& a, float* y, int64_t ldy, int64_t ahead, int64_t m) {
 #if !FD_VNNI

@@ -7,7 +7,6 @@ template are CPU work that should not stall the event loop.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
@@ -142,7 +141,7 @@ def _tool_answer(spec: Optional[ToolSpec], asked: Optional[Constraint], fmt: Too
         raise APIError(400, f"tool_choice 'auto' cannot be combined with {what}; accepted with tools: a JSON "
                        "response_format (json_schema or json_object), or tool_choice 'none', 'required' or a "
                        "named function", param="tool_choice")
-    return json_schema_lark(json.loads(asked.spec) if asked.kind == "json_schema" else {"type": "object"})
+    return json_schema_lark(asked.spec if asked.kind == "json_schema" else {"type": "object"})
 
 
 # What the server itself hands every chat template.
