@@ -117,6 +117,26 @@ def test_a_config_without_rope_theta_takes_its_familys_default(tmp_path, arch):
         assert (build_ours(ckpt)(tokens, None) - reference(tokens).logits).abs().max().item() <= 1e-4
 
 
+@pytest.mark.parametrize("arch, key", [("phi3", "rms_norm_eps"), ("phi3", "original_max_position_embeddings"),
+                                       ("olmo2", "rms_norm_eps"), ("exaone4", "rms_norm_eps"),
+                                       ("gemma2", "hidden_activation"), ("gemma3", "hidden_activation"),
+                                       ("gemma3", "query_pre_attn_scalar"), ("mixtral", "rope_parameters")])
+def test_a_config_without_a_key_takes_its_config_classs_default(tmp_path, arch, key):
+    """A key left out of config.json means its transformers config class's default (Phi-3's eps 1e-5 and
+    original context 4,096, Gemma 3's GELU and query scalar 256, Mixtral's RoPE base 1,000,000), not
+    Llama's: the logits of transformers loading the same directory."""
+    write_hf_dir(tmp_path, hf_model(arch, seed=9))
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.pop(key)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ours = build_ours(load_checkpoint(tmp_path, dtype=torch.float32, device="cpu"))
+    ours.setup_caches(1, 100)  # caches past Phi-3's original context: its long factors, as transformers' on 100 tokens
+    tokens = torch.randint(3, VOCAB, (1, 100), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (ours(tokens, torch.arange(100)[None]) - reference(tokens).logits).abs().max().item() <= 1e-4
+
+
 def test_granite_multipliers_come_from_the_config(tmp_path):
     write_hf_dir(tmp_path, hf_model("granite"))
     a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args

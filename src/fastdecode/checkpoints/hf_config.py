@@ -79,7 +79,28 @@ _PER_LAYER_TYPE_ROPE = (GEMMA3, OLMO3)
 # The RoPE base a config that names none gets: its transformers config class's default (10,000 for
 # the others).
 _DEFAULT_THETA = {GEMMA3: 1_000_000.0, OLMO3: 500_000.0, SMOLLM3: 2_000_000.0, LFM2: 1_000_000.0,
-                  LFM2_MOE: 1_000_000.0, ERNIE: 500_000.0, COHERE: 500_000.0}
+                  LFM2_MOE: 1_000_000.0, ERNIE: 500_000.0, COHERE: 500_000.0, MIXTRAL: 1_000_000.0,
+                  MINISTRAL3: 1_000_000.0, GPT_OSS: 150_000.0}
+# Other values a config may leave out, where its transformers config class's default is not the one read
+# below (Llama's: rms_norm_eps 1e-6, a context of 2048, SiLU, untied), so that such a config runs as there.
+_EPS_1E5 = dict(rms_norm_eps=1e-5)
+_CLASS_DEFAULTS = {
+    "MistralForCausalLM": dict(max_position_embeddings=131072),
+    MINISTRAL3: dict(_EPS_1E5, max_position_embeddings=262144),
+    "Qwen2ForCausalLM": dict(max_position_embeddings=32768), "Qwen3ForCausalLM": dict(max_position_embeddings=32768),
+    QWEN2_MOE: dict(max_position_embeddings=32768), QWEN3_MOE: dict(max_position_embeddings=32768),
+    GEMMA1: dict(max_position_embeddings=8192),
+    GEMMA2: dict(max_position_embeddings=8192, hidden_activation="gelu_pytorch_tanh"),
+    GEMMA3: dict(max_position_embeddings=131072, hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=256),
+    SMOLLM3: dict(max_position_embeddings=32768, tie_word_embeddings=True),
+    PHI3: dict(_EPS_1E5, max_position_embeddings=4096, original_max_position_embeddings=4096),
+    MIXTRAL: dict(_EPS_1E5, max_position_embeddings=131072), OLMOE: dict(_EPS_1E5, max_position_embeddings=4096),
+    OLMO2: _EPS_1E5, OLMO3: _EPS_1E5, EXAONE4: _EPS_1E5, HUNYUAN: _EPS_1E5,
+    GPT_OSS: dict(_EPS_1E5, max_position_embeddings=131072), ERNIE: dict(_EPS_1E5, max_position_embeddings=131072),
+    GLM4: dict(rms_norm_eps=1.5625e-07, max_position_embeddings=131072),
+    LFM2: dict(max_position_embeddings=128000), LFM2_MOE: dict(max_position_embeddings=128000),
+    COHERE: dict(max_position_embeddings=8192), COHERE2: dict(max_position_embeddings=8192),
+}
 # Vision-language checkpoints whose text model we run, the image side left out: the text model's
 # architecture (by text_config's model_type), and the values its `text_config` may leave to the
 # config class's defaults (Gemma 3 4B's names five keys and takes the rest from Gemma3TextConfig).
@@ -566,6 +587,7 @@ def _moe_fields(config: dict[str, Any], arch: str, n_layers: int) -> dict[str, A
 def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
     path = directory / "config.json"
     arch = architecture(config, path)
+    config = {**_CLASS_DEFAULTS.get(arch, {}), **config}
     if arch == GEMMA1:  # transformers 5 reads hidden_act alone for Gemma 1 (its configs also name "gelu")
         act = config.get("hidden_act", "gelu_pytorch_tanh")
     else:
