@@ -429,6 +429,31 @@ def test_greedy_tokens_match_transformers_past_the_window(tmp_path, arch):
         assert (llm.model(t, None) - model(t).logits).abs().max().item() <= 1e-4
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_a_tying_config_beside_a_head_of_its_own_runs_that_head(tmp_path, arch):
+    """tie_word_embeddings true (Gemma's default when left out) with an lm_head.weight in the files that is
+    not the embedding, as some fine-tunes save: transformers takes the config to be wrong and runs that head,
+    so we do (the head was dropped for the embedding's). A head that is the embedding's copy stays tied."""
+    model = hf_model(arch, tie=False, seed=4)
+    write_hf_dir(tmp_path, model)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["tie_word_embeddings"] = True
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    assert not ckpt.args.tie_embeddings
+    with torch.no_grad():
+        assert (build_ours(ckpt)(TOKENS, None) - reference(TOKENS).logits).abs().max().item() <= 1e-4
+    assert not load_checkpoint(tmp_path, dtype=torch.float32, device="cpu", weights="int8").args.tie_embeddings
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "model.safetensors")
+    weights["lm_head.weight"] = weights["model.embed_tokens.weight"].clone()  # the embedding twice
+    save_file(weights, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    assert ckpt.args.tie_embeddings and "output.weight" not in ckpt.state_dict
+
+
 def test_sharded_checkpoint(tmp_path):
     model = hf_model("llama", tie=False)
     write_hf_dir(tmp_path, model, max_shard_size="40KB")

@@ -161,6 +161,7 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
     kinds = Counter() if kinds is None else kinds
     out: dict[str, torch.Tensor] = {}
     mxfp4: dict[str, dict[str, torch.Tensor]] = {}  # a layer's blocks or scales until the other is read
+    head = embedding = None  # a tied model's: the files' own head, if any, and the float embedding
     for file in weight_files(directory):
         for name, read in tensors(file):
             text = _text_name(name) if multimodal else name
@@ -171,9 +172,10 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
                 if name.endswith("rotary_emb.inv_freq"):  # a buffer some old exports include
                     continue
                 raise FastDecodeError(f"{file}: unexpected tensor {name!r}")
-            if key == "output.weight" and args.tie_embeddings:
-                continue  # tied: the output reuses the embedding
             t = read()
+            if key == "output.weight" and args.tie_embeddings:
+                head = t.to(dtype)  # tied: the output reuses the embedding, unless this differs (below)
+                continue
             if key.endswith(hf_mxfp4.SUFFIXES):
                 base, part = key.rsplit("_", 1)  # layers.N.feed_forward.experts.gate_up_proj, blocks
                 pair = mxfp4.setdefault(base, {})
@@ -196,9 +198,18 @@ def hf_state_dict(directory: Path, args: ModelArgs, dtype: torch.dtype, weights:
                 heads = args.n_heads if ".wq." in key else args.n_kv_heads
                 t = unpermute_rows(t, heads, args.rope_dim)
             parts = _split_fused(key, t.to(dtype), args, file)
+            if key == "tok_embeddings.weight" and args.tie_embeddings:
+                embedding = parts[key]
             if weights in ("int8", "int4"):
                 quantize_state_dict(parts, args, weights, str(directory))
             out.update(parts)
+    if head is not None and embedding is not None and not torch.equal(head, embedding):
+        # A config that ties the head beside files that hold another one: transformers runs that head
+        # (it takes the config to be wrong), and the caller unties args (loader.py).
+        parts = {"output.weight": head}
+        if weights in ("int8", "int4"):
+            quantize_state_dict(parts, args.replace(tie_embeddings=False), weights, str(directory))
+        out.update(parts)
     for key, pair in mxfp4.items():
         missing = "scales" if "blocks" in pair else "blocks"
         raise FastDecodeError(f"{directory}: {key}'s MXFP4 {next(iter(pair))} have no {missing} "

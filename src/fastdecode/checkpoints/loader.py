@@ -80,6 +80,8 @@ def _load_hf(directory: Path, dtype: torch.dtype, weights: str, kinds: Counter):
     args = hf_model_args(read_config(directory), directory)
     tokenizer = tokenizer_from_hf_dir(directory)
     state_dict = hf_state_dict(directory, args, dtype, weights, kinds)
+    if args.tie_embeddings and any(k.startswith("output.") for k in state_dict):  # a head of its own (hf_loader)
+        args = args.replace(tie_embeddings=False)
     check_state_dict(state_dict, args, str(directory))
     _check_vocab(args, tokenizer, directory)
     return args, state_dict, tokenizer
