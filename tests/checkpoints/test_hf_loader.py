@@ -137,6 +137,24 @@ def test_a_config_without_a_key_takes_its_config_classs_default(tmp_path, arch, 
         assert (ours(tokens, torch.arange(100)[None]) - reference(tokens).logits).abs().max().item() <= 1e-4
 
 
+@pytest.mark.parametrize("arch", ["gemma3", "exaone4", "cohere2"])
+def test_a_config_without_sliding_window_takes_its_config_classs_window(tmp_path, arch):
+    """Their config classes' window of 4,096 where config.json names none: the sliding layers stay sliding
+    (Gemma 3's with their own RoPE base, EXAONE 4's and Command R7B's global ones without RoPE); they ran
+    as global layers."""
+    write_hf_dir(tmp_path, hf_model(arch, seed=9))
+    config = json.loads((tmp_path / "config.json").read_text())
+    del config["sliding_window"]
+    config["max_position_embeddings"] = 8192
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+    assert ckpt.args.sliding_window == 4096
+    tokens = torch.randint(3, VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (build_ours(ckpt)(tokens, None) - reference(tokens).logits).abs().max().item() <= 1e-4
+
+
 def test_granite_multipliers_come_from_the_config(tmp_path):
     write_hf_dir(tmp_path, hf_model("granite"))
     a = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args
