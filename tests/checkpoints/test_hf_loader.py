@@ -138,18 +138,19 @@ def test_a_config_without_a_key_takes_its_config_classs_default(tmp_path, arch, 
 
 
 @pytest.mark.parametrize("arch", ["gemma3", "exaone4", "cohere2"])
-def test_a_config_without_sliding_window_takes_its_config_classs_window(tmp_path, arch):
+@pytest.mark.parametrize("context", [8192, 64])
+def test_a_config_without_sliding_window_takes_its_config_classs_window(tmp_path, arch, context):
     """Their config classes' window of 4,096 where config.json names none: the sliding layers stay sliding
     (Gemma 3's with their own RoPE base, EXAONE 4's and Command R7B's global ones without RoPE); they ran
-    as global layers."""
+    as global layers. Over a shorter context the window is the context (it was refused as too large)."""
     write_hf_dir(tmp_path, hf_model(arch, seed=9))
     config = json.loads((tmp_path / "config.json").read_text())
     del config["sliding_window"]
-    config["max_position_embeddings"] = 8192
+    config["max_position_embeddings"] = context
     (tmp_path / "config.json").write_text(json.dumps(config))
     reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
     ckpt = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
-    assert ckpt.args.sliding_window == 4096
+    assert ckpt.args.sliding_window == min(4096, context)
     tokens = torch.randint(3, VOCAB, (1, 40), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert (build_ours(ckpt)(tokens, None) - reference(tokens).logits).abs().max().item() <= 1e-4
@@ -692,12 +693,13 @@ def test_rope_scaling_beside_rope_parameters_wins_as_in_transformers(tmp_path):
     assert (s.kind, s.factor, ckpt.args.rope_theta) == ("linear", 4.0, theirs["rope_theta"])
 
 
-def test_sliding_window_larger_than_the_context(tmp_path):
+def test_sliding_window_larger_than_the_context_is_the_context(tmp_path):
+    """transformers attends to every position then, as a window of the context does."""
     write_hf_dir(tmp_path, hf_model("mistral"))
     config = json.loads((tmp_path / "config.json").read_text())
     config["sliding_window"] = 4096
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert "sliding window of 4096 positions is larger than the context of 128" in error_of(tmp_path)
+    assert load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").args.sliding_window == 128
 
 
 def test_qwen_window_applies_only_when_enabled(tmp_path):

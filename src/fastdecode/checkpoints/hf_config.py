@@ -622,6 +622,9 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             raise FastDecodeError(f"partial_rotary_factor must be in (0, 1], got {partial}")
         context = _int(config, "max_position_embeddings", 2048)
         window, layer_types = _sliding(config, arch, n_layers, path)
+        max_seq_len = scaling.context(context) if scaling else context
+        if window:  # a window past the context (a class default of 4,096 over a short one) attends to it all
+            window = min(window, max_seq_len)
         tie = config.get("tie_word_embeddings",
                          config.get("tie_embedding", arch in (GEMMA3, GEMMA1, GEMMA2, LFM2, LFM2_MOE, ERNIE,
                                                               COHERE, COHERE2)))
@@ -642,7 +645,7 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
             else _number(config, "rms_norm_eps", 1e-6),
             rope_theta=theta,
             rope_scaling=scaling,
-            max_seq_len=scaling.context(context) if scaling else context,
+            max_seq_len=max_seq_len,
             tie_embeddings=tie,
             qkv_bias=arch == "Qwen2ForCausalLM" or (arch == QWEN2_MOE and config.get("qkv_bias", True) is True)
             or (arch in (GPT_OSS, GLM4) and _attention_bias(config)),
