@@ -18,12 +18,13 @@ _FLOOR = -9999.0  # JSON has no -inf
 
 
 class ChoiceState:
-    def __init__(self, tokenizer: Tokenizer, logprobs: bool):
+    def __init__(self, tokenizer: Tokenizer, logprobs: bool, skip_special_tokens: bool = True):
         self.tokenizer = tokenizer
         self.text = ""
         self.finish_reason: Optional[str] = None
         self.completion: Optional[Completion] = None
-        self._decoder = StreamDecoder(tokenizer) if logprobs else None
+        # decoded as the engine decodes the text, so the token strings join to it
+        self._decoder = StreamDecoder(tokenizer, skip_special_tokens) if logprobs else None
         self.tokens: list[tuple[str, TokenLogprob]] = []  # (token string, logprob) handed out, when asked for
         self._held: list[tuple[str, TokenLogprob]] = []  # tokens whose text the engine still holds back
         self._chars = 0  # characters of the handed-out tokens' strings
@@ -113,9 +114,9 @@ def completion_logprobs(tokenizer: Tokenizer, tokens: list[tuple[str, Optional[T
         top_logprobs=[top(lp) for _, lp in tokens], text_offset=offsets)
 
 
-def prompt_pieces(tokenizer: Tokenizer, prompt: list[int]) -> list[str]:
+def prompt_pieces(tokenizer: Tokenizer, prompt: list[int], skip_special_tokens: bool = True) -> list[str]:
     """The prompt's token strings (joined: its text), as generated tokens' are made."""
-    decoder = StreamDecoder(tokenizer)
+    decoder = StreamDecoder(tokenizer, skip_special_tokens)
     pieces = [decoder.push([t]) for t in prompt]
     pieces[-1] += decoder.flush()
     return pieces

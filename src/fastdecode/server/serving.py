@@ -100,7 +100,8 @@ class Run:
         self.created = int(time.time())
         self.choices = Choices(state.llm.engine, self.id)
         n = len(job.params)
-        self.states = [ChoiceState(self.tokenizer, job.logprobs is not None) for _ in range(n)]
+        skip = job.config.skip_special_tokens
+        self.states = [ChoiceState(self.tokenizer, job.logprobs is not None, skip) for _ in range(n)]
         self.timers = [ChoiceTimer(state.metrics) for _ in range(n)]
         self.sent_chars = [0] * n  # completions' text_offset while streaming
         self.readers = [job.tools.reader() for _ in range(n)] if job.tools is not None else None
@@ -204,7 +205,7 @@ class Run:
         if not job.echo:
             return CompletionChoice(index=i, text=text, logprobs=self._completion_logprobs(tokens, 0),
                                     finish_reason=reason, prompt_logprobs=self._prompt_logprobs(s))
-        pieces = prompt_pieces(self.tokenizer, job.choice_prompts[i])
+        pieces = prompt_pieces(self.tokenizer, job.choice_prompts[i], job.config.skip_special_tokens)
         prompt_text = "".join(pieces)
         if job.logprobs is not None:
             entries = s.completion.prompt_logprobs if s.completion is not None else None
