@@ -129,6 +129,24 @@ def test_streamed_logprobs_match_whole_with_a_stop_string(server):
     assert tokens == whole["logprobs"]["tokens"] and lps == whole["logprobs"]["token_logprobs"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_generated_top_logprobs_hold_the_sampled_token(server, stream):
+    body = {"prompt": PROMPT, "max_tokens": 8, "temperature": 1.5, "seed": 7, "logprobs": 0, "logit_bias": NO_EOS}
+    if stream:
+        with httpx.stream("POST", server.url + "/v1/completions", json={**body, "stream": True}, timeout=60) as r:
+            import json
+            chunks = [json.loads(line[6:])["choices"][0] for line in r.iter_lines()
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+        tops = [t for c in chunks if c["logprobs"] for t in c["logprobs"]["top_logprobs"]]
+        lps = [t for c in chunks if c["logprobs"] for t in c["logprobs"]["token_logprobs"]]
+    else:
+        lp = completions(server, **body)["choices"][0]["logprobs"]
+        tops, lps = lp["top_logprobs"], lp["token_logprobs"]
+    assert len(tops) == 8 and all(list(t.values()) == [v] for t, v in zip(tops, lps))
+    echoed = completions(server, **body, echo=True)["choices"][0]["logprobs"]
+    assert echoed["top_logprobs"][-8:] == tops  # as echo reports the generated tokens
+
+
 def test_completion_tokens_count_the_eos(server):
     out = completions(server, prompt="hi", max_tokens=5, temperature=0, logit_bias={"257": 100})
     assert out["choices"][0]["text"] == "" and out["usage"]["completion_tokens"] == 1

@@ -224,7 +224,8 @@ class Run:
         return chat_logprobs(self.tokenizer, tokens) if self.job.logprobs is not None else None
 
     def _completion_logprobs(self, tokens: list, offset: int):
-        return completion_logprobs(self.tokenizer, tokens, offset) if self.job.logprobs is not None else None
+        # The sampled token is in its top_logprobs however likely it was (OpenAI's "up to logprobs+1"; vLLM's)
+        return completion_logprobs(self.tokenizer, tokens, offset, chosen=True) if self.job.logprobs is not None else None
 
     # -- server-sent events -----------------------------------------------------------------
 
