@@ -3,7 +3,7 @@ decodes with the request's skip_special_tokens."""
 
 from fastdecode.engine import RequestOutput
 from fastdecode.engine.request import TokenLogprob
-from fastdecode.server.outputs import ChoiceState, prompt_pieces
+from fastdecode.server.outputs import ChoiceState, chat_logprobs, completion_logprobs, prompt_pieces
 from fastdecode.text.tokenizer import ByteTokenizer
 
 
@@ -34,3 +34,14 @@ def test_token_strings_keep_special_tokens_when_the_text_does():
         assert [s for s, _ in tokens] == (["a", "", "b"] if skip else ["a", "<pad>", "b"])
         pieces = prompt_pieces(tok, [tok.BOS, *ids], skip)  # echo's prompt text
         assert "".join(pieces) == ("ab" if skip else "<bos>a<pad>b")
+
+
+def test_top_logprobs_keys_are_the_token_strings():
+    tok = SpecialText()
+    for skip in (True, False):
+        lp = TokenLogprob(tok.PAD, -0.5, [(tok.PAD, -0.5), (ord("a"), -1.0)])
+        name = "" if skip else "<pad>"
+        out = completion_logprobs(tok, [(name, lp)], 0, chosen=True, skip_special_tokens=skip)
+        assert out.top_logprobs == [{name: -0.5, "a": -1.0}]
+        chat = chat_logprobs(tok, [(name, lp)], skip)
+        assert [t.token for t in chat.content[0].top_logprobs] == [name, "a"]

@@ -67,27 +67,30 @@ class ChoiceState:
         return self.completion.completion_tokens if self.completion is not None else 0
 
 
-def _piece(tokenizer: Tokenizer, token_id: int) -> str:
-    return tokenizer.decode([token_id])
+def _piece(tokenizer: Tokenizer, token_id: int, skip_special_tokens: bool = True) -> str:
+    return tokenizer.decode([token_id], skip_special_tokens=skip_special_tokens)
 
 
 def _lp(x: float) -> float:
     return max(float(x), _FLOOR)
 
 
-def chat_logprobs(tokenizer: Tokenizer, tokens: list[tuple[str, TokenLogprob]]) -> ChatLogprobs:
+def chat_logprobs(tokenizer: Tokenizer, tokens: list[tuple[str, TokenLogprob]],
+                  skip_special_tokens: bool = True) -> ChatLogprobs:
     return ChatLogprobs(content=[
         ChatTokenLogprob(token=s, logprob=_lp(lp.logprob), bytes=list(s.encode("utf-8")), top_logprobs=[
-            TopLogprob(token=(t := _piece(tokenizer, i)), logprob=_lp(v), bytes=list(t.encode("utf-8")))
+            TopLogprob(token=(t := _piece(tokenizer, i, skip_special_tokens)), logprob=_lp(v), bytes=list(t.encode("utf-8")))
             for i, v in lp.top])
         for s, lp in tokens])
 
 
 def completion_logprobs(tokenizer: Tokenizer, tokens: list[tuple[str, Optional[TokenLogprob]]],
-                        offset: int, k: Optional[int] = None, chosen: bool = False) -> CompletionLogprobs:
+                        offset: int, k: Optional[int] = None, chosen: bool = False,
+                        skip_special_tokens: bool = True) -> CompletionLogprobs:
     """`offset`: characters of the choice's text before these tokens (text_offset counts from there).
     A None logprob (the first prompt token with echo) gives nulls. k: alternatives kept per token;
-    chosen: the token itself joins its top_logprobs when outside the top k (echo, as OpenAI did)."""
+    chosen: the token itself joins its top_logprobs when outside the top k (as OpenAI does).
+    skip_special_tokens: as the text was decoded, so a chosen token's key is its string."""
     offsets = []
     for s, _ in tokens:
         offsets.append(offset)
@@ -103,7 +106,7 @@ def completion_logprobs(tokenizer: Tokenizer, tokens: list[tuple[str, Optional[T
             if i in seen:
                 continue
             seen.add(i)
-            key = _piece(tokenizer, i)
+            key = _piece(tokenizer, i, skip_special_tokens)
             if key in out:  # two ids with one string (e.g. partial UTF-8 bytes, both '\ufffd'): keep both values
                 key = f"{key}<{i}>"
             out[key] = _lp(v)

@@ -211,7 +211,8 @@ class Run:
             entries = s.completion.prompt_logprobs if s.completion is not None else None
             entries = entries or [None] * len(pieces)
             k = job.logprobs
-            logprobs = completion_logprobs(self.tokenizer, list(zip(pieces, entries)) + tokens, 0, k=k, chosen=True)
+            logprobs = completion_logprobs(self.tokenizer, list(zip(pieces, entries)) + tokens, 0, k=k, chosen=True,
+                                           skip_special_tokens=job.config.skip_special_tokens)
         return CompletionChoice(index=i, text=prompt_text + text, logprobs=logprobs, finish_reason=reason,
                                 prompt_logprobs=self._prompt_logprobs(s))
 
@@ -221,11 +222,16 @@ class Run:
         return vllm_prompt_logprobs(self.tokenizer, s.completion.prompt_logprobs, self.job.prompt_logprobs)
 
     def _chat_logprobs(self, tokens: list):
-        return chat_logprobs(self.tokenizer, tokens) if self.job.logprobs is not None else None
+        if self.job.logprobs is None:
+            return None
+        return chat_logprobs(self.tokenizer, tokens, self.job.config.skip_special_tokens)
 
     def _completion_logprobs(self, tokens: list, offset: int):
         # The sampled token is in its top_logprobs however likely it was (OpenAI's "up to logprobs+1"; vLLM's)
-        return completion_logprobs(self.tokenizer, tokens, offset, chosen=True) if self.job.logprobs is not None else None
+        if self.job.logprobs is None:
+            return None
+        return completion_logprobs(self.tokenizer, tokens, offset, chosen=True,
+                                   skip_special_tokens=self.job.config.skip_special_tokens)
 
     # -- server-sent events -----------------------------------------------------------------
 
