@@ -177,3 +177,18 @@ def test_bad_prefix_cache_and_cache_salt_values():
         fastdecode.load("tiny", prefix_cache="yes")
     with pytest.raises(FastDecodeError, match="cache_salt must be a string"):
         fastdecode.GenerationConfig(cache_salt=3)
+
+
+def test_a_shared_prefix_keeps_the_other_conversation(on, off):
+    """Two conversations with one system prompt: the second copies the shared rows into a free slot
+    rather than taking the first's slot, whose next turn then reuses all of it (the first's rows were
+    overwritten past the system prompt while a slot stood free)."""
+    clear(on)
+    system = tokens(6, 5)
+    a, b = system + tokens(20, 6), system + tokens(20, 7)
+    reply = on.generate([a], max_new_tokens=4, temperature=0, ignore_eos=True)[0]
+    assert on.generate([b], max_new_tokens=4, temperature=0)[0].cached_tokens == len(system)
+    turn = a + reply.token_ids + tokens(5, 8)
+    got = on.generate([turn], max_new_tokens=6, temperature=0)[0]
+    assert got.cached_tokens == len(a) + len(reply.token_ids) - 1
+    assert got.token_ids == off.generate([turn], max_new_tokens=6, temperature=0)[0].token_ids

@@ -5,7 +5,9 @@ Each slot's rows 0..n-1 hold the keys and values of one token sequence: its
 last occupant's prompt and the tokens it fed (a free slot keeps them until it
 is needed), or a running request's sequence so far. A new request goes to the
 free slot holding its longest prefix; when a running request's slot holds a
-longer one, its rows are copied (a memcpy, far cheaper than prefill). Without
+longer one, its rows are copied (a memcpy, far cheaper than prefill), and so
+are a free slot's when it holds more than the shared part, which then stays
+for its own next turn. Without
 a match it takes the least recently used free slot, so recent prefixes live
 longest. The last prompt token is always computed, for its logits.
 
@@ -67,6 +69,10 @@ class PrefixIndex:
         best = max(free, key=lambda s: (min(limit, self._match(s, prompt, salt)), -self.released[s], -s))
         reuse = min(limit, self._match(best, prompt, salt))
         copy_from = None
+        if 0 < reuse < len(self.held[best]):
+            # Taking the slot would overwrite the rest of what it holds (another conversation after a
+            # shared system prompt): copy the shared rows into the least recently used slot instead.
+            copy_from = best
         for other in active:
             if other.config.cache_salt != salt or other.slot is None:
                 continue
@@ -75,6 +81,8 @@ class PrefixIndex:
                 reuse, copy_from = n, other.slot
         if copy_from is not None:  # rows come from elsewhere: give up the least recently used free slot
             best = min(free, key=lambda s: (self.released[s], s))
+            if best == copy_from:  # it is the least recently used itself: take it as it is
+                copy_from = None
         self.queries += len(prompt)
         self.hits += reuse
         self.held[best] = ()  # from now on the slot's rows are the new request's
