@@ -20,8 +20,10 @@ than there are slots; this index is the one place that would change.
 
 Matching is on token ids plus the request's `cache_salt`: a prompt differing
 at position k reuses exactly k tokens, and requests with different salts never
-share rows. Since every kernel on the native path computes a row the same way
-whatever the chunk, batch or M, a hit gives the same tokens as a cold prefill.
+share rows. Since every quantized kernel computes a row the same way whatever
+the chunk, batch or M, a hit gives the same tokens as a cold prefill. Float32
+linears are the exception: past 8 rows they are BLAS GEMMs, whose sums may
+differ from the native GEMV's in the last bits (a near-tie can then flip).
 """
 
 from __future__ import annotations

@@ -79,7 +79,8 @@ def chat_logprobs(tokenizer: Tokenizer, tokens: list[tuple[str, TokenLogprob]],
                   skip_special_tokens: bool = True) -> ChatLogprobs:
     return ChatLogprobs(content=[
         ChatTokenLogprob(token=s, logprob=_lp(lp.logprob), bytes=list(s.encode("utf-8")), top_logprobs=[
-            TopLogprob(token=(t := _piece(tokenizer, i, skip_special_tokens)), logprob=_lp(v), bytes=list(t.encode("utf-8")))
+            TopLogprob(token=(t := _piece(tokenizer, i, skip_special_tokens)), logprob=_lp(v),
+                       bytes=list(t.encode("utf-8")))
             for i, v in lp.top])
         for s, lp in tokens])
 
