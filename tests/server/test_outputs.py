@@ -3,7 +3,8 @@ decodes with the request's skip_special_tokens."""
 
 from fastdecode.engine import RequestOutput
 from fastdecode.engine.request import TokenLogprob
-from fastdecode.server.outputs import ChoiceState, chat_logprobs, completion_logprobs, prompt_pieces
+from fastdecode.server.outputs import (ChoiceState, chat_logprobs, completion_logprobs, prompt_pieces,
+                                       vllm_prompt_logprobs)
 from fastdecode.text.tokenizer import ByteTokenizer
 
 
@@ -45,3 +46,12 @@ def test_top_logprobs_keys_are_the_token_strings():
         assert out.top_logprobs == [{name: -0.5, "a": -1.0}]
         chat = chat_logprobs(tok, [(name, lp)], skip)
         assert [t.token for t in chat.content[0].top_logprobs] == [name, "a"]
+
+
+def test_vllm_prompt_logprobs_decode_tokens_as_the_text():
+    tok = SpecialText()
+    for skip in (True, False):
+        lp = TokenLogprob(tok.PAD, -0.5, [(ord("a"), -0.2), (tok.PAD, -0.5)], rank=2)
+        (entry,) = vllm_prompt_logprobs(tok, [lp], 2, skip)
+        name = "" if skip else "<pad>"
+        assert {k: v.decoded_token for k, v in entry.items()} == {str(tok.PAD): name, str(ord("a")): "a"}

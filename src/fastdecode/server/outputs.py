@@ -127,9 +127,9 @@ def prompt_pieces(tokenizer: Tokenizer, prompt: list[int], skip_special_tokens: 
 
 
 def vllm_prompt_logprobs(tokenizer: Tokenizer, entries: Optional[list[Optional[TokenLogprob]]],
-                         k: int) -> Optional[list]:
+                         k: int, skip_special_tokens: bool = True) -> Optional[list]:
     """vLLM's prompt_logprobs: null, then per prompt token {id: {logprob, rank, decoded_token}}
-    for the token itself and its k most likely alternatives."""
+    for the token itself and its k most likely alternatives, decoded as the reply's text is."""
     if entries is None:
         return None
     out: list = []
@@ -138,8 +138,9 @@ def vllm_prompt_logprobs(tokenizer: Tokenizer, entries: Optional[list[Optional[T
             out.append(None)
             continue
         d = {str(e.token_id): PromptLogprob(logprob=_lp(e.logprob), rank=e.rank or 1,
-                                            decoded_token=_piece(tokenizer, e.token_id))}
+                                            decoded_token=_piece(tokenizer, e.token_id, skip_special_tokens))}
         for rank, (i, v) in enumerate(e.top[:k], 1):
-            d.setdefault(str(i), PromptLogprob(logprob=_lp(v), rank=rank, decoded_token=_piece(tokenizer, i)))
+            d.setdefault(str(i), PromptLogprob(logprob=_lp(v), rank=rank,
+                                               decoded_token=_piece(tokenizer, i, skip_special_tokens)))
         out.append(d)
     return out

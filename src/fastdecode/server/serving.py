@@ -219,7 +219,8 @@ class Run:
     def _prompt_logprobs(self, s: ChoiceState):
         if self.job.prompt_logprobs is None or s.completion is None:
             return None
-        return vllm_prompt_logprobs(self.tokenizer, s.completion.prompt_logprobs, self.job.prompt_logprobs)
+        return vllm_prompt_logprobs(self.tokenizer, s.completion.prompt_logprobs, self.job.prompt_logprobs,
+                                    self.job.config.skip_special_tokens)
 
     def _chat_logprobs(self, tokens: list):
         if self.job.logprobs is None:
