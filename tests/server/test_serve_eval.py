@@ -143,8 +143,11 @@ def test_generated_top_logprobs_hold_the_sampled_token(server, stream):
         lp = completions(server, **body)["choices"][0]["logprobs"]
         tops, lps = lp["top_logprobs"], lp["token_logprobs"]
     assert len(tops) == 8 and all(list(t.values()) == [v] for t, v in zip(tops, lps))
-    echoed = completions(server, **body, echo=True)["choices"][0]["logprobs"]
-    assert echoed["top_logprobs"][-8:] == tops  # as echo reports the generated tokens
+    echoed = completions(server, **body, echo=True)["choices"][0]["logprobs"]["top_logprobs"][-8:]
+    # as echo reports the generated tokens; the values to float32 rounding, as echo's prefill never reuses
+    # the cached prefix, and the tiny model's float linears sum a chunk of over 8 rows in BLAS
+    assert [list(t) for t in echoed] == [list(t) for t in tops]
+    assert [v for t in echoed for v in t.values()] == pytest.approx([v for t in tops for v in t.values()], rel=1e-5)
 
 
 def test_completion_tokens_count_the_eos(server):
