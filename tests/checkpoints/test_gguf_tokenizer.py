@@ -188,3 +188,24 @@ def test_the_tool_use_template_is_read_and_cached(tmp_path):
         tok = load_checkpoint(path, dtype=torch.float32).tokenizer
         assert tok.apply_chat_template(chat, tools=[{"type": "function"}]) == "tools:1"
         assert tok.apply_chat_template(chat).startswith("<|im_start|>user\nx")
+
+
+def test_byte_fallback_keeps_the_valid_characters_of_a_broken_run(tmp_path):
+    """Byte tokens whose bytes are not all valid UTF-8 decode with only the bad bytes as U+FFFD, one
+    each (SentencePiece's rule; llama.cpp gives the same bytes): <0x33><0xF4> is "3\ufffd", where the
+    backend's ByteFallback alone made it "\ufffd\ufffd". A stream that had shown the "3" then saw the
+    longer decode disagree and emitted nothing more. Found against llama.cpp on Gemma 3's vocabulary,
+    where ids [445, 256193, 49718, 289, 482, 32652] decode to '\ufffdarel3\ufffd \\' as llama_detokenize's."""
+    tok = tokenizer_from_gguf(GGUFFile(write_spm_gguf(tmp_path / "spm.gguf")))
+    byte = lambda b: 3 + b  # noqa: E731  (<0x00> is id 3)
+    a = tok.backend.token_to_id("a")
+    ids = [a, byte(0x33), byte(0xF4), a, byte(0xE4), byte(0xB8), byte(0x33), byte(0xE4), byte(0xB8), byte(0xAD)]
+    assert tok.decode(ids) == "a3\ufffda\ufffd\ufffd3中"
+    # A skipped special token between bytes does not cut their run, as the backend drops it first.
+    assert tok.decode([byte(0xE4), byte(0xB8), 2, byte(0xAD)]) == "中"
+    assert tok.decode([byte(0xE4), byte(0xB8), 2, byte(0xAD)], skip_special_tokens=False) == "\ufffd\ufffd</s>\ufffd"
+    assert tok.decode([byte(0xE4), byte(0xB8), tok.vocab_size, byte(0xAD)]) == "中"  # an unknown id is dropped
+    for step in (1, 2, 3):
+        stream = StreamDecoder(tok)
+        pieces = [stream.push(ids[i:i + step]) for i in range(0, len(ids), step)] + [stream.flush()]
+        assert "".join(pieces) == tok.decode(ids)

@@ -9,6 +9,7 @@ tokens by the library, as transformers does.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
@@ -19,6 +20,8 @@ from ..errors import FastDecodeError
 from ..text.tokenizer import Tokenizer
 
 SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
+BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+REPLACEMENT = "\ufffd".encode("utf-8")
 
 
 class HFTokenizer(Tokenizer):
@@ -56,6 +59,15 @@ class HFTokenizer(Tokenizer):
         if add_bos is not None or add_eos is not None:
             self._set_post_processor(bool(add_bos), bool(add_eos))
         self.add_bos = self._adds_bos()
+        self._bytes: dict[int, int] = {}  # byte-fallback token id -> its byte
+        if "ByteFallback" in repr(backend.decoder):
+            for token, i in backend.get_vocab(with_added_tokens=False).items():
+                if (m := BYTE_TOKEN.fullmatch(token)):
+                    self._bytes[i] = int(m.group(1), 16)
+        if len(set(self._bytes.values())) < 256:  # not a byte-fallback vocabulary: leave decoding as it is
+            self._bytes = {}
+        self._byte_ids = {b: i for i, b in self._bytes.items()}
+        self._special_ids = {i for i, t in backend.get_added_tokens_decoder().items() if t.special}
 
     def _id(self, token: Optional[str]) -> Optional[int]:
         return None if token is None else self.backend.token_to_id(token)
@@ -83,7 +95,40 @@ class HFTokenizer(Tokenizer):
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
+        ids = [int(i) for i in ids]
+        if self._bytes:
+            ids = self._mend_byte_runs(ids, skip_special_tokens)
+        return self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def _mend_byte_runs(self, ids: list[int], skip_special_tokens: bool) -> list[int]:
+        """Byte-fallback tokens whose bytes are not valid UTF-8 get each bad byte spelled as U+FFFD's
+        bytes. The backend's ByteFallback turns every byte of such a run into U+FFFD, the valid
+        characters in it too, so a stream that had shown those characters saw the decode of the
+        longer text disagree and stopped; SentencePiece and llama.cpp replace only the bad bytes."""
+        out: list[int] = []
+        run: list[int] = []
+
+        def close_run() -> None:
+            text = bytes(self._bytes[i] for i in run).decode("utf-8", errors="surrogateescape")
+            if any("\udc80" <= c <= "\udcff" for c in text):  # a byte that decodes to nothing
+                fixed = b"".join(REPLACEMENT if "\udc80" <= c <= "\udcff" else c.encode("utf-8") for c in text)
+                out.extend(self._byte_ids[b] for b in fixed)
+            else:
+                out.extend(run)
+            run.clear()
+
+        for i in ids:
+            if i in self._bytes:
+                run.append(i)
+            elif i >= self.vocab_size or (skip_special_tokens and i in self._special_ids):
+                continue  # dropped by the backend too, so the bytes around it are one run
+            else:
+                if run:
+                    close_run()
+                out.append(i)
+        if run:
+            close_run()
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """Everything needed to rebuild this tokenizer (used by the conversion cache)."""
