@@ -113,7 +113,7 @@ def test_more_prompts_than_slots_wait_their_turn():
 
 
 @pytest.mark.parametrize("prompts, options, match", [
-    ("", {}, "empty"),
+    ("", {}, "the prompt is empty"),
     ([], {}, "non-empty"),
     (["ok", ""], {}, "prompt 1 is empty"),
     ([[1, 2], []], {}, "prompt 1 is empty"),

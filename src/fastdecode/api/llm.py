@@ -127,15 +127,16 @@ class LLM:
             prompts = [list(prompts)]
         out = []
         for i, p in enumerate(prompts):
+            name = "the prompt" if len(prompts) == 1 else f"prompt {i}"
             if isinstance(p, str):
                 if not p:
-                    raise FastDecodeError(f"prompt {i} is empty")
+                    raise FastDecodeError(f"{name} is empty")
                 out.append(self.tokenizer.encode(p))
             elif isinstance(p, (list, tuple)) and all(_is_id(t) for t in p):
                 out.append([int(t) for t in p])
             else:
                 raise FastDecodeError(
-                    f"prompt {i} has type {type(p).__name__}; accepted: str or a list of int token ids")
+                    f"{name} has type {type(p).__name__}; accepted: str or a list of int token ids")
         return out
 
     def start(self, prompts: Prompts, params: SamplingParams, config: GenerationConfig) -> GenerationRun:
