@@ -121,6 +121,7 @@ def test_more_prompts_than_slots_wait_their_turn():
     ([-1], {}, "outside the vocabulary"),
     ([[1], 2], {}, "prompt 1 has type int"),
     ("x" * 500, {"max_new_tokens": 20}, "max_seq_len"),
+    ([[]], {}, "the prompt is empty"),
     ("x", {"max_new_tokens": 0}, "max_new_tokens"),
     ("x", {"max_new_tokens": -3}, "max_new_tokens"),
     ("x", {"min_new_tokens": 50, "max_new_tokens": 10}, "min_new_tokens"),
