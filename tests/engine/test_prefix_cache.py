@@ -192,3 +192,27 @@ def test_a_shared_prefix_keeps_the_other_conversation(on, off):
     got = on.generate([turn], max_new_tokens=6, temperature=0)[0]
     assert got.cached_tokens == len(a) + len(reply.token_ids) - 1
     assert got.token_ids == off.generate([turn], max_new_tokens=6, temperature=0)[0].token_ids
+
+
+def test_a_next_turn_that_renders_the_reply_otherwise_takes_its_own_slot():
+    """A prompt holding the slot's last prompt whole is that conversation's next turn: its slot is
+    taken in place even where the history differs from the fed reply (templates that drop the
+    thinking), since the old reply is superseded; a prompt branching off inside the last prompt copies
+    the shared rows into the least recently used slot instead."""
+    from types import SimpleNamespace
+
+    from fastdecode.engine.prefix_cache import PrefixIndex
+
+    def request(prompt, fed=(), slot=None):
+        return SimpleNamespace(prompt=list(prompt), slot=slot, config=SimpleNamespace(cache_salt=None),
+                               params=SimpleNamespace(prompt_logprobs=None),
+                               cached_tokens=lambda: list(prompt) + list(fed))
+
+    system, a = [1, 2, 3], [1, 2, 3, 10, 11, 12]
+    index = PrefixIndex(3)
+    index.release(request(a, fed=[50, 51, 52], slot=1))  # a's reply, thinking included
+    turn = index.place(request(a + [60, 61, 70, 71]), free=[0, 1, 2], active=[])
+    assert (turn.slot, turn.reuse, turn.copy_from) == (1, len(a), None)
+    index.release(request(a, fed=[50, 51, 52], slot=1))
+    other = index.place(request(system + [20, 21]), free=[0, 1, 2], active=[])
+    assert (other.slot, other.reuse, other.copy_from) == (0, len(system), 1)

@@ -6,8 +6,9 @@ last occupant's prompt and the tokens it fed (a free slot keeps them until it
 is needed), or a running request's sequence so far. A new request goes to the
 free slot holding its longest prefix; when a running request's slot holds a
 longer one, its rows are copied (a memcpy, far cheaper than prefill), and so
-are a free slot's when it holds more than the shared part, which then stays
-for its own next turn. Without
+are a free slot's when the prompt branches off inside that slot's last prompt
+(another conversation after the same system prompt), which then stays for its
+own next turn. Without
 a match it takes the least recently used free slot, so recent prefixes live
 longest. The last prompt token is always computed, for its logits.
 
@@ -57,6 +58,7 @@ class PrefixIndex:
     def __init__(self, n_slots: int):
         self.held: list[tuple[int, ...]] = [()] * n_slots  # a free slot's valid tokens
         self.salt: list[Optional[str]] = [None] * n_slots
+        self.prompt_len = [0] * n_slots  # the prompt length of the request that left each slot
         self.released = [0] * n_slots  # when each slot was last freed (a clock tick), for LRU
         self._clock = itertools.count(1)
         self.queries = 0  # prompt tokens looked up, and found (vLLM's prefix_cache_queries / _hits)
@@ -71,9 +73,11 @@ class PrefixIndex:
         best = max(free, key=lambda s: (min(limit, self._match(s, prompt, salt)), -self.released[s], -s))
         reuse = min(limit, self._match(best, prompt, salt))
         copy_from = None
-        if 0 < reuse < len(self.held[best]):
-            # Taking the slot would overwrite the rest of what it holds (another conversation after a
-            # shared system prompt): copy the shared rows into the least recently used slot instead.
+        if 0 < reuse and self._match(best, prompt, salt) < self.prompt_len[best]:
+            # `r` branches off inside the slot's last prompt (another conversation after a shared system
+            # prompt): copy the shared rows into the least recently used slot rather than overwrite that
+            # conversation. A prompt holding the last one whole (its next turn, even one whose history
+            # renders the reply otherwise, as templates that drop the thinking do) supersedes it.
             copy_from = best
         for other in active:
             if other.config.cache_salt != salt or other.slot is None:
@@ -93,6 +97,7 @@ class PrefixIndex:
     def release(self, r: Request) -> None:
         """`r` leaves its slot: the rows it wrote stay reusable."""
         self.held[r.slot] = tuple(r.cached_tokens())
+        self.prompt_len[r.slot] = len(r.prompt)
         self.salt[r.slot] = r.config.cache_salt
         self.released[r.slot] = next(self._clock)
 
