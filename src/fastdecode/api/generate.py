@@ -41,12 +41,16 @@ class GenerationRun:
         self.steps.close()
 
 
+def prompt_names(n: int) -> list[str]:
+    """How errors name each of n prompts: "prompt i", or "the prompt" when it is the only one."""
+    return ["the prompt"] if n == 1 else [f"prompt {i}" for i in range(n)]
+
+
 def run_generation(engine: Engine, prompts: list[list[int]], params: SamplingParams,
                    cfg: GenerationConfig) -> GenerationRun:
-    """Submit prompts (token ids: prompt i is named "prompt i" in errors, a lone one "the prompt", and
-    none is queued when one cannot run); nothing runs until the result is iterated."""
-    names = ["the prompt"] if len(prompts) == 1 else [f"prompt {i}" for i in range(len(prompts))]
-    stream = RequestStream(engine).submit(prompts, params, cfg, names=names)
+    """Submit prompts (token ids, named in errors by prompt_names; none is queued when one cannot
+    run); nothing runs until the result is iterated."""
+    stream = RequestStream(engine).submit(prompts, params, cfg, names=prompt_names(len(prompts)))
     # The generator fills the run's completions but holds no reference to the run:
     # with none, dropping an abandoned run closes the generator (and cancels) at once.
     completions: list[Completion] = []

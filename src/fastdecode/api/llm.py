@@ -22,7 +22,7 @@ from ..structured import OPTIONS as CONSTRAINT_OPTIONS
 from ..structured import from_options
 from ..text.harmony import HarmonySplitter, is_harmony
 from ..text.tokenizer import Tokenizer
-from .generate import GenerationRun, run_generation
+from .generate import GenerationRun, prompt_names, run_generation
 
 Prompts = Union[str, Sequence[str], Sequence[int], Sequence[Sequence[int]]]
 
@@ -126,8 +126,7 @@ class LLM:
         if all(_is_id(p) for p in prompts):
             prompts = [list(prompts)]
         out = []
-        for i, p in enumerate(prompts):
-            name = "the prompt" if len(prompts) == 1 else f"prompt {i}"
+        for name, p in zip(prompt_names(len(prompts)), prompts):
             if isinstance(p, str):
                 if not p:
                     raise FastDecodeError(f"{name} is empty")

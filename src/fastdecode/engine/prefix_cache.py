@@ -71,9 +71,10 @@ class PrefixIndex:
         if r.params.prompt_logprobs is not None:
             limit = 0  # every prompt position's logits are needed: nothing is reused
         best = max(free, key=lambda s: (min(limit, self._match(s, prompt, salt)), -self.released[s], -s))
-        reuse = min(limit, self._match(best, prompt, salt))
+        match = self._match(best, prompt, salt)
+        reuse = min(limit, match)
         copy_from = None
-        if 0 < reuse and self._match(best, prompt, salt) < self.prompt_len[best]:
+        if 0 < reuse and match < self.prompt_len[best]:
             # `r` branches off inside the slot's last prompt (another conversation after a shared system
             # prompt): copy the shared rows into the least recently used slot rather than overwrite that
             # conversation. A prompt holding the last one whole (its next turn, even one whose history
