@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from fastdecode import FastDecodeError, SamplingParams, kernels
-from fastdecode.sampling import (SamplingBatch, apply_penalties, draw_from, first_max, logits_to_probs, make_generator,
+from fastdecode.sampling import (SamplingBatch, adjust, apply_penalties, draw_from, first_max, logits_to_probs, make_generator,
                                  min_p_mask, sample, token_logprobs, top_k_mask, top_p_mask)
 from fastdecode.sampling import ops as sampling_ops
 from fastdecode.sampling.ops import best_of
@@ -165,6 +165,29 @@ def test_penalties_follow_their_definitions():
     neg = apply_penalties(torch.tensor([[-2.0, 0, 0, 0]]), batch_of(SamplingParams(repetition_penalty=2.0), V=4),
                           counts[:1], seen[:1])
     assert neg[0, 0] == -4.0  # negative logits are multiplied
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1e300), SamplingParams(temperature=3.5e38),
+                                    SamplingParams(temperature=1.0, repetition_penalty=1e-300),
+                                    SamplingParams(temperature=1e-5, repetition_penalty=1e-40),
+                                    SamplingParams(temperature=0.5, repetition_penalty=1e300)])
+def test_extreme_settings_keep_the_distribution_finite(params):
+    # Accepted settings beyond float32's range (inf temperature, a penalty that overflows a
+    # logit) gave NaN probabilities, from which the draw picked the same token every time.
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, 1.0, 0.0]])
+    seen = torch.tensor([[True, True, False, False, False, True]])
+    b = batch_of(params, V=6)
+    adjusted = adjust(logits, b, counts=torch.zeros(1, 6), seen=seen,
+                      banned=torch.tensor([[False, False, False, False, True, False]]))
+    probs = logits_to_probs(adjusted, b)
+    assert torch.isfinite(probs).all() and torch.isclose(probs.sum(), torch.tensor(1.0))
+    assert probs[0, 4] == 0  # banned stays banned
+    if params.temperature > 1e30:  # infinitely hot: every allowed token alike
+        assert torch.allclose(probs[0, [0, 1, 2, 3, 5]], torch.full((5,), 0.2))
+    elif params.repetition_penalty < 1:  # the seen token with a positive logit takes it all
+        assert probs[0, 0] == 1
+    else:  # seen: a positive logit goes to 0 (as the seen 0 is), a negative one to the bottom
+        assert probs[0, 1] == 0 and torch.isclose(probs[0, 0], probs[0, 5])
 
 
 def empirical(logits, params, n=20000, seed=0):

@@ -23,6 +23,10 @@ from torch import Tensor
 from ..kernels import kernels_loaded
 from .params import SamplingParams
 
+# float32's largest and smallest normal values: settings are held within them (a temperature of
+# 1e300 is inf in float32, and -inf / inf is NaN; a repetition penalty of 1e-300 is 0).
+_F32 = torch.finfo(torch.float32)
+
 
 @dataclass
 class SamplingBatch:
@@ -61,10 +65,10 @@ class SamplingBatch:
 
         return cls(
             greedy=t([p.greedy for p in params], torch.bool),
-            temperature=t([1.0 if p.greedy else p.temperature for p in params]),
+            temperature=t([1.0 if p.greedy else min(p.temperature, _F32.max) for p in params]),
             top_k=t([vocab_size if p.top_k is None else min(p.top_k, vocab_size) for p in params], torch.long),
             top_p=t([p.top_p for p in params]), min_p=t([p.min_p for p in params]),
-            repetition=t([p.repetition_penalty for p in params]),
+            repetition=t([min(max(p.repetition_penalty, _F32.tiny), _F32.max) for p in params]),
             frequency=t([p.frequency_penalty for p in params]), presence=t([p.presence_penalty for p in params]),
             all_greedy=not full and all(p.greedy for p in params),
             any_greedy=full or any(p.greedy for p in params),
@@ -172,7 +176,9 @@ def apply_penalties(logits: Tensor, batch: SamplingBatch, counts: Tensor, seen: 
     """counts: [B, V] occurrences in the output so far; seen: [B, V] tokens in
     prompt or output. A row with neutral settings is left exactly as it was."""
     r = batch.repetition[:, None]
-    penalized = torch.where(logits > 0, logits / r, logits * r)
+    # A penalty far from 1 (1e-40: 30 / 1e-40) would make a finite logit infinite, and an
+    # infinite one NaN after the temperature: it stays at float32's largest.
+    penalized = torch.where(logits > 0, logits / r, logits * r).clamp(-_F32.max, _F32.max)
     logits = torch.where(seen, penalized, logits)
     return (logits - batch.frequency[:, None] * counts
             - batch.presence[:, None] * (counts > 0).to(logits.dtype))
@@ -207,7 +213,10 @@ def first_max(x: Tensor) -> Tensor:
 
 def logits_to_probs(logits: Tensor, batch: SamplingBatch) -> Tensor:
     """[B, V] logits (penalties applied) -> [B, V] filtered, normalized probabilities."""
-    logits = logits.float() / batch.temperature[:, None]
+    # Less each row's largest first: logits near float32's limits (extreme penalties) over a
+    # small temperature would overflow to inf, and softmax's inf - inf is NaN.
+    logits = logits.float()
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / batch.temperature[:, None]
     if batch.use_top_k:
         logits = logits.masked_fill(top_k_mask(logits, batch.top_k, batch.k_limit), -math.inf)
     probs = torch.softmax(logits, dim=-1)
