@@ -83,12 +83,14 @@ def test_one_check_names_the_prompt_as_the_caller_does():
     cfg = GenerationConfig(max_new_tokens=4)
     for prompt, words in (([], "prompt 2 is empty"), ([5, 999], "prompt 2 has token id 999, outside"),
                           ([5, True], "prompt 2 has True, which is not a token id"),
-                          ([5] * 61, "prompt 2 has 61 tokens; with max_new_tokens=4 it needs 65 > max_seq_len=64")):
+                          ([5] * 62, "prompt 2 has 62 tokens; with max_new_tokens=4 it needs 65 cache positions "
+                                     "> max_seq_len=64")):
         with pytest.raises(FastDecodeError, match=words):
             e.check(prompt, GREEDY, cfg, "prompt 2")
     import numpy as np
 
     assert e.check(np.array([5, 6]), GREEDY, cfg) == [5, 6] and type(e.check(np.array([5]), GREEDY, cfg)[0]) is int
+    assert len(e.check([5] * 61, GREEDY, cfg)) == 61  # the 4th new token is never fed back: 64 positions
 
 
 def test_a_stream_queues_all_of_its_requests_or_none():

@@ -203,12 +203,33 @@ def test_async_interface_streams_and_cancels(eager):
     asyncio.run(main())
 
 
+def test_a_request_may_fill_the_whole_cache(eager):
+    """The last new token is never fed back, so prompt + max_new_tokens may be max_seq_len + 1:
+    a prompt of 509 tokens gets 4 on a 512-position cache, beside another request, and they are
+    the cache-free forward's greedy tokens."""
+    engine = eager.engine
+    prompt = [random.Random(3).randrange(1, 250) for _ in range(509)]
+    params, cfg = split(dict(max_new_tokens=4, temperature=0, ignore_eos=True))
+    full = engine.submit(prompt, params, cfg)
+    other = engine.submit([1, 2, 3], params, cfg)
+    while engine.has_work():
+        engine.step()
+    ids = list(prompt)
+    with torch.inference_mode():
+        for _ in range(4):
+            ids.append(int(eager.model(torch.tensor([ids]), None)[0, -1].argmax()))
+    assert full.outputs[-1].completion.token_ids == ids[509:]
+    assert len(other.outputs[-1].completion.token_ids) == 4
+    with pytest.raises(FastDecodeError, match="needs 513 cache positions > max_seq_len=512"):
+        engine.submit(prompt, params, GenerationConfig(max_new_tokens=5))
+
+
 def test_bad_requests_are_refused_at_submit_and_running_ones_continue(eager):
     engine = eager.engine
     params, cfg = split(dict(max_new_tokens=10, temperature=0, ignore_eos=True))
     running = engine.submit([1, 2, 3], params, cfg)
     engine.step()
-    with pytest.raises(FastDecodeError, match=r"has 500 tokens.*needs 530 > max_seq_len=512") as e:
+    with pytest.raises(FastDecodeError, match=r"has 500 tokens.*needs 529 cache positions > max_seq_len=512") as e:
         engine.submit([5] * 500, params, GenerationConfig(max_new_tokens=30))
     assert "\n" not in str(e.value)
     with pytest.raises(FastDecodeError, match="logit_bias has token id 300, outside the vocabulary"):

@@ -126,9 +126,17 @@ def test_default_model_with_a_q8_0_cache_agrees_with_llama_cpp():
     assert abs(theirs.ppl / ours.ppl - 1) < 0.02
 
 
-def test_a_window_through_the_engine_leaves_room_for_its_token(capsys):
-    """kv_dtype sends windows to the engine, which generates one token after each: ctx up to
-    the model's context less one, refused past that in one line before anything is scored."""
-    rc, out, err = run_cli(capsys, "model=tiny", "kv_dtype=float32", "ctx=512", "max_windows=1")
+def test_a_window_of_the_whole_context_goes_through_the_engine(capsys):
+    """kv_dtype sends windows to the engine, which generates one token after each: that token is
+    never fed back, so a window may fill the model's context (512 for tiny), as without kv_dtype;
+    one more is refused in one line before anything is scored."""
+    ppl = {}
+    for kv in (None, "float32"):
+        rc, out, err = run_cli(capsys, "model=tiny", "ctx=512", "max_windows=1", "--json",
+                               *(() if kv is None else (f"kv_dtype={kv}",)))
+        assert rc == 0, err
+        ppl[kv] = json.loads(out)["results"][0]["ppl"]
+    assert ppl["float32"] == pytest.approx(ppl[None], rel=1e-5)
+    rc, out, err = run_cli(capsys, "model=tiny", "kv_dtype=float32", "ctx=513", "max_windows=1")
     assert rc == 2 and out == "" and err.count("\n") == 1
-    assert "ctx=512 is out of range; accepted: 3..511 for this model" in err
+    assert "ctx=513 is out of range; accepted: 3..512 for this model" in err

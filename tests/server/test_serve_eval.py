@@ -72,6 +72,15 @@ def test_echo_text_prompt(server, tiny_llm, max_tokens):
         assert choice["text"] == PROMPT and choice["finish_reason"] == "length"
 
 
+def test_echo_of_a_prompt_filling_the_whole_context(server, tiny_llm):
+    """lm-eval's rolling windows are max_length tokens, which may be the server's whole context
+    (512 for tiny): echo with max_tokens 0 scores them; max_tokens 1 there does not fit."""
+    ids = [(7 * i) % 250 + 1 for i in range(512)]
+    check_echo(tiny_llm, ids, completions(server, **lm_eval_body(ids, 0))["choices"][0], 0)
+    r = post(server, "/v1/completions", {"model": "tiny", **lm_eval_body(ids, 1)})
+    assert r.status_code == 400 and error_of(r)["code"] == "context_length_exceeded"
+
+
 def test_echo_batch_of_id_prompts(server, tiny_llm):
     prompts = [tiny_llm.tokenizer.encode(t) for t in ("Hello world, this is a longer prompt", "ab", "ünïcödé ✓")]
     out = completions(server, **lm_eval_body(prompts, 1))

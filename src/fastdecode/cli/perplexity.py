@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Optional
 
 from ..errors import FastDecodeError
-from ..evaluation.perplexity import (DEFAULT_CTX, MIN_CTX, PerplexityResult, check_ctx, check_max_windows, max_ctx,
+from ..evaluation.perplexity import (DEFAULT_CTX, MIN_CTX, PerplexityResult, check_ctx, check_max_windows,
                                      encode_text, llama_cpp_available, llama_cpp_perplexity, llama_cpp_problem,
                                      perplexity, plan_windows)
 from .command import run_command
@@ -105,7 +105,7 @@ def run(s: PerplexitySettings) -> int:
     ids = encode_text(llm.tokenizer, text)  # one tokenization: both engines score these ids
     # ctx against the model's limit and the text's length, before any window runs
     kv = None if s.kv_dtype is None else llm.model.kv_dtype_name  # "auto" resolved by load()
-    n_windows = len(plan_windows(len(ids), s.ctx, check_ctx(s.ctx, s.stride, max_ctx(llm, kv is not None)),
+    n_windows = len(plan_windows(len(ids), s.ctx, check_ctx(s.ctx, s.stride, llm.max_seq_len),
                                  s.max_windows))
     results = []
     with progress("fastdecode: scoring windows", total=n_windows) as bar:

@@ -153,11 +153,13 @@ class Engine:
         bad = next((t for t in prompt if not 0 <= t < V), None)
         if bad is not None:
             raise FastDecodeError(f"{name} has token id {bad}, outside the vocabulary [0, {V})")
-        need = len(prompt) + config.max_new_tokens
+        # Cache positions written: the prompt's and every new token's but the last, which is
+        # never fed back (so a prompt filling the cache still gets its one token: echo's logprobs).
+        need = len(prompt) + config.max_new_tokens - 1
         if need > self.max_seq_len:
             raise FastDecodeError(
                 f"{name} has {len(prompt)} tokens; with max_new_tokens={config.max_new_tokens} it needs "
-                f"{need} > max_seq_len={self.max_seq_len}")
+                f"{need} cache positions > max_seq_len={self.max_seq_len}")
         bad = next((i for i, _ in params.logit_bias or () if not 0 <= i < V), None)
         if bad is not None:
             raise FastDecodeError(f"logit_bias has token id {bad}, outside the vocabulary [0, {V})")

@@ -103,12 +103,6 @@ def check_ctx(ctx: Any, stride: Any, max_ctx: Optional[int]) -> int:
     return stride
 
 
-def max_ctx(llm: Any, kv_cache: bool) -> int:
-    """The longest window `perplexity` takes: the model's context, less the one token a request
-    through the engine (kv_cache) generates after its prompt."""
-    return llm.max_seq_len - 1 if kv_cache else llm.max_seq_len
-
-
 def check_max_windows(max_windows: Any) -> None:
     """None (every window) or a positive count."""
     if max_windows is not None and (isinstance(max_windows, bool) or not isinstance(max_windows, int)
@@ -196,7 +190,7 @@ def perplexity(llm: Any, text: Text, *, ctx: int = DEFAULT_CTX, stride: Optional
     cache in the dtype load() gave it (`kv_dtype`; q8_0: quantized), and
     float32 logprobs;
     on_window: called after each window (progress display)."""
-    stride = check_ctx(ctx, stride, max_ctx(llm, kv_cache))
+    stride = check_ctx(ctx, stride, llm.max_seq_len)
     ids = encode_text(llm.tokenizer, text)
     bad = next((t for t in ids if not 0 <= t < llm.args.vocab_size), None)
     if bad is not None:

@@ -80,7 +80,7 @@ def prepare_completion(req: CompletionRequest, llm: LLM, max_tokens_limit: Optio
         prompts = llm.encode_prompts(req.prompt)
     except FastDecodeError as e:
         raise from_fastdecode(e, param="prompt") from None
-    return _job(req, prompts, llm, max_tokens_limit, 1 if drop else req.max_tokens,
+    return _job(req, prompts, llm, max_tokens_limit, req.max_tokens,
                 COMPLETIONS_DEFAULT_MAX_TOKENS, req.logprobs, "prompt", echo=echo, drop=drop)
 
 
@@ -174,7 +174,9 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
     if len(prompts) * n > MAX_CHOICES:
         raise APIError(400, f"{len(prompts)} prompts x n={n} is {len(prompts) * n} choices; at most "
                        f"{MAX_CHOICES} are accepted in one request", param="n")
-    max_tokens = _max_tokens(prompts, llm.max_seq_len, limit, asked, default, prompt_param)
+    # echo's max_tokens=0: the engine generates one token (never fed back, so a prompt filling
+    # the whole context fits), which the reply drops
+    max_tokens = max(_max_tokens(prompts, llm.max_seq_len, limit, asked, default, prompt_param), int(drop))
     if constraint is None:  # tools bring their own
         constraint = prepare_constraint(req, llm.tokenizer)
     names = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "logprobs": "top_logprobs"
@@ -217,7 +219,7 @@ def _max_tokens(prompts: list[list[int]], context: int, limit: Optional[int], as
     if asked is not None and limit is not None and asked > limit:
         raise APIError(400, f"max_tokens={asked} is over this server's limit of {limit}", param="max_tokens")
     room = context - longest
-    if room < 1:
+    if room < 1 and not (asked == 0 and room == 0):  # 0: echo's prompt alone
         raise APIError(400, f"the prompt has {longest} tokens, but this model's context is {context} tokens "
                        "(prompt and completion together): shorten the prompt", param=param,
                        code="context_length_exceeded")
