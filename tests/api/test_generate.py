@@ -128,6 +128,9 @@ def test_more_prompts_than_slots_wait_their_turn():
     ("x", {"top_k": 0}, "top_k"),
     ("x", {"temprature": 1.0}, "unknown option"),
     ("x", {"stop": [""]}, "stop"),
+    ("a\ud800b", {}, r"lone surrogate '\\ud800' at character 1, which is not Unicode text"),
+    ("x", {"seed": 2**64}, r"seed=18446744073709551616 is out of range; accepted: an integer in \[-2\*\*63"),
+    ("x", {"ignore_eos": "yes"}, "ignore_eos must be true or false"),
 ])
 def test_bad_input_is_refused_before_work(tiny_llm, prompts, options, match):
     with pytest.raises(FastDecodeError, match=match) as e:

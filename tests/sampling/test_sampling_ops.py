@@ -347,7 +347,7 @@ def test_logits_to_probs_normalized():
     ("temperature", -0.1), ("temperature", math.inf), ("temperature", "hot"), ("top_k", 0), ("top_k", 2.5),
     ("top_p", -0.1), ("top_p", 1.5), ("min_p", 1.0), ("min_p", -0.1), ("repetition_penalty", 0.0),
     ("frequency_penalty", 2.5), ("presence_penalty", -3.0), ("seed", "abc"), ("top_p", float("nan")),
-    ("logprobs", 21), ("logprobs", -1), ("logprobs", 1.5),
+    ("logprobs", 21), ("logprobs", -1), ("logprobs", 1.5), ("seed", 2**64), ("seed", -2**63 - 1),
 ])
 def test_invalid_params_name_field_value_and_range(field, value):
     with pytest.raises(FastDecodeError) as e:

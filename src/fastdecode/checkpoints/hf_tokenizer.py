@@ -17,7 +17,7 @@ from tokenizers import Tokenizer as Backend
 from tokenizers import processors
 
 from ..errors import FastDecodeError
-from ..text.tokenizer import Tokenizer
+from ..text.tokenizer import Tokenizer, check_unicode
 
 SPECIAL_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 BYTE_TOKEN = re.compile(r"<0x([0-9A-Fa-f]{2})>")
@@ -92,7 +92,7 @@ class HFTokenizer(Tokenizer):
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
         if not isinstance(text, str):
             raise FastDecodeError(f"encode expects a str, got {type(text).__name__}")
-        return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
+        return self.backend.encode(check_unicode(text), add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         ids = [int(i) for i in ids]

@@ -67,8 +67,9 @@ class GenerationConfig:
         if self.eos_token_ids is not None:
             object.__setattr__(self, "eos_token_ids", frozenset(int(i) for i in self.eos_token_ids))
         check_speculative(self.speculative, self.num_draft_tokens, self.ngram_size)
-        if not isinstance(self.skip_special_tokens, bool):
-            raise FastDecodeError(f"skip_special_tokens must be true or false, got {self.skip_special_tokens!r:.40}")
+        for name in ("ignore_eos", "skip_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                raise FastDecodeError(f"{name} must be true or false, got {getattr(self, name)!r:.40}")
         if self.cache_salt is not None and not isinstance(self.cache_salt, str):
             raise FastDecodeError(f"cache_salt must be a string, got {type(self.cache_salt).__name__}")
 

@@ -84,6 +84,8 @@ class SamplingParams:
         check("presence_penalty", -2 <= number("presence_penalty") <= 2, "-2 <= presence_penalty <= 2")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise FastDecodeError(f"seed must be an integer or None, got {self.seed!r}")
+        if self.seed is not None:  # what torch.Generator.manual_seed takes
+            check("seed", -2**63 <= self.seed < 2**64, "an integer in [-2**63, 2**64)")
         for name in ("logprobs", "prompt_logprobs"):
             v = getattr(self, name)
             if v is not None:

@@ -12,6 +12,17 @@ from typing import Any, Iterable, Optional, Sequence
 from ..errors import FastDecodeError
 
 
+def check_unicode(text: str) -> str:
+    """text, if it is Unicode text: a lone surrogate (JSON's "\\ud800" escape decodes to one)
+    has no UTF-8 bytes, and a tokenizer fails on it with an error that names neither."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise FastDecodeError(f"the text holds a lone surrogate {text[e.start]!r} at character {e.start}, which "
+                              "is not Unicode text; accepted: valid Unicode strings") from None
+    return text
+
+
 class Tokenizer:
     """What the engine needs from a tokenizer.
 
@@ -85,7 +96,7 @@ class ByteTokenizer(Tokenizer):
         self.chat_template = chat_template
 
     def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]:
-        ids = list(text.encode("utf-8"))
+        ids = list(check_unicode(text).encode("utf-8"))
         return [self.BOS, *ids] if (add_special_tokens and self.add_bos) else ids
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
