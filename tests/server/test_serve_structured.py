@@ -158,3 +158,21 @@ def test_bad_structured_inputs_are_400s_and_the_server_keeps_serving(http, case)
     ok = http.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 10,
                                                  "structured_outputs": {"choice": ["fine"]}})
     assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "fine"
+
+
+def test_a_constraint_failing_mid_reply_is_the_request_s_400(http):
+    # llguidance builds a regex's lexer lazily: a{1000000} compiles, then its first token runs
+    # past the lexer's limits. The request asked for it: a 400 naming the constraint, never a 500.
+    body = {"messages": USER, "max_tokens": 5, "guided_regex": "a{1000000}"}
+    r = http.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400, r.text
+    err = error_of(r)
+    assert err["type"] == "invalid_request_error" and err["code"] == "constraint_failed", err
+    assert "constraint" in err["message"] and "too many expressions" in err["message"], err
+    streamed = http.post("/v1/chat/completions", json={**body, "stream": True})
+    events = [line for line in streamed.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[-2][len("data: "):])["error"]["code"] == "constraint_failed"
+    ok = http.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 10,
+                                                 "structured_outputs": {"choice": ["fine"]}})
+    assert ok.status_code == 200 and ok.json()["choices"][0]["message"]["content"] == "fine"

@@ -40,7 +40,7 @@ import torch
 
 from . import timing as metrics
 from ..compile.steps import Steps
-from ..errors import FastDecodeError
+from ..errors import ConstraintFailed, FastDecodeError
 from ..model.kv_cache import cache_bytes
 from ..paths import BusyFlag
 from ..sampling import SamplingParams
@@ -334,7 +334,7 @@ class Engine:
             r.spec.extend(ids)
         g = r.grammar
         if g is not None and g.error() is not None:  # e.g. a mask past llguidance's limits
-            self._fail(r, FastDecodeError(f"the constraint failed: {g.error()}"))
+            self._fail(r, ConstraintFailed(f"the constraint failed: {g.error()}"))
             return
         for i, tok in enumerate(ids):
             if g is not None and g.finished:  # a complete grammar takes nothing more (not even EOS)
@@ -348,7 +348,7 @@ class Engine:
             if g is not None:
                 try:
                     g.consume(tok)
-                except FastDecodeError as e:  # the mask allowed only what it accepts: a library fault
+                except FastDecodeError as e:  # the mask allowed it, but the lexer ran past its limits on it
                     self._fail(r, e)
                     return
             r.output_ids.append(tok)

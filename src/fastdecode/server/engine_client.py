@@ -11,6 +11,7 @@ import asyncio
 from typing import Optional, Sequence
 
 from ..engine import Engine, GenerationConfig
+from ..errors import ConstraintFailed
 from ..engine.stream import RequestStream
 from ..sampling import SamplingParams
 from .errors import APIError
@@ -32,4 +33,6 @@ class Choices(RequestStream):
         self.engine.start()  # no-op while the server's engine thread runs the loop
 
     def failed(self, error: BaseException) -> BaseException:
+        if isinstance(error, ConstraintFailed):  # the request's own regex, grammar or schema: its 400
+            return APIError(400, f"the output constraint failed while generating: {error}", code="constraint_failed")
         return APIError(500, f"the engine failed this request: {type(error).__name__}: {error}")

@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from typing import Optional
 
-from ..errors import FastDecodeError
+from ..errors import ConstraintFailed, FastDecodeError
 from .constraint import Constraint, one_line, parser_limits
 from .vocab import Vocab
 
@@ -78,7 +78,7 @@ class GrammarState:
 
     def consume(self, token: int) -> None:
         if not self.m.consume_token(token):
-            raise FastDecodeError(f"the grammar rejected token {token}: {one_line(self.m.get_error())}")
+            raise ConstraintFailed(f"the grammar rejected token {token}: {one_line(self.m.get_error())}")
 
     def error(self) -> Optional[str]:
         """Why the matcher failed (e.g. a mask past llguidance's limits), or None."""

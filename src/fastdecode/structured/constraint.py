@@ -245,8 +245,8 @@ def one_line(message: str) -> str:
         s = line.strip()
         if not s or set(s) <= set("^ ~|") or (s[:1].isdigit() and " | " in s[:8]):
             continue
-        keep.append(s)
-    return " ".join(keep) or message.strip()
+        keep.append(s.replace("<non-verbose/>", "").strip())  # the tag of verbose_errors=False
+    return " ".join(k for k in keep if k) or message.strip()
 
 
 def _short(value: Any) -> str:
