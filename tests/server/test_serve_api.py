@@ -161,6 +161,9 @@ def test_logprobs_token_strings_join_to_the_text(client):
             client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=2, **bad)
     with pytest.raises(openai.BadRequestError):
         client.completions.create(model="tiny", prompt="a", max_tokens=2, logprobs=21)
+    # top_logprobs 0 asks for nothing: accepted without logprobs (vLLM's default value, which clients send)
+    plain = client.chat.completions.create(model="tiny", messages=CHAT, max_tokens=2, top_logprobs=0)
+    assert plain.choices[0].logprobs is None
 
 
 def test_logit_bias_keeps_tokens_out(client):

@@ -91,8 +91,8 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
     if llm.tokenizer.chat_template is None:
         raise APIError(400, "this model has no chat template; use /v1/completions with a plain prompt",
                        param="messages")
-    if req.top_logprobs is not None and not req.logprobs:
-        raise APIError(400, "top_logprobs needs logprobs=true", param="top_logprobs")
+    if req.top_logprobs and not req.logprobs:  # 0 asks for nothing (vLLM's default, which clients send)
+        raise APIError(400, f"top_logprobs={req.top_logprobs} needs logprobs=true", param="top_logprobs")
     spec = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls)
     template = llm.tokenizer.template_for(spec is not None)
     fmt = detect_format(template)
