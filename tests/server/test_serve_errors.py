@@ -180,3 +180,11 @@ def test_a_client_gone_before_its_body_is_no_server_error(server, http):
     assert "Traceback" not in log and "status=500" not in log
     assert 'status="500"' not in http.get("/metrics").text
     assert http.get("/health").status_code == 200
+
+
+def test_a_content_part_that_is_not_text_is_named(http):
+    parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    err = error_of(post(http, CHAT_PATH, {"messages": [{"role": "user", "content": parts}]}))
+    assert err["param"] == "messages[0].content", err
+    assert "part 1" in err["message"] and "'image_url'" in err["message"], err
+

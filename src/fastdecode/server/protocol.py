@@ -162,10 +162,19 @@ class ChatMessage(_In):
         """A string, or a list of text parts joined by newlines (None: an assistant turn with no text)."""
         if v is None or isinstance(v, str):
             return v or ""
-        if isinstance(v, list) and all(isinstance(p, dict) and p.get("type") == "text"
-                                       and isinstance(p.get("text"), str) for p in v):
-            return "\n".join(p["text"] for p in v)
-        raise ValueError('must be a string or a list of text parts {"type": "text", "text": "..."}')
+        if not isinstance(v, list):
+            raise ValueError('must be a string or a list of text parts {"type": "text", "text": "..."}, '
+                             f"got {_short(v)}")
+        texts = []
+        for i, part in enumerate(v):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text" or not isinstance(part.get("text"), str):
+                # Name the part: an image or audio part is the usual one, and the model reads text only.
+                what = f"has type {kind!r}" if kind not in (None, "text") else f"is {_short(part)}"
+                raise ValueError(f'part {i} {what}; accepted: text parts {{"type": "text", "text": "..."}} '
+                                 "(this server reads text only)")
+            texts.append(part["text"])
+        return "\n".join(texts)
 
 
 class FunctionDefinition(_In):
