@@ -188,3 +188,16 @@ def test_a_content_part_that_is_not_text_is_named(http):
     assert err["param"] == "messages[0].content", err
     assert "part 1" in err["message"] and "'image_url'" in err["message"], err
 
+
+def test_an_assistant_refusal_part_reads_as_its_text(http):
+    # An assistant turn's refusal part (OpenAI's, sent back with the history) reads as its text.
+    history = [{"role": "user", "content": "x"},
+               {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot help with that."}]},
+               {"role": "user", "content": "y"}]
+    r = post(http, CHAT_PATH, {"messages": history, "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    r = post(http, "/tokenize", {"messages": history})
+    prompt = http.post("/detokenize", json={"tokens": r.json()["tokens"]}).json()["prompt"]
+    assert "I cannot help with that." in prompt
+    refused_user = [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]
+    assert "'refusal'" in error_of(post(http, CHAT_PATH, {"messages": refused_user}))["message"]

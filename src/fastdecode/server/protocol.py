@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator, model_serializer, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictStr, ValidationInfo, field_validator, model_serializer,
+                      model_validator)
 
 from ..sampling import MAX_LOGPROBS
 
@@ -158,8 +159,9 @@ class ChatMessage(_In):
 
     @field_validator("content")
     @classmethod
-    def _text(cls, v: Any) -> str:
-        """A string, or a list of text parts joined by newlines (None: an assistant turn with no text)."""
+    def _text(cls, v: Any, info: ValidationInfo) -> str:
+        """A string, or a list of text parts joined by newlines (None: an assistant turn with no text).
+        An assistant's refusal parts (OpenAI's, sent back with the history) are its text too."""
         if v is None or isinstance(v, str):
             return v or ""
         if not isinstance(v, list):
@@ -168,6 +170,9 @@ class ChatMessage(_In):
         texts = []
         for i, part in enumerate(v):
             kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "refusal" and info.data.get("role") == "assistant" and isinstance(part.get("refusal"), str):
+                texts.append(part["refusal"])
+                continue
             if kind != "text" or not isinstance(part.get("text"), str):
                 # Name the part: an image or audio part is the usual one, and the model reads text only.
                 what = f"has type {kind!r}" if kind not in (None, "text") else f"is {_short(part)}"
