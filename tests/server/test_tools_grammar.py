@@ -262,9 +262,16 @@ def test_arguments_are_always_an_object(tokenizer):
         assert grammar_accepts(fn, '{"a": 1}')
         for not_object in ("5", '"x"', "[1]", "null"):
             assert not grammar_accepts(fn, not_object), (open_schema, not_object)
+    # A type list that admits objects (zod-to-json-schema writes ["object", "null"] for a nullable
+    # object) describes named arguments too; the arguments are then the object alone.
+    for types in (["object"], ["object", "null"]):
+        fn = {"name": "f", "parameters": {"type": types, "properties": {"a": {"type": "integer"}}}}
+        assert grammar_accepts(fn, '{"a": 1}') and not grammar_accepts(fn, "null"), types
     with pytest.raises(APIError) as e:
         grammar_accepts({"name": "f", "parameters": {"type": "string"}}, '"x"')
     assert e.value.status == 400 and e.value.param == "tools[0].function.parameters" and "object" in str(e.value)
+    with pytest.raises(APIError):
+        grammar_accepts({"name": "f", "parameters": {"type": ["string", "null"]}}, '"x"')
 
 
 @pytest.mark.parametrize("fmt", [GENERIC, HERMES, LLAMA3_JSON, MISTRAL, MISTRAL_ARGS],

@@ -105,11 +105,14 @@ def _function(i: int, tool: Any) -> Function:
         where = "/".join(str(p) for p in e.path)
         raise APIError(400, f"{param}.parameters is not a valid JSON Schema: {e.message}"
                        + (f" (at {where})" if where else ""), param=f"{param}.parameters") from None
-    if parameters.get("type", "object") != "object":
+    kind = parameters.get("type", "object")
+    # A list of types (["object", "null"]: a nullable object) names arguments when it admits objects.
+    if kind != "object" and not (isinstance(kind, list) and "object" in kind):
         raise APIError(400, f"{param}.parameters must describe an object (type 'object': the arguments are "
-                       f"named), got type {_short(parameters['type'])}", param=f"{param}.parameters")
-    # Arguments are always a JSON object, also where the schema leaves its type open ({} or bare properties).
-    held = parameters if "type" in parameters else {**parameters, "type": "object"}
+                       f"named), got type {_short(kind)}", param=f"{param}.parameters")
+    # Arguments are always a JSON object, also where the schema leaves its type open ({} or bare properties)
+    # or lists other types beside it.
+    held = parameters if kind == "object" and "type" in parameters else {**parameters, "type": "object"}
     return Function(fn.name, held, tool.model_dump(exclude_none=True))
 
 
