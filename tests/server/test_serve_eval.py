@@ -115,6 +115,8 @@ def test_vllm_prompt_logprobs(server, tiny_llm):
     assert chat.status_code == 200
     pl = chat.json()["choices"][0]["prompt_logprobs"]
     assert pl[0] is None and all(len(e) == 1 for e in pl[1:])
+    # vLLM's chat response carries them at its top level (its clients read them there): the same list.
+    assert chat.json()["prompt_logprobs"] == pl
 
 
 def test_streamed_logprobs_match_whole_with_a_stop_string(server):

@@ -305,6 +305,8 @@ class ChatCompletion(BaseModel):
     choices: list[ChatChoice]
     usage: Usage
     system_fingerprint: Optional[str] = None
+    # vLLM's place for chat (one prompt for every choice); each choice carries the same list too.
+    prompt_logprobs: Optional[PromptLogprobs] = None
 
 
 class FunctionDelta(BaseModel):

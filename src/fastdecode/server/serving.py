@@ -177,7 +177,7 @@ class Run:
                 choices.append(ChatChoice(index=i, message=message, logprobs=self._chat_logprobs(s.tokens),
                                           finish_reason=reason, prompt_logprobs=self._prompt_logprobs(s)))
             return ChatCompletion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
-                                  choices=choices)
+                                  choices=choices, prompt_logprobs=choices[0].prompt_logprobs)
         return TextCompletion(id=self.id, created=self.created, model=self.state.model_name, usage=self.usage(),
                               choices=[self._completion_choice(i, s) for i, s in enumerate(self.states)])
 
