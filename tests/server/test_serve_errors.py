@@ -201,3 +201,14 @@ def test_an_assistant_refusal_part_reads_as_its_text(http):
     assert "I cannot help with that." in prompt
     refused_user = [{"role": "user", "content": [{"type": "refusal", "refusal": "no"}]}]
     assert "'refusal'" in error_of(post(http, CHAT_PATH, {"messages": refused_user}))["message"]
+
+
+def test_max_completion_tokens_errors_name_that_field(http):
+    # The client sent max_completion_tokens (OpenAI's current name): its errors must not speak of max_tokens.
+    over = error_of(post(http, CHAT_PATH, {"messages": USER, "max_completion_tokens": 301}))
+    assert over["param"] == "max_completion_tokens" and "max_completion_tokens=301" in over["message"], over
+    long = [{"role": "user", "content": "x" * 400}]
+    err = error_of(post(http, CHAT_PATH, {"messages": long, "max_completion_tokens": 200}))
+    assert err["code"] == "context_length_exceeded", err
+    assert "max_completion_tokens=200" in err["message"] and "max_tokens" not in err["message"].replace(
+        "max_completion_tokens", ""), err

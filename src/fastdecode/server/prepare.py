@@ -174,12 +174,15 @@ def _job(req: Union[ChatCompletionRequest, CompletionRequest], prompts: list[lis
     if len(prompts) * n > MAX_CHOICES:
         raise APIError(400, f"{len(prompts)} prompts x n={n} is {len(prompts) * n} choices; at most "
                        f"{MAX_CHOICES} are accepted in one request", param="n")
+    # Errors name the field the client sent: chat's max_completion_tokens (OpenAI's current name) wins.
+    field = ("max_completion_tokens" if isinstance(req, ChatCompletionRequest) and req.max_completion_tokens
+             is not None else "max_tokens")
     # echo's max_tokens=0: the engine generates one token (never fed back, so a prompt filling
     # the whole context fits), which the reply drops
-    max_tokens = max(_max_tokens(prompts, llm.max_seq_len, limit, asked, default, prompt_param), int(drop))
+    max_tokens = max(_max_tokens(prompts, llm.max_seq_len, limit, asked, default, prompt_param, field), int(drop))
     if constraint is None:  # tools bring their own
         constraint = prepare_constraint(req, llm.tokenizer)
-    names = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens", "logprobs": "top_logprobs"
+    names = {"max_new_tokens": field, "min_new_tokens": "min_tokens", "logprobs": "top_logprobs"
              if isinstance(req, ChatCompletionRequest) else "logprobs"}
     try:
         config = GenerationConfig(max_new_tokens=max_tokens, min_new_tokens=min(req.min_tokens or 0, max_tokens),
@@ -213,11 +216,11 @@ def _sampling(req: Union[ChatCompletionRequest, CompletionRequest], seed: Option
 
 
 def _max_tokens(prompts: list[list[int]], context: int, limit: Optional[int], asked: Optional[int],
-                default: Optional[int], param: str) -> int:
-    """The request's max_tokens, or the default that fits, with the context checked."""
+                default: Optional[int], param: str, field: str = "max_tokens") -> int:
+    """The request's max_tokens (sent as `field`), or the default that fits, with the context checked."""
     longest = max(len(p) for p in prompts)
     if asked is not None and limit is not None and asked > limit:
-        raise APIError(400, f"max_tokens={asked} is over this server's limit of {limit}", param="max_tokens")
+        raise APIError(400, f"{field}={asked} is over this server's limit of {limit}", param=field)
     room = context - longest
     if room < 1 and not (asked == 0 and room == 0):  # 0: echo's prompt alone
         raise APIError(400, f"the prompt has {longest} tokens, but this model's context is {context} tokens "
@@ -227,7 +230,7 @@ def _max_tokens(prompts: list[list[int]], context: int, limit: Optional[int], as
         return min(room, default or room, limit or room)
     if asked > room:
         raise APIError(400, f"this model's context is {context} tokens, but the prompt has {longest} tokens; "
-                       f"with max_tokens={asked} it needs {longest + asked}: at most {room} tokens fit after "
-                       "this prompt, so lower max_tokens or shorten the prompt", param=param,
+                       f"with {field}={asked} it needs {longest + asked}: at most {room} tokens fit after "
+                       f"this prompt, so lower {field} or shorten the prompt", param=param,
                        code="context_length_exceeded")
     return asked
