@@ -117,6 +117,8 @@ def test_every_way_of_asking(http, path, body, check):
 BAD = {
     "invalid schema": ({"response_format": response_format({"type": "strin"})},
                        "response_format.json_schema.schema", "strin"),
+    "invalid against its metaschema": ({"response_format": response_format({"type": "number", "multipleOf": -1})},
+                                       "response_format.json_schema.schema", "not a valid JSON Schema"),
     "unsupported keyword (strict)": ({"response_format": response_format({"type": "array", "uniqueItems": True})},
                                      "response_format.json_schema.schema", "uniqueItems"),
     "unsupported keyword (not strict)": (

@@ -44,6 +44,12 @@ def test_a_pydantic_model_is_a_schema():
     (lambda: Constraint.json_schema("false"), ["json_schema is false"]),
     (lambda: json_schema_lark(False), ["json_schema is false"]),
     (lambda: Constraint.json_schema({"type": "integer", "minimum": "a"}), ["json_schema", "minimum"]),
+    # Invalid against its metaschema, though llguidance compiles it (and ignores the bad multipleOf).
+    (lambda: Constraint.json_schema({"type": "number", "multipleOf": -2}),
+     ["json_schema is not a valid JSON Schema", "-2", "at multipleOf"]),
+    (lambda: Constraint.json_schema({"$schema": "http://json-schema.org/draft-07/schema#",
+                                     "properties": {"a": {"type": "integer", "exclusiveMinimum": True}}}),
+     ["not a valid JSON Schema", "True is not of type 'number'", "at properties/a/exclusiveMinimum"]),
     # A keyword llguidance does not implement is refused, never ignored.
     (lambda: Constraint.json_schema({"type": "array", "uniqueItems": True}), ["json_schema", "uniqueItems"]),
     (lambda: Constraint.json_schema({"type": "string", "pattern": "(?=a)b"}), ["json_schema", "look-around"]),
@@ -69,6 +75,12 @@ def test_bad_specs_fail_in_one_line_naming_what_was_wrong(build, words):
     assert "\n" not in message
     for w in words:
         assert w in message, (w, message)
+
+
+def test_patterns_are_llguidances_to_judge_not_pythons():
+    """The metaschema check leaves `pattern` alone: ECMA-262's \\p{L} is no Python regex, and
+    llguidance compiles it."""
+    assert Constraint.json_schema({"type": "string", "pattern": "^\\p{L}+$"}).kind == "json_schema"
 
 
 def test_the_schema_true_takes_any_json_value():

@@ -19,6 +19,8 @@ The interface (also in /work/helpers/CONSTRAINT_API.md for the tools helper):
                                       fingerprint it keys the compiled-grammar cache
     json_schema_lark(schema) -> str   "%json {...}" with the same JSON options as a
                                       json_schema constraint, to embed in a Lark grammar
+    schema_error(schema) -> str       '' or why the schema is invalid against its metaschema
+                                      (json_schema constraints are checked so too)
     from_options(json_schema=, regex=, choice=, grammar=) -> Constraint | None
 
     SamplingParams(constraint=Constraint(...))    how a request carries it; LLM.generate/
@@ -53,9 +55,9 @@ MAX_CHOICES choices, and llguidance's resource limits while compiling and maskin
 
 from .compiler import CACHE, GrammarCache, GrammarState, start_state
 from .constraint import (JSON_OPTIONS, KINDS, MAX_CHOICES, MAX_SPEC_CHARS, OPTIONS, Constraint, from_options,
-                         json_schema_lark, schema_text)
+                         json_schema_lark, schema_error, schema_text)
 from .vocab import Vocab, vocab_for
 
 __all__ = ["Constraint", "KINDS", "OPTIONS", "JSON_OPTIONS", "MAX_SPEC_CHARS", "MAX_CHOICES", "from_options",
-           "json_schema_lark", "schema_text", "GrammarCache", "GrammarState", "CACHE", "start_state", "Vocab",
-           "vocab_for"]
+           "json_schema_lark", "schema_error", "schema_text", "GrammarCache", "GrammarState", "CACHE", "start_state",
+           "Vocab", "vocab_for"]

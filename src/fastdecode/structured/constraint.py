@@ -231,11 +231,32 @@ def _validate(kind: str, spec: Union[str, tuple[str, ...]]) -> str:
         return f"{kind}: {one_line(str(e))}"
     error = LLMatcher.validate_grammar(grammar, None, limits=parser_limits())
     if not error:
-        return ""
+        # After llguidance, whose limits refuse a schema nested deeper than jsonschema can recurse.
+        return schema_error(json.loads(spec)) if kind == "json_schema" else ""
     what = {"json_schema": "json_schema is not supported or not valid",
             "json_object": "json_object", "regex": f"regex {_short(spec)} does not compile",
             "choice": "choice", "grammar": "grammar has an error"}[kind]
     return f"{what}: {one_line(error)}"
+
+
+def schema_error(schema: Any) -> str:
+    """'' if `schema` is valid against its draft's metaschema ($schema's, else 2020-12's), else why
+    not, on one line. llguidance compiles some invalid schemas and ignores the bad keyword there (a
+    negative multipleOf): the output would be unconstrained by it, and no validator could check it."""
+    import jsonschema
+
+    schema = _schema_object(schema)
+    try:
+        # No format checks: they would hold `pattern` to Python's regex syntax (no \p{L}); llguidance
+        # compiles the patterns, and names one it cannot.
+        jsonschema.validators.validator_for(schema).check_schema(schema, format_checker=None)
+    except jsonschema.SchemaError as e:
+        where = "/".join(str(p) for p in e.path)
+        message = e.message if len(e.message) <= 200 else e.message[:197] + "..."  # it quotes the bad value
+        return f"json_schema is not a valid JSON Schema: {one_line(message)}" + (f" (at {where})" if where else "")
+    except RecursionError:
+        return "json_schema is nested too deeply to check"
+    return ""
 
 
 def one_line(message: str) -> str:

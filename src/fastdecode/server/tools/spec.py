@@ -11,8 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import jsonschema
-
+from ...structured import schema_error
 from ..errors import APIError
 
 NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
@@ -99,12 +98,9 @@ def _function(i: int, tool: Any) -> Function:
     if not isinstance(parameters, dict):
         raise APIError(400, f"{param}.parameters must be a JSON Schema object, got {_short(parameters)}",
                        param=f"{param}.parameters")
-    try:
-        jsonschema.validators.validator_for(parameters).check_schema(parameters)
-    except jsonschema.SchemaError as e:
-        where = "/".join(str(p) for p in e.path)
-        raise APIError(400, f"{param}.parameters is not a valid JSON Schema: {e.message}"
-                       + (f" (at {where})" if where else ""), param=f"{param}.parameters") from None
+    error = schema_error(parameters)
+    if error:
+        raise APIError(400, f"{param}.parameters: {error}", param=f"{param}.parameters")
     kind = parameters.get("type", "object")
     # A list of types (["object", "null"]: a nullable object) names arguments when it admits objects.
     if kind != "object" and not (isinstance(kind, list) and "object" in kind):
