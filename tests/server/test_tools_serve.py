@@ -10,7 +10,7 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from serve_process import error_of, serve
+from serve_process import EOS, error_of, serve
 
 from fastdecode.server.prepare import prepare_chat
 from fastdecode.server.protocol import ChatCompletionRequest
@@ -143,7 +143,7 @@ def collect(stream):
             continue
         choice = chunk.choices[0]
         delta = choice.delta
-        if delta.content:
+        if delta.content is not None:  # "" too: an empty reply streams as ""
             content = (content or "") + delta.content
         for t in delta.tool_calls or []:
             if t.index not in calls:
@@ -164,6 +164,16 @@ def test_streamed_equals_whole(client, choice):
     assert content == whole.message.content and finish == whole.finish_reason
     assert [(n, a) for _, n, a in calls] == [(c.function.name, c.function.arguments)
                                              for c in whole.message.tool_calls or []]  # byte for byte
+
+
+def test_an_empty_reply_streams_as_it_answers_whole(client):
+    """A reply that may call tools but ends at once (EOS first) has content "" whole; its stream
+    assembles to "" too, not to None (no content delta at all)."""
+    kw = dict(model="tiny", messages=ASK, tools=TOOLS, logit_bias={str(EOS): 100}, temperature=0, max_tokens=5)
+    whole = client.chat.completions.create(**kw).choices[0]
+    content, calls, finish = collect(client.chat.completions.create(**kw, stream=True))
+    assert whole.message.content == "" and whole.message.tool_calls is None and whole.finish_reason == "stop"
+    assert (content, calls, finish) == ("", [], "stop")
 
 
 def test_a_follow_up_turn_with_the_results(client, tiny_llm):

@@ -38,7 +38,12 @@ class ToolReader:
         events = self.parser.feed(text) if text else []
         if finished:
             events += self.parser.finish()
-        return to_deltas(events)
+        deltas = to_deltas(events)
+        if finished and self.parser.content == "":
+            # Neither text nor calls: the whole message's content is "", so the stream says so (its
+            # first delta cannot, not knowing yet whether the reply is calls only, content null).
+            deltas.append(Delta(content=""))
+        return deltas
 
     def message(self) -> AssistantMessage:
         calls = [ToolCall(id=c.id, function=FunctionCall(name=c.name, arguments=c.arguments))
