@@ -92,6 +92,15 @@ def test_bad_completion_requests_get_400(http, name):
     error_of(r)
 
 
+def test_a_lone_prompt_and_a_stop_string_are_named_as_the_api_names_them(http):
+    # as generate() says it ("prompt 0" read as one of several); the bad stop item, not a tuple
+    for prompt in ("", [[]]):
+        err = error_of(post(http, COMPLETIONS_PATH, {"prompt": prompt, "max_tokens": 2}))
+        assert err["message"] == "the prompt is empty" and err["param"] == "prompt", err
+    err = error_of(post(http, COMPLETIONS_PATH, {"prompt": "a", "max_tokens": 2, "stop": ["x", ""]}))
+    assert err["message"] == "stop must be non-empty strings, got ''" and err["param"] == "stop", err
+
+
 def test_errors_name_the_field(http):
     assert error_of(post(http, CHAT_PATH, BAD_CHAT["bad role"]))["param"] == "messages[0].role"
     assert error_of(post(http, CHAT_PATH, BAD_CHAT["temperature < 0"]))["param"] == "temperature"

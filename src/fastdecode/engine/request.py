@@ -61,8 +61,9 @@ class GenerationConfig:
         if self.stop is not None and not isinstance(self.stop, (str, list, tuple)):
             raise FastDecodeError(f"stop must be a string or a list of strings, got {self.stop!r:.40}")
         stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
-        if any(not isinstance(s, str) or not s for s in stop):
-            raise FastDecodeError(f"stop must be non-empty strings, got {self.stop!r}")
+        bad = [s for s in stop if not isinstance(s, str) or not s]
+        if bad:
+            raise FastDecodeError(f"stop must be non-empty strings, got {bad[0]!r:.40}")
         object.__setattr__(self, "stop", stop)
         if self.eos_token_ids is not None:
             object.__setattr__(self, "eos_token_ids", frozenset(int(i) for i in self.eos_token_ids))

@@ -11,8 +11,8 @@ import asyncio
 from typing import Optional, Sequence
 
 from ..engine import Engine, GenerationConfig
-from ..errors import ConstraintFailed
 from ..engine.stream import RequestStream
+from ..errors import ConstraintFailed
 from ..sampling import SamplingParams
 from .errors import APIError
 

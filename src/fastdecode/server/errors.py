@@ -86,10 +86,10 @@ def from_fastdecode(e: FastDecodeError, names: Optional[dict[str, str]] = None,
     """A FastDecodeError as a 400. Messages of the engine's dataclasses start with the
     field's name: that becomes `param`, renamed to the request's field by `names`."""
     text = str(e)
-    word = re.match(r"\w+", text)
-    if word and word.group(0) in _ENGINE_FIELDS:
-        param = (names or {}).get(word.group(0), word.group(0))
-        text = param + text[word.end():]
+    word = re.match(r"(?:the )?(\w+)", text)  # "the prompt is empty": a lone prompt
+    if word and word.group(1) in _ENGINE_FIELDS:
+        param = (names or {}).get(word.group(1), word.group(1))
+        text = text[:word.start(1)] + param + text[word.end(1):]
     return APIError(400, text, param=param)
 
 

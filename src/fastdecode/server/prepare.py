@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+from ..api.generate import prompt_names
+from ..api.llm import LLM
 from ..engine import GenerationConfig
 from ..errors import FastDecodeError
-from ..api.llm import LLM
 from ..sampling import SamplingParams
 from ..structured import Constraint, json_schema_lark
 from ..text.harmony import MARKERS as HARMONY_MARKERS
@@ -57,10 +58,8 @@ class Job:
 
     @property
     def choice_names(self) -> list[str]:
-        """How the engine's errors name each choice's prompt: by the request's field."""
-        if len(self.prompts) == 1:
-            return ["prompt"] * self.n
-        return [f"prompt {i}" for i in range(len(self.prompts)) for _ in range(self.n)]
+        """How the engine's errors name each choice's prompt, as `generate` names them."""
+        return [name for name in prompt_names(len(self.prompts)) for _ in range(self.n)]
 
     @property
     def prompt_tokens(self) -> int:
