@@ -209,3 +209,50 @@ def test_byte_fallback_keeps_the_valid_characters_of_a_broken_run(tmp_path):
         stream = StreamDecoder(tok)
         pieces = [stream.push(ids[i:i + step]) for i in range(0, len(ids), step)] + [stream.flush()]
         assert "".join(pieces) == tok.decode(ids)
+
+
+def write_bpe_with(path, key, value, vtype, sub_type=None):
+    """write_bpe_gguf's vocabulary with `key` replaced by (or added as) `value` of GGUF type `vtype`."""
+    from gguf import GGUFValueType as V
+
+    tokens = byte_level_tokens()
+    fields = {"tokenizer.ggml.model": ("gpt2", V.STRING, None), "tokenizer.ggml.tokens": (tokens, V.ARRAY, V.STRING),
+              "tokenizer.ggml.token_type": ([3 if t.startswith("<|") else 1 for t in tokens], V.ARRAY, V.INT32),
+              "tokenizer.ggml.merges": ([f"{a} {b}" for a, b in MERGES], V.ARRAY, V.STRING),
+              "tokenizer.ggml.bos_token_id": (1, V.UINT32, None), "tokenizer.ggml.eos_token_id": (2, V.UINT32, None),
+              "tokenizer.chat_template": ("{{ messages[0]['content'] }}", V.STRING, None),
+              key: (value, vtype, sub_type)}
+    w = gguf.GGUFWriter(str(path), "llama")
+    for k, (v, t, sub) in fields.items():
+        w.add_key_value(k, v, t, sub_type=sub)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.mark.parametrize("key, value, vtype, sub_type, match", [
+    ("tokenizer.ggml.merges", 7, "UINT32", None, "tokenizer.ggml.merges must be an array of strings, got int 7"),
+    ("tokenizer.ggml.merges", [1, 2], "ARRAY", "INT32", "merges must be an array of strings, got an array of other"),
+    ("tokenizer.ggml.tokens", [1, 2], "ARRAY", "INT32", "tokens must be an array of strings"),
+    ("tokenizer.ggml.token_type", 3, "UINT32", None, "token_type must be an array of integers, got int 3"),
+    ("tokenizer.ggml.model", 1, "UINT32", None, "tokenizer.ggml.model must be a string, got int 1"),
+    ("tokenizer.ggml.bos_token_id", "one", "STRING", None, "bos_token_id must be an integer, got 'one'"),
+    ("tokenizer.ggml.eos_token_id", 1.5, "FLOAT32", None, "eos_token_id must be an integer, got 1.5"),
+    ("tokenizer.ggml.eot_token_id", [0], "ARRAY", "INT32", "eot_token_id must be an integer, got an array"),
+    ("tokenizer.ggml.eom_token_id", "x", "STRING", None, "eom_token_id must be an integer, got 'x'"),
+    ("tokenizer.chat_template", 5, "UINT32", None, "tokenizer.chat_template must be a string, got int 5"),
+    ("tokenizer.chat_template.tool_use", True, "BOOL", None, "tool_use must be a string, got bool True"),
+    ("tokenizer.ggml.pre", 2, "INT32", None, "tokenizer.ggml.pre must be a string"),
+])
+def test_tokenizer_metadata_of_the_wrong_type_is_named(tmp_path, key, value, vtype, sub_type, match):
+    """Each key the tokenizer reads, written with another GGUF type: one line naming the file and the
+    key (these failed with a TypeError or AttributeError from inside the tokenizer's construction)."""
+    from gguf import GGUFValueType as V
+
+    from fastdecode.errors import FastDecodeError
+
+    path = write_bpe_with(tmp_path / "typed.gguf", key, value, V[vtype], V[sub_type] if sub_type else None)
+    with pytest.raises(FastDecodeError, match=f"typed.gguf: .*{match}"):
+        tokenizer_from_gguf(GGUFFile(path))

@@ -11,13 +11,13 @@ does for `from_pretrained(..., gguf_file=...)`, since that is our reference:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Union
 
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as Backend
 
 from ..errors import FastDecodeError
-from .gguf_file import GGUFFile
+from .gguf_file import GGUFFile, optional_int
 from .gguf_splits import IGNORE_MERGES, splits
 from .hf_tokenizer import HFTokenizer
 
@@ -115,27 +115,57 @@ def _name(tokens: list[str], token_id: Optional[int]) -> Optional[str]:
     return tokens[token_id] if token_id is not None and 0 <= token_id < len(tokens) else None
 
 
+def _string(f: GGUFFile, key: str) -> Optional[str]:
+    """The string at `key` (None when absent); another type is a one-line error naming the key, where
+    the code below would fail deep inside (a template that is a number) without naming file or key."""
+    value = f.get(key)
+    if value is not None and not isinstance(value, str):
+        raise FastDecodeError(f"{f.path}: {key} must be a string, got {_kind(value)}")
+    return value
+
+
+def _array(f: GGUFFile, key: str, item: Union[type, tuple[type, ...]], what: str) -> Optional[list]:
+    """The array of `item`s (`what`, for the error) at `key`, None when absent; as `_string`."""
+    value = f.get(key)
+    if value is not None and not (isinstance(value, list) and all(
+            isinstance(v, item) and not isinstance(v, bool) for v in value)):
+        raise FastDecodeError(f"{f.path}: {key} must be an array of {what}, got {_kind(value)}")
+    return value
+
+
+def _kind(value: Any) -> str:
+    return "an array of other values" if isinstance(value, list) else f"{type(value).__name__} {value!r:.40}"
+
+
+def _token_id(f: GGUFFile, key: str) -> Optional[int]:
+    value = f.get(key)
+    if isinstance(value, list):
+        raise FastDecodeError(f"{f.path}: {key} must be an integer, got an array")
+    return optional_int(value, f.path, key)
+
+
 def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
     path: Path = f.path
-    kind = f.get("tokenizer.ggml.model")
-    tokens = f.get("tokenizer.ggml.tokens")
+    kind = _string(f, "tokenizer.ggml.model")
+    tokens = _array(f, "tokenizer.ggml.tokens", str, "strings")
     if kind is None or not tokens:
         raise FastDecodeError(f"{path}: no tokenizer in the file (tokenizer.ggml.model/tokens missing)")
     if kind not in SUPPORTED_MODELS:
         raise FastDecodeError(
             f"{path}: unsupported tokenizer type {kind!r}; supported: {', '.join(SUPPORTED_MODELS)}")
-    types = f.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-    raw_merges = f.get("tokenizer.ggml.merges")
+    types = _array(f, "tokenizer.ggml.token_type", int, "integers") or [1] * len(tokens)
+    raw_merges = _array(f, "tokenizer.ggml.merges", str, "strings")
     if raw_merges is not None:
         merges = [tuple(m.split(" ", 1)) for m in raw_merges]
     elif kind == "llama":
-        merges = merges_from_scores(tokens, f.get("tokenizer.ggml.scores") or [0.0] * len(tokens))
+        merges = merges_from_scores(tokens, _array(f, "tokenizer.ggml.scores", (int, float), "numbers")
+                                    or [0.0] * len(tokens))
     else:
         raise FastDecodeError(f"{path}: gpt2 tokenizer without tokenizer.ggml.merges")
 
     try:
         if kind == "gpt2":
-            backend = _byte_level(tokens, merges, f.get("tokenizer.ggml.pre"))
+            backend = _byte_level(tokens, merges, _string(f, "tokenizer.ggml.pre"))
         else:
             # transformers always prepends "▁"; llama.cpp honours add_space_prefix, and so do we.
             backend = _sentencepiece(tokens, merges, bool(f.get("tokenizer.ggml.add_space_prefix", True)),
@@ -151,10 +181,10 @@ def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
         control = [t for t, k in zip(tokens, types) if k == CONTROL]
 
     special = {
-        "bos_token": _name(tokens, f.get("tokenizer.ggml.bos_token_id")),
-        "eos_token": _name(tokens, f.get("tokenizer.ggml.eos_token_id")),
-        "unk_token": _name(tokens, f.get("tokenizer.ggml.unknown_token_id")),
-        "pad_token": _name(tokens, f.get("tokenizer.ggml.padding_token_id")),
+        "bos_token": _name(tokens, _token_id(f, "tokenizer.ggml.bos_token_id")),
+        "eos_token": _name(tokens, _token_id(f, "tokenizer.ggml.eos_token_id")),
+        "unk_token": _name(tokens, _token_id(f, "tokenizer.ggml.unknown_token_id")),
+        "pad_token": _name(tokens, _token_id(f, "tokenizer.ggml.padding_token_id")),
     }
     named = [t for t in special.values() if t is not None and t not in control]
     backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in [*control, *named]])
@@ -163,8 +193,8 @@ def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
     if user:
         backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
 
-    extra_eos = [f.get(f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom")]
-    template = f.get("tokenizer.chat_template")
+    extra_eos = [_token_id(f, f"tokenizer.ggml.{k}_token_id") for k in ("eot", "eom")]
+    template = _string(f, "tokenizer.chat_template")
     index = {t: i for i, t in enumerate(tokens) if t in (*END_OF_TURN, *HARMONY_ENDS)}
     if all(t in index for t in HARMONY_ENDS):
         extra_eos = [index[t] for t in HARMONY_ENDS]
@@ -175,7 +205,7 @@ def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
         special=special,
         extra_eos_ids=[i for i in extra_eos if i is not None],
         chat_template=template,
-        tool_template=f.get("tokenizer.chat_template.tool_use"),  # llama.cpp's key for a named template
+        tool_template=_string(f, "tokenizer.chat_template.tool_use"),  # llama.cpp's key for a named template
         # SentencePiece vocabularies get BOS unless the file says otherwise (llama.cpp's rule).
         add_bos=bool(f.get("tokenizer.ggml.add_bos_token", kind == "llama")),
         add_eos=bool(f.get("tokenizer.ggml.add_eos_token", False)),
