@@ -95,6 +95,18 @@ def test_a_python_error_inside_the_template_becomes_a_one_line_error():
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize("template, error", [
+    ("{{ 1 // (messages | length - 1) }}", "ZeroDivisionError"),
+    ("{% for i in range(10**9) %}x{% endfor %}", "OverflowError"),  # the sandbox's MAX_RANGE
+    ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+])
+def test_arithmetic_range_and_recursion_errors_in_a_template_are_one_line_errors(template, error):
+    """These escaped as exit code 1 with the exception's name (not an input error) from the CLI."""
+    with pytest.raises(FastDecodeError, match=f"chat template failed on these messages: {error}") as info:
+        render_chat_template(StubTokenizer(template), [{"role": "user", "content": "x"}])
+    assert "\n" not in str(info.value)
+
+
 @pytest.mark.parametrize("template", [
     "{{ ''.__class__.__mro__ }}",
     "{{ messages.append({'role': 'x'}) }}",

@@ -121,7 +121,9 @@ def render_chat_template(tokenizer: "Tokenizer", messages: list[dict], *, add_ge
                                **variables)
     except jinja2.TemplateError as e:
         raise FastDecodeError(f"chat template failed: {e.message or type(e).__name__}") from None
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError) as e:
-        # The template's own expressions on these messages (a model's template is data, not our code).
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError, RecursionError) as e:
+        # The template's own expressions on these messages (a model's template is data, not our code):
+        # also a division by zero, the sandbox's refusal of a huge range (OverflowError), a macro that
+        # calls itself.
         detail = " ".join(str(e).split())
         raise FastDecodeError(f"chat template failed on these messages: {type(e).__name__}: {detail}") from None
