@@ -494,6 +494,17 @@ def test_tokenizer_settings_come_from_the_directory(tmp_path):
     assert tok.encode("hello", add_special_tokens=False)[0] != 1
 
 
+@pytest.mark.parametrize("name, eos", [("generation_config.json", [2, "x"]), ("generation_config.json", [None]),
+                                       ("config.json", ["<eos>"]), ("config.json", [2, 1.5])])
+def test_eos_token_id_list_with_other_items_is_named(tmp_path, name, eos):
+    """A listed end-of-sequence id that is not an integer failed with a bare ValueError or TypeError."""
+    write_hf_dir(tmp_path, hf_model())
+    config = json.loads((tmp_path / name).read_text()) if (tmp_path / name).is_file() else {}
+    (tmp_path / name).write_text(json.dumps({**config, "eos_token_id": eos}))
+    with pytest.raises(FastDecodeError, match=f"{name}: eos_token_id must be an integer or a list of integers"):
+        load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+
+
 @pytest.mark.parametrize("template,config", [
     (None, {}),
     (None, {"add_bos_token": True}),  # ignored by transformers 5 when tokenizer.json exists

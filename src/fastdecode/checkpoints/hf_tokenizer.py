@@ -191,8 +191,15 @@ def _generation_eos_ids(directory: Path) -> list[int]:
     for name in ("config.json", "generation_config.json"):
         if (directory / name).is_file():
             value = _read_json(directory / name).get("eos_token_id")
-            ids.extend(value if isinstance(value, list) else [value] if isinstance(value, int) else [])
-    return [int(i) for i in ids]
+            listed = value if isinstance(value, list) else [value] if isinstance(value, int) else []
+            # A list item that is not an id ("<eos>", null, 2.5) is named here, not left to fail as a bare
+            # ValueError or TypeError; a scalar of another kind is ignored as before.
+            bad = [i for i in listed if isinstance(i, bool) or not isinstance(i, int)]
+            if bad:
+                raise FastDecodeError(f"{directory / name}: eos_token_id must be an integer or a list of integers, "
+                                      f"got {bad[0]!r:.40} in {value!r:.80}")
+            ids.extend(listed)
+    return ids
 
 
 def tokenizer_from_hf_dir(directory: Path) -> HFTokenizer:
