@@ -494,6 +494,15 @@ def test_tokenizer_settings_come_from_the_directory(tmp_path):
     assert tok.encode("hello", add_special_tokens=False)[0] != 1
 
 
+@pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "generation_config.json"])
+def test_json_nested_too_deep_is_a_one_line_error(tmp_path, name):
+    """Nesting past Python's recursion limit escaped the JSON readers as a RecursionError."""
+    write_hf_dir(tmp_path, hf_model())
+    (tmp_path / name).write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(FastDecodeError, match=f"{name}: cannot read JSON"):
+        load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+
+
 @pytest.mark.parametrize("name, eos", [("generation_config.json", [2, "x"]), ("generation_config.json", [None]),
                                        ("config.json", ["<eos>"]), ("config.json", [2, 1.5])])
 def test_eos_token_id_list_with_other_items_is_named(tmp_path, name, eos):

@@ -133,7 +133,7 @@ def read_config(directory: Path) -> dict[str, Any]:
             "and its weights (model.safetensors, or sharded with model.safetensors.index.json)")
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: nesting too deep
         raise FastDecodeError(f"{path}: cannot read JSON ({e})") from None
     if not isinstance(config, dict):
         raise FastDecodeError(f"{path}: expected a JSON object")

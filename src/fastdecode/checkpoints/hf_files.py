@@ -31,7 +31,8 @@ def weight_files(directory: Path) -> list[Path]:
             try:
                 shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
                 files = [directory / shard for shard in shards]
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError, TypeError,
+                    AttributeError) as e:
                 raise FastDecodeError(f"{index}: not a {kind} index ({e})") from None
             # A shard is a file beside its index, of the index's format: a name with a folder in it
             # ("../x", "/x") would read a file from anywhere, and a .bin shard of a safetensors index a pickle.

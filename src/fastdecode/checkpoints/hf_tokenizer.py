@@ -159,7 +159,7 @@ def _read_json(path: Path) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # RecursionError: nesting too deep
         raise FastDecodeError(f"{path}: cannot read JSON ({e})") from None
     if not isinstance(data, dict):
         raise FastDecodeError(f"{path}: expected a JSON object, got {type(data).__name__}")
