@@ -494,6 +494,16 @@ def test_tokenizer_settings_come_from_the_directory(tmp_path):
     assert tok.encode("hello", add_special_tokens=False)[0] != 1
 
 
+@pytest.mark.parametrize("name", ["chat_template.jinja", "additional_chat_templates/tool_use.jinja"])
+def test_chat_template_file_that_is_not_utf8_is_named(tmp_path, name):
+    """A template file with bytes that are not UTF-8 failed with a bare UnicodeDecodeError."""
+    write_hf_dir(tmp_path, hf_model())
+    (tmp_path / name).parent.mkdir(exist_ok=True)
+    (tmp_path / name).write_bytes(b"{{ messages }}\xff")
+    with pytest.raises(FastDecodeError, match=f"{name}: not UTF-8 text \\(byte 0xff at offset 14\\)"):
+        load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+
+
 @pytest.mark.parametrize("name", ["config.json", "tokenizer_config.json", "generation_config.json"])
 def test_json_nested_too_deep_is_a_one_line_error(tmp_path, name):
     """Nesting past Python's recursion limit escaped the JSON readers as a RecursionError."""

@@ -166,13 +166,22 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _read_template(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:  # else a bare exception naming neither the file nor the byte's place
+        raise FastDecodeError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except OSError as e:
+        raise FastDecodeError(f"{path}: cannot read the chat template ({e.strerror or e})") from None
+
+
 def _chat_templates(directory: Path, config: dict[str, Any]) -> tuple[Optional[str], Optional[str]]:
     """(the default chat template, the "tool_use" one) as transformers finds them."""
     named: dict[str, Any] = {}
     # Newer transformers save the templates beside the config instead of inside it.
     jinja = directory / "chat_template.jinja"
     if jinja.is_file():
-        named["default"] = jinja.read_text(encoding="utf-8")
+        named["default"] = _read_template(jinja)
     elif (directory / "chat_template.json").is_file():
         named["default"] = _read_json(directory / "chat_template.json").get("chat_template")
     else:
@@ -181,7 +190,7 @@ def _chat_templates(directory: Path, config: dict[str, Any]) -> tuple[Optional[s
         named = {t.get("name"): t.get("template") for t in named["default"] if isinstance(t, dict)}
     extra = directory / "additional_chat_templates" / "tool_use.jinja"
     if extra.is_file():
-        named["tool_use"] = extra.read_text(encoding="utf-8")
+        named["tool_use"] = _read_template(extra)
     default, tool_use = named.get("default"), named.get("tool_use")
     return (default if isinstance(default, str) else None, tool_use if isinstance(tool_use, str) else None)
 
