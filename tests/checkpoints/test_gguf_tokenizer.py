@@ -256,3 +256,15 @@ def test_tokenizer_metadata_of_the_wrong_type_is_named(tmp_path, key, value, vty
     path = write_bpe_with(tmp_path / "typed.gguf", key, value, V[vtype], V[sub_type] if sub_type else None)
     with pytest.raises(FastDecodeError, match=f"typed.gguf: .*{match}"):
         tokenizer_from_gguf(GGUFFile(path))
+
+
+def test_merge_without_a_space_is_named(tmp_path):
+    """A merge that is not 'left right' failed as "failed to extract enum PyMerges", naming neither."""
+    from gguf import GGUFValueType as V
+
+    from fastdecode.errors import FastDecodeError
+
+    merges = [f"{a} {b}" for a, b in MERGES] + ["hello"]
+    path = write_bpe_with(tmp_path / "m.gguf", "tokenizer.ggml.merges", merges, V.ARRAY, V.STRING)
+    with pytest.raises(FastDecodeError, match=f"m.gguf: tokenizer.ggml.merges entry {len(MERGES)} \\('hello'\\) is not two"):
+        tokenizer_from_gguf(GGUFFile(path))

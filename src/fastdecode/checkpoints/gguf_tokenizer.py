@@ -157,6 +157,10 @@ def tokenizer_from_gguf(f: GGUFFile) -> HFTokenizer:
     raw_merges = _array(f, "tokenizer.ggml.merges", str, "strings")
     if raw_merges is not None:
         merges = [tuple(m.split(" ", 1)) for m in raw_merges]
+        bad = next((i for i, m in enumerate(merges) if len(m) != 2), None)
+        if bad is not None:  # the tokenizers library's own error names neither the entry nor the format
+            raise FastDecodeError(f"{path}: tokenizer.ggml.merges entry {bad} ({raw_merges[bad]!r:.40}) is not two "
+                                  "tokens separated by a space")
     elif kind == "llama":
         merges = merges_from_scores(tokens, _array(f, "tokenizer.ggml.scores", (int, float), "numbers")
                                     or [0.0] * len(tokens))
