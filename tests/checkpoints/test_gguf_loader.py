@@ -209,6 +209,24 @@ def test_corrupt_header_entry_is_located(tmp_path, good_gguf):
         assert expected in one_line_error(bad, "corrupt GGUF header")
 
 
+def test_unknown_metadata_value_type_is_located(tmp_path, good_gguf):
+    """A value type outside GGUF's 0-12, of an entry or of an array's items, is named with the entry;
+    it read as "truncated or corrupt GGUF (the header or tensor data is cut short)"."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(good_gguf)
+    keys = list(reader.fields)
+    tokens = reader.fields["tokenizer.ggml.tokens"]
+    before = keys[keys.index("tokenizer.ggml.tokens") - 1]
+    entry_type = tokens.offset + 8 + len("tokenizer.ggml.tokens")  # after the key's length and text
+    bad = tmp_path / "vtype.gguf"
+    for at in (entry_type, entry_type + 4):  # the entry's type, then its items' type
+        data = bytearray(good_gguf.read_bytes())
+        struct.pack_into("<I", data, at, 99)
+        bad.write_bytes(bytes(data))
+        one_line_error(bad, f"the metadata entry after '{before}' has unknown value type 99; GGUF's are 0-12")
+
+
 def test_tensor_shape_against_the_metadata(tmp_path, good_gguf):
     """A Q matrix whose rows disagree with the head count: named before the un-permute that
     reshapes by it (that reshape failed with a bare RuntimeError)."""

@@ -57,14 +57,23 @@ class _Reader(GGUFReader):
         try:
             super().__init__(path)
         except (IndexError, OverflowError, TypeError, KeyError, UnicodeDecodeError) as e:
-            if self._info_at is not None:
-                where = f"the tensor description at byte {self._info_at}"
-            elif self._last_key is not None and not self._last_key.startswith("GGUF."):
-                where = f"the metadata entry after {self._last_key!r}"
-            else:
-                where = "the first metadata entry"
-            raise _BadHeader(f"{where} runs past the end of the file or holds an impossible value "
+            raise _BadHeader(f"{self._where()} runs past the end of the file or holds an impossible value "
                              f"({type(e).__name__})") from None
+        except ValueError as e:
+            # A value type (of an entry or an array's items) outside GGUF's; the reader's other
+            # ValueErrors (version, alignment, tensor type) are described by GGUFFile.
+            m = re.search(r"(\d+)\)? is not a valid GGUFValueType", str(e))
+            if m is None:
+                raise
+            raise _BadHeader(f"{self._where()} has unknown value type {m.group(1)}; GGUF's are 0-12") from None
+
+    def _where(self) -> str:
+        """The header entry being read when the reader failed."""
+        if self._info_at is not None:
+            return f"the tensor description at byte {self._info_at}"
+        if self._last_key is not None and not self._last_key.startswith("GGUF."):
+            return f"the metadata entry after {self._last_key!r}"
+        return "the first metadata entry"
 
     def _push_field(self, field: Any, skip_sum: bool = False) -> int:
         if field.name in self.fields:
