@@ -39,6 +39,9 @@ def test_a_pydantic_model_is_a_schema():
 @pytest.mark.parametrize("build, words", [
     (lambda: Constraint.json_schema({"type": "strin"}), ["json_schema", "strin"]),
     (lambda: Constraint.json_schema("{not json"), ["json_schema", "not valid JSON"]),
+    # nested past Python's recursion limit: json's RecursionError, which left the CLI with exit 1
+    (lambda: Constraint.json_schema("[" * 100_000 + "]" * 100_000), ["json_schema", "nested too deeply"]),
+    (lambda: Constraint("json_schema", "[" * 100_000 + "]" * 100_000), ["json_schema", "nested too deeply"]),
     (lambda: Constraint.json_schema([1, 2]), ["json_schema", "list"]),
     (lambda: Constraint.json_schema(False), ["json_schema is false", "no value", "true for any JSON value"]),
     (lambda: Constraint.json_schema("false"), ["json_schema is false"]),

@@ -102,6 +102,10 @@ class Constraint:
         return _grammar(self.kind, self.spec)
 
 
+# json.loads recurses once per level of nesting: text nested past Python's limit raises RecursionError.
+_TOO_DEEP = "json_schema is not valid JSON: it is nested too deeply to parse"
+
+
 def schema_text(schema: Any) -> str:
     """A JSON schema as compact JSON text, its key order kept (it is the output's order)."""
     if isinstance(schema, type) and hasattr(schema, "model_json_schema"):  # a pydantic model class
@@ -112,6 +116,8 @@ def schema_text(schema: Any) -> str:
         except json.JSONDecodeError as e:
             raise FastDecodeError(f"json_schema is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") \
                 from None
+        except RecursionError:
+            raise FastDecodeError(_TOO_DEEP) from None
     _schema_object(schema)
     try:
         return json.dumps(schema, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -171,6 +177,8 @@ def _check_schema_text(text: str) -> None:
         schema = json.loads(text)
     except json.JSONDecodeError as e:
         raise FastDecodeError(f"json_schema is not valid JSON: {e.msg}") from None
+    except RecursionError:
+        raise FastDecodeError(_TOO_DEEP) from None
     _schema_object(schema)
 
 
