@@ -99,6 +99,7 @@ def test_unknown_key_lists_valid_keys():
     ("count: 1.5\n", "count=1.5 is not valid"),
     ("flag: 3\n", "flag=3 is not valid"),
     ("count:\n", "count is empty"),
+    ("count: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),  # PyYAML's RecursionError: exit 1 before
 ])
 def test_bad_config_files_name_the_file_or_key(tmp_path, text, needle):
     with pytest.raises(FastDecodeError) as e:

@@ -109,6 +109,8 @@ def read_yaml(path: str) -> dict[str, Any]:
         line = f" at line {where.line + 1}" if where is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise FastDecodeError(f"config file {path!r} is not valid YAML{line}: {problem}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise FastDecodeError(f"config file {path!r} is not valid YAML: it is nested too deeply to read") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
