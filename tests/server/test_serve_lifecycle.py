@@ -30,9 +30,16 @@ def test_port_in_use_and_bad_keys_exit_2_with_one_line():
 
 
 def test_a_model_that_fails_to_load_exits_2(tmp_path):
+    """A model that does not exist, or a load setting out of range, fails before the server listens:
+    one line (it printed "listening on ..." first, then loaded in the background and failed)."""
     rc, err = serve_exits("model=no-such-model", "port=0")
-    assert rc == 2
-    assert err.splitlines()[-1].startswith("fastdecode: error: model 'no-such-model' is not a preset")
+    assert rc == 2 and err.count("\n") == 1
+    assert err.startswith("fastdecode: error: model 'no-such-model' is not a preset")
+    rc, err = serve_exits("model=tiny", "port=0", "prefill_chunk=0")
+    assert rc == 2 and err.count("\n") == 1 and "prefill_chunk=0 is out of range" in err
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF")  # exists: it fails as it loads, after listening
+    rc, err = serve_exits(f"model={tmp_path / 'bad.gguf'}", "port=0")
+    assert rc == 2 and "bad.gguf" in err.splitlines()[-1]
 
 
 def test_sigterm_drains_open_streams(tmp_path):

@@ -161,6 +161,18 @@ def _model(opts: LoadOptions, group: Any) -> _Part:
     return part
 
 
+def check_model_name(name: str) -> None:
+    """A one-line error unless `name` is a preset, a known (installed) checkpoint or an existing path, as
+    `_load_weights` takes it; `fastdecode serve` asks before it listens, as it loads the model after."""
+    from .. import checkpoints
+
+    if name in PRESETS or checkpoints.resolve_checkpoint_name(name) is not None or os.path.exists(name):
+        return
+    raise FastDecodeError(
+        f"model {name!r} is not a preset, a known checkpoint or an existing path{checkpoints.suggest(name)}; presets: "
+        f"{', '.join(sorted(PRESETS))}; checkpoints: {', '.join(checkpoints.CHECKPOINTS)}")
+
+
 def _load_weights(name: str, device: torch.device, dtype: torch.dtype, weights: str) -> _Part:
     if name in PRESETS:
         args = get_preset(name)
@@ -180,11 +192,8 @@ def _load_weights(name: str, device: torch.device, dtype: torch.dtype, weights: 
 
     path = checkpoints.resolve_checkpoint_name(name)
     if path is None:
+        check_model_name(name)
         path = name
-        if not os.path.exists(path):
-            raise FastDecodeError(
-                f"model {name!r} is not a preset, a known checkpoint or an existing path{checkpoints.suggest(name)}; presets: "
-                f"{', '.join(sorted(PRESETS))}; checkpoints: {', '.join(checkpoints.CHECKPOINTS)}")
     ckpt = checkpoints.load_checkpoint(path, dtype=dtype, device=device, weights=weights)
     # The freed working memory of a conversion (1B Q4_K_M: RSS 1.6 GB, not 1.0) or of building
     # the tokenizer (Gemma 3's 262,144 tokens: 280 MB, against the 93 MB the tokenizer keeps).

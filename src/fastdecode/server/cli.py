@@ -53,6 +53,12 @@ def _serve(s: ServeSettings) -> int:
     if not is_loopback(s.host) and s.api_key is None:
         print(f"fastdecode: warning: host={s.host} without api_key: anyone who can reach this machine can use "
               "the server; set api_key=... or $FASTDECODE_API_KEY", file=sys.stderr)
+    # The model loads after the server listens (/health answers 503 meanwhile): check the settings and
+    # that the model exists first, so that a typo fails in one line and never reaches "listening".
+    from ..api.build import check_model_name
+    from ..config import LoadOptions
+
+    check_model_name(LoadOptions.from_settings(s).model)
     sock = bind_socket(s.host, s.port)
     import uvicorn  # after the checks above: bad settings fail fast
 
