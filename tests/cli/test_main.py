@@ -190,6 +190,15 @@ def test_chat_without_a_template_says_so_in_one_line(monkeypatch, capsys):
     assert cli.main(["generate", "model=tiny", "max_new_tokens=2", "temperature=0", "hi"]) == 0
 
 
+def test_chat_with_a_template_that_does_not_parse_fails_at_start(monkeypatch, capsys):
+    """It failed every message with the syntax error as a notice, then exited 0 at the end of input."""
+    monkeypatch.setattr("fastdecode.api.build.BYTE_CHAT_TEMPLATE", "{% for m in messages %}{{ m.content ")
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n"))
+    assert cli.main(["chat", "model=tiny", "max_new_tokens=2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "chat template has a syntax error on line 1" in captured.err
+
+
 def test_chat_refuses_a_reply_budget_that_fills_the_context(capsys):
     """max_new_tokens >= max_seq_len would make every message "too long": one line up front."""
     assert cli.main(["chat", "model=tiny", "max_seq_len=32", "max_new_tokens=32"]) == 2

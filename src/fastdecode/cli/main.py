@@ -26,6 +26,7 @@ from ..engine.speculative import draft_model_name
 from ..errors import FastDecodeError
 from ..sampling import SamplingParams
 from ..structured import from_options
+from ..text.chat_template import compile_template
 from ..version import __version__
 from .command import EXIT_USAGE, exit_code
 from .keys import (JsonText, copy_fields, decode_utf8, describe_settings, format_value, is_override,
@@ -291,6 +292,8 @@ def cmd_chat(s: Any) -> int:
     if llm.tokenizer.chat_template is None:  # e.g. a base (pretrained) checkpoint
         raise FastDecodeError(f"{llm.source}: this checkpoint has no chat template, so chat cannot format turns; "
                               "prompt it as plain text with `fastdecode generate`")
+    # A template that does not parse would fail every message, each as a notice, and leave with exit 0.
+    compile_template(llm.tokenizer.chat_template)
     if config.max_new_tokens >= llm.max_seq_len:  # every message would be "too long"
         raise FastDecodeError(f"max_new_tokens={config.max_new_tokens} leaves no room for a message in this "
                               f"model's max_seq_len={llm.max_seq_len}; give max_new_tokens below {llm.max_seq_len}")
