@@ -494,6 +494,16 @@ def test_tokenizer_settings_come_from_the_directory(tmp_path):
     assert tok.encode("hello", add_special_tokens=False)[0] != 1
 
 
+def test_named_chat_templates_with_odd_entries_are_skipped(tmp_path):
+    """Entries of a named-template list whose name is not a string (a list, an object) failed the load with a
+    bare 'unhashable type'; like entries that are not objects, they are skipped."""
+    entries = [{"name": ["a"], "template": "x"}, {"name": {"b": 1}, "template": "y"}, 5,
+               {"name": "default", "template": "{{ messages[0]['content'] }}"}]
+    write_hf_dir(tmp_path, hf_model(), tokenizer_config={"chat_template": entries})
+    tok = load_checkpoint(tmp_path, dtype=torch.float32, device="cpu").tokenizer
+    assert tok.chat_template == "{{ messages[0]['content'] }}"
+
+
 @pytest.mark.parametrize("name", ["chat_template.jinja", "additional_chat_templates/tool_use.jinja"])
 def test_chat_template_file_that_is_not_utf8_is_named(tmp_path, name):
     """A template file with bytes that are not UTF-8 failed with a bare UnicodeDecodeError."""

@@ -186,8 +186,10 @@ def _chat_templates(directory: Path, config: dict[str, Any]) -> tuple[Optional[s
         named["default"] = _read_json(directory / "chat_template.json").get("chat_template")
     else:
         named["default"] = config.get("chat_template")
-    if isinstance(named["default"], list):  # named templates
-        named = {t.get("name"): t.get("template") for t in named["default"] if isinstance(t, dict)}
+    if isinstance(named["default"], list):  # named templates; an entry without a string name is skipped, as
+        # one that is not an object is (a list as a name failed as "unhashable type")
+        named = {t["name"]: t.get("template") for t in named["default"]
+                 if isinstance(t, dict) and isinstance(t.get("name"), str)}
     extra = directory / "additional_chat_templates" / "tool_use.jinja"
     if extra.is_file():
         named["tool_use"] = _read_template(extra)
