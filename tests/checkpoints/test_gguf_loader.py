@@ -399,6 +399,15 @@ def test_zero_heads_or_width(tmp_path, key, value):
     one_line_error(path, rf"llama\.{name} must be >= 1, got 0$")
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma2", "gemma3"])
+def test_block_count_past_the_layer_bound(tmp_path, arch):
+    """Gemma 2's and 3's per-layer lists were built from block_count before ModelArgs bounded it: 2**32 - 1
+    layers ran for minutes and took gigabytes before any error."""
+    path = write_gguf(tmp_path / "layers.gguf", gguf_tensors(hf_model()), arch=arch, n_layers=2**32 - 1,
+                      extra={f"{arch}.attention.sliding_window": 64} if arch == "gemma3" else None)
+    one_line_error(path, rf"{arch}\.block_count must be 1\.\.4,096, got 4,294,967,295")
+
+
 def test_tokenizer_larger_than_model_vocabulary(tmp_path):
     tokens = byte_level_tokens() + ["extra1", "extra2"]
     path = write_gguf(tmp_path / "vocab.gguf", gguf_tensors(hf_model()), tokens=tokens)

@@ -10,7 +10,7 @@ from typing import Any, Optional
 import torch
 
 from ..errors import FastDecodeError
-from ..model.args import ModelArgs, RopeScaling, yarn_mscale
+from ..model.args import MAX_LAYERS, ModelArgs, RopeScaling, yarn_mscale
 from .gguf_file import GGUFFile, number, optional_int
 
 # Architectures whose tensors we can map. llama.cpp writes Mistral as "llama", Ministral 3
@@ -297,6 +297,8 @@ def gguf_model_args(f: GGUFFile) -> ModelArgs:
                               f"for {arch}")
     theta = number(f, f"{arch}.rope.freq_base", 10000.0)
     n_layers = need("block_count")
+    if not 1 <= n_layers <= MAX_LAYERS:  # before the per-layer lists below are built from it (2**63 of them)
+        raise FastDecodeError(f"{f.path}: {arch}.block_count must be 1..{MAX_LAYERS:,}, got {n_layers:,}")
     context = optional_int(f.get(f"{arch}.context_length", 2048), f.path, "context_length")
     hidden = need("feed_forward_length")
     if arch in _VL_TEXT:
