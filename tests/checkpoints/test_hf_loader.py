@@ -494,6 +494,17 @@ def test_tokenizer_settings_come_from_the_directory(tmp_path):
     assert tok.encode("hello", add_special_tokens=False)[0] != 1
 
 
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_num_hidden_layers_past_the_layer_bound(tmp_path, arch):
+    """Gemma 3's per-layer list was built from num_hidden_layers before ModelArgs bounded it: 2**40 layers
+    ended in a MemoryError after half a minute."""
+    write_hf_dir(tmp_path, hf_model(arch))
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2**40}))
+    with pytest.raises(FastDecodeError, match="num_hidden_layers must be 1..4,096, got 1,099,511,627,776"):
+        load_checkpoint(tmp_path, dtype=torch.float32, device="cpu")
+
+
 def test_named_chat_templates_with_odd_entries_are_skipped(tmp_path):
     """Entries of a named-template list whose name is not a string (a list, an object) failed the load with a
     bare 'unhashable type'; like entries that are not objects, they are skipped."""
@@ -807,7 +818,7 @@ def test_yarn_stretches_the_declared_context(tmp_path):
     ({"hidden_size": 64.5}, "hidden_size must be an integer, got 64.5"),
     ({"max_position_embeddings": True}, "max_position_embeddings must be an integer, got True"),
     ({"max_position_embeddings": 10**9}, "max_seq_len must be at most 16,777,216"),
-    ({"num_hidden_layers": 10**9}, "n_layers must be at most 4,096"),
+    ({"num_hidden_layers": 10**9}, "num_hidden_layers must be 1..4,096, got 1,000,000,000"),
     ({"rms_norm_eps": "x"}, "rms_norm_eps must be a finite number, got 'x'"),
     ({"rope_parameters": 7}, "rope_parameters must be an object, got 7"),
     ({"hidden_act": ["silu"]}, "hidden activation ['silu'] is not supported"),

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import FastDecodeError
-from ..model.args import ModelArgs, RopeScaling, yarn_mscale
+from ..model.args import MAX_LAYERS, ModelArgs, RopeScaling, yarn_mscale
 from . import hf_mxfp4
 
 SUPPORTED_ARCHS = ("LlamaForCausalLM", "MistralForCausalLM", "Ministral3ForCausalLM", "Qwen2ForCausalLM",
@@ -615,6 +615,8 @@ def hf_model_args(config: dict[str, Any], directory: Path) -> ModelArgs:
         n_layers = _int(config, "num_hidden_layers")
         if n_heads < 1:
             raise FastDecodeError(f"num_attention_heads must be >= 1, got {n_heads}")
+        if not 1 <= n_layers <= MAX_LAYERS:  # before the per-layer lists below are built from it
+            raise FastDecodeError(f"num_hidden_layers must be 1..{MAX_LAYERS:,}, got {n_layers:,}")
         head_dim = _int(config, "head_dim", 0) or dim // n_heads
         partial = _number(config, "partial_rotary_factor",
                           _number(params, "partial_rotary_factor", 0.5 if arch == GLM4 else 1.0))
