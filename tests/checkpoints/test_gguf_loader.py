@@ -391,6 +391,19 @@ def test_unsupported_architecture(tmp_path):
     assert "llama" in message and "qwen2" in message
 
 
+def test_missing_architecture(tmp_path, good_gguf):
+    """A file without general.architecture read as "unsupported architecture None"."""
+    from gguf import GGUFReader
+
+    field = GGUFReader(good_gguf).fields["general.architecture"]
+    data = bytearray(good_gguf.read_bytes())
+    at = field.offset + 8  # the key's text, after its length
+    data[at:at + len("general")] = b"GENERAL"  # the same entry under another key
+    bad = tmp_path / "noarch.gguf"
+    bad.write_bytes(bytes(data))
+    assert "llama" in one_line_error(bad, "missing metadata key general.architecture; supported: ")
+
+
 @pytest.mark.parametrize("key, value", [("n_heads", 0), ("dim", 0)])
 def test_zero_heads_or_width(tmp_path, key, value):
     """A head count of 0 raised ZeroDivisionError (the head size's default divides by it)."""

@@ -272,6 +272,9 @@ def _check_text_mrope(f: GGUFFile, arch: str, rot: int) -> None:
 
 def gguf_model_args(f: GGUFFile) -> ModelArgs:
     arch = f.get("general.architecture")
+    if arch is None:  # else "unsupported architecture None", as if the file had named one
+        raise FastDecodeError(f"{f.path}: missing metadata key general.architecture; supported: "
+                              f"{', '.join(SUPPORTED_ARCHS)}")
     if arch not in SUPPORTED_ARCHS:
         raise FastDecodeError(
             f"{f.path}: unsupported architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
