@@ -104,6 +104,32 @@ def test_the_schema_true_takes_any_json_value():
         assert m.consume_tokens(ids) and m.is_accepting(), text
 
 
+def test_formats_llguidance_does_not_know_are_annotations():
+    """A format llguidance does not implement is an annotation, as JSON Schema takes any format
+    by default (it refused pydantic's SecretStr "password", bytes "binary"); one it implements
+    is still enforced, and a property named "format" is a property, not the keyword."""
+    import llguidance
+    from fastdecode.structured.constraint import _grammar
+    from fastdecode.structured.vocab import vocab_for
+    from fastdecode.text.tokenizer import ByteTokenizer
+
+    def takes(schema, text):
+        spec = Constraint.json_schema(schema).spec
+        m = llguidance.LLMatcher(vocab_for(ByteTokenizer()).ll, _grammar("json_schema", spec), log_level=0)
+        return m.consume_tokens(list(text.encode())) and m.is_accepting()
+
+    for fmt in ("password", "binary", "uri-reference", "path"):
+        nested = {"type": "object", "properties": {"format": {"$ref": "#/$defs/s"}, "t": {"type": "array", "items": {
+            "anyOf": [{"type": "string", "format": fmt}, {"type": "null"}]}}}, "required": ["format", "t"],
+            "additionalProperties": False, "$defs": {"s": {"type": "string", "format": fmt}}}
+        assert takes(nested, '{"format": "x y", "t": ["z", null]}'), fmt
+        assert json_schema_lark(nested).startswith("%json ")
+    assert takes({"type": "string", "format": "date"}, '"2024-02-03"')
+    assert not takes({"type": "string", "format": "date"}, '"x y"')  # enforced
+    assert not takes({"type": "object", "properties": {"format": {"type": "string"}}, "required": ["format"]},
+                     '{"format": 5}')
+
+
 def test_a_schema_nested_past_the_parser_limit_is_refused():
     deep = json.loads('{"type": "array", "items": ' * 200 + "{}" + "}" * 200)
     with pytest.raises(FastDecodeError, match="json_schema: recursion limit") as e:

@@ -128,7 +128,7 @@ def schema_text(schema: Any) -> str:
 def json_schema_lark(schema: Any) -> str:
     """`%json {...}` for embedding a schema in a Lark grammar, with the same JSON
     options (no free whitespace, strict keywords) as a json_schema constraint."""
-    parsed = _schema_object(json.loads(schema_text(schema)))
+    parsed = _formats_as_annotations(_schema_object(json.loads(schema_text(schema))))
     parsed = {**parsed, "x-guidance": {**JSON_OPTIONS}}
     return "%json " + json.dumps(parsed, ensure_ascii=False)
 
@@ -195,6 +195,41 @@ def _schema_object(schema: Any) -> dict:
     return schema
 
 
+# Keywords whose value is a subschema, a list of them, or a map of names to them.
+_ONE = ("items", "additionalItems", "additionalProperties", "not", "if", "then", "else", "contains",
+        "propertyNames", "unevaluatedItems", "unevaluatedProperties")
+_LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
+_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+
+
+def _formats_as_annotations(schema: Any) -> Any:
+    """`schema` without the string formats llguidance does not implement: JSON Schema makes
+    `format` an annotation unless a validator opts in to asserting it, and llguidance refuses
+    a format it does not know (pydantic's SecretStr is "password", bytes "binary", Path
+    "path"; OpenAPI's "uri-reference"), where the formats it knows it enforces."""
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: v for k, v in schema.items() if not (k == "format" and isinstance(v, str) and not _known_format(v))}
+    for k in _ONE + _LIST:
+        v = out.get(k)
+        if isinstance(v, list) and k in _LIST:
+            out[k] = [_formats_as_annotations(x) for x in v]
+        elif isinstance(v, dict) and k in _ONE:
+            out[k] = _formats_as_annotations(v)
+    for k in _MAP:
+        if isinstance(out.get(k), dict):
+            out[k] = {name: _formats_as_annotations(x) for name, x in out[k].items()}
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _known_format(name: str) -> bool:
+    from llguidance import LLMatcher
+
+    grammar = LLMatcher.grammar_from_json_schema(json.dumps({"type": "string", "format": name}))
+    return not LLMatcher.validate_grammar(grammar, None, limits=parser_limits())
+
+
 @functools.lru_cache(maxsize=512)
 def _key(kind: str, spec: Union[str, tuple[str, ...]]) -> str:
     text = json.dumps([kind, spec], ensure_ascii=False)
@@ -207,8 +242,8 @@ def _grammar(kind: str, spec: Union[str, tuple[str, ...]]) -> str:
     from llguidance import LLMatcher
 
     if kind == "json_schema":
-        schema = "{}" if json.loads(spec) is True else spec  # JSON Schema's true: any value
-        return LLMatcher.grammar_from_json_schema(schema, overrides=JSON_OPTIONS)
+        schema = _formats_as_annotations(_schema_object(json.loads(spec)))  # JSON Schema's true: {}, any value
+        return LLMatcher.grammar_from_json_schema(json.dumps(schema, ensure_ascii=False), overrides=JSON_OPTIONS)
     if kind == "json_object":
         return LLMatcher.grammar_from_json_schema('{"type":"object"}', overrides=JSON_OPTIONS)
     if kind == "regex":
