@@ -195,31 +195,33 @@ def _schema_object(schema: Any) -> dict:
     return schema
 
 
-# Keywords whose value is a subschema, a list of them, or a map of names to them.
-_ONE = ("items", "additionalItems", "additionalProperties", "not", "if", "then", "else", "contains",
-        "propertyNames", "unevaluatedItems", "unevaluatedProperties")
-_LIST = ("anyOf", "oneOf", "allOf", "prefixItems", "items")
-_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+# Keywords whose value is a subschema or a list of them ("items": either), or a map of names to them.
+_SUBSCHEMAS = ("items", "additionalItems", "additionalProperties", "not", "if", "then", "else", "contains",
+               "propertyNames", "unevaluatedItems", "unevaluatedProperties", "anyOf", "oneOf", "allOf", "prefixItems")
+_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 def _formats_as_annotations(schema: Any) -> Any:
-    """`schema` without the string formats llguidance does not implement: JSON Schema makes
-    `format` an annotation unless a validator opts in to asserting it, and llguidance refuses
-    a format it does not know (pydantic's SecretStr is "password", bytes "binary", Path
-    "path"; OpenAPI's "uri-reference"), where the formats it knows it enforces."""
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: v for k, v in schema.items() if not (k == "format" and isinstance(v, str) and not _known_format(v))}
-    for k in _ONE + _LIST:
-        v = out.get(k)
-        if isinstance(v, list) and k in _LIST:
-            out[k] = [_formats_as_annotations(x) for x in v]
-        elif isinstance(v, dict) and k in _ONE:
-            out[k] = _formats_as_annotations(v)
-    for k in _MAP:
-        if isinstance(out.get(k), dict):
-            out[k] = {name: _formats_as_annotations(x) for name, x in out[k].items()}
-    return out
+    """`schema` (freshly parsed: changed in place) without the string formats llguidance does not
+    implement: JSON Schema makes `format` an annotation unless a validator opts in to asserting
+    it, and llguidance refuses a format it does not know (pydantic's SecretStr is "password",
+    bytes "binary", Path "path"; OpenAPI's "uri-reference"), where the formats it knows it
+    enforces. A loop, not recursion: a schema may nest past Python's recursion limit (llguidance
+    then refuses it in one line)."""
+    todo = [schema]
+    while todo:
+        s = todo.pop()
+        if not isinstance(s, dict):
+            continue
+        if isinstance(s.get("format"), str) and not _known_format(s["format"]):
+            del s["format"]
+        for k in _SUBSCHEMAS:
+            v = s.get(k)
+            todo.extend(v if isinstance(v, list) else [v])
+        for k in _MAPS:
+            if isinstance(s.get(k), dict):
+                todo.extend(s[k].values())
+    return schema
 
 
 @functools.lru_cache(maxsize=64)
