@@ -21,11 +21,14 @@ import torch
 from torch import Tensor
 
 from ..kernels import kernels_loaded
-from .params import SamplingParams
+from .params import GREEDY_BELOW, SamplingParams
 
 # float32's largest and smallest normal values: settings are held within them (a temperature of
 # 1e300 is inf in float32, and -inf / inf is NaN; a repetition penalty of 1e-300 is 0).
 _F32 = torch.finfo(torch.float32)
+# Penalized logits are held within +-this: over the smallest sampled temperature (GREEDY_BELOW)
+# they stay finite, logit_bias included, so softmax never meets inf - inf.
+_LOGIT_BOUND = _F32.max * GREEDY_BELOW / 2
 
 
 @dataclass
@@ -176,9 +179,9 @@ def apply_penalties(logits: Tensor, batch: SamplingBatch, counts: Tensor, seen: 
     """counts: [B, V] occurrences in the output so far; seen: [B, V] tokens in
     prompt or output. A row with neutral settings is left exactly as it was."""
     r = batch.repetition[:, None]
-    # A penalty far from 1 (1e-40: 30 / 1e-40) would make a finite logit infinite, and an
-    # infinite one NaN after the temperature: it stays at float32's largest.
-    penalized = torch.where(logits > 0, logits / r, logits * r).clamp(-_F32.max, _F32.max)
+    # A penalty far from 1 (1e-40: 30 / 1e-40) would make a finite logit infinite, and NaN
+    # after the temperature: it stays within _LOGIT_BOUND.
+    penalized = torch.where(logits > 0, logits / r, logits * r).clamp(-_LOGIT_BOUND, _LOGIT_BOUND)
     logits = torch.where(seen, penalized, logits)
     return (logits - batch.frequency[:, None] * counts
             - batch.presence[:, None] * (counts > 0).to(logits.dtype))
@@ -213,10 +216,7 @@ def first_max(x: Tensor) -> Tensor:
 
 def logits_to_probs(logits: Tensor, batch: SamplingBatch) -> Tensor:
     """[B, V] logits (penalties applied) -> [B, V] filtered, normalized probabilities."""
-    # Less each row's largest first: logits near float32's limits (extreme penalties) over a
-    # small temperature would overflow to inf, and softmax's inf - inf is NaN.
-    logits = logits.float()
-    logits = (logits - logits.amax(dim=-1, keepdim=True)) / batch.temperature[:, None]
+    logits = logits.float() / batch.temperature[:, None]
     if batch.use_top_k:
         logits = logits.masked_fill(top_k_mask(logits, batch.top_k, batch.k_limit), -math.inf)
     probs = torch.softmax(logits, dim=-1)
