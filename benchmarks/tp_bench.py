@@ -67,7 +67,7 @@ def decode_case(name: str, batch: int, steps: int, head: str = "auto") -> dict:
     model.setup_caches(batch, 512)
     step = eager_steps(model).step
     tokens, rows = torch.zeros(batch, 1, dtype=torch.long), torch.arange(batch)
-    pos, at = torch.full((batch, 1), 100), torch.zeros(batch, 1, dtype=torch.long)
+    pos, at = torch.full((batch, 1), 100), torch.arange(batch)[:, None]  # each row's token (flat indices)
     with torch.inference_mode():
         ms = median_ms(lambda: step(tokens, pos, rows, at), steps)
         out = {"model": name, "batch": batch, "tp": 1 if group is None else dist.get_world_size(),

@@ -82,6 +82,8 @@ def test_requests_join_and_leave_a_running_batch(eager):
         engine.step()
         step += 1
     assert {i: r.outputs[-1].completion.token_ids for i, r in reqs.items()} == expected
+    # Prompts that join running requests are prefilled in their decode steps' forwards.
+    assert eager.model.mixes_steps and engine.mixed_steps > 0
 
 
 def test_a_reused_slot_leaks_nothing():

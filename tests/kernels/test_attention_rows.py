@@ -71,6 +71,31 @@ def test_each_row_is_the_same_alone(kv, shape):
         assert torch.equal(torch.cat([first, rest], dim=1), alone)
 
 
+@pytest.mark.parametrize("kv", list(KV))
+@pytest.mark.parametrize("window", [0, 7])
+def test_a_chunk_as_rows_of_one_token_gives_its_bits(kv, window):
+    """A mixed step's rows of one token ([N, 1]): decode rows of several slots, and prompt chunks
+    as consecutive rows of their slot at consecutive positions (which the op computes as one row
+    of their tokens), in any order: each row equals the same token computed alone, and a chunk
+    equals it as one [1, T] row."""
+    H, Hkv, D, S = 9, 3, 64, 96
+    k_all, v_all = cache(kv, 6, S, Hkv, D, seed=7)
+    g = torch.Generator().manual_seed(8)
+    # (slot, first position, tokens): decode rows, a chunk, a decode row, a chunk of one, a chunk
+    parts = [(0, 50, 1), (3, 70, 1), (1, 0, 12), (4, 33, 1), (2, 40, 1), (5, 20, 9)]
+    rows = torch.tensor([s for s, _, n in parts for _ in range(n)])
+    pos = torch.tensor([p + i for _, p, n in parts for i in range(n)])[:, None]
+    q = torch.randn(len(rows), 1, H, D, generator=g)
+    y = torch.ops.fastdecode.attention(q, k_all, v_all, pos, rows, window, 0.125)
+    for i in range(len(rows)):
+        alone = torch.ops.fastdecode.attention(q[i:i + 1], k_all, v_all, pos[i:i + 1], rows[i:i + 1], window, 0.125)
+        assert torch.equal(y[i], alone[0]), i
+    first = 2  # the 12-token chunk, as the row of 12 tokens it is
+    chunk = torch.ops.fastdecode.attention(q[first:first + 12].view(1, 12, H, D), k_all, v_all,
+                                           pos[first:first + 12].view(1, 12), rows[first:first + 1], window, 0.125)
+    assert torch.equal(y[first:first + 12].view(1, 12, H, D), chunk)
+
+
 def test_padding_rows_do_not_change_the_others():
     """A batch with extra rows (another slot, repeated positions) leaves the first row's result alone."""
     k_all, v_all = cache("float16", 3, 64, 3, 64, seed=3)

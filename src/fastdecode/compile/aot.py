@@ -8,12 +8,13 @@ Dynamo tracing nor Inductor: loading takes milliseconds.
 
 The exported function is the model step with its KV caches as inputs:
 
-    (tokens [B, T], input_pos [B, T], rows [B], logits_at [B, n], k_caches, v_caches) -> logits [B, n, V]
+    (tokens [B, T], input_pos [B, T], rows [B], logits_at [R, n], k_caches, v_caches) -> logits [R, n, V]
 
 where k_caches and v_caches are lists of n_layers tensors [slots, S, H_kv, D]
 of the model's KV dtype (`kv_cache.kv_storage`; q8_0: int8 [.., D / 32 * 34]), written in place at (rows[b], input_pos[b]). B, T, the number of slots and S
 are dynamic (sizes of 1 included), so one package serves prefill chunks and
-decode steps at every batch size, for any engine's cache.
+decode steps at every batch size, for any engine's cache. logits_at holds flat
+indices into the B * T tokens (b * T + t), so R need not be B.
 
 The package's metadata records what it was built for (architecture, dtype,
 device, KV cache dtype, CPU instruction set, torch version, weight layouts and native
@@ -48,12 +49,13 @@ from ..quant.transform import native_ops, set_gemv
 from ..version import __version__
 from .steps import Steps
 
+# 8: logits_at holds flat token indices, [R, n] of any R (a mixed step's rows of one token);
 # 7: the attention kernel takes a logit soft-cap (Gemma 2; its C entry point changed);
 # 6: background exports plan their loops for the parent's threads (5's ran them on one thread);
 # 5: the caches' dtype (kv_dtype: float32, float16, bfloat16, q8_0) is in the metadata and checked;
 # 4: the attention kernel takes a sliding window and a softmax scale (its C entry point changed);
 # 3: per-row positions, cache slots, logits_at (2 took one shared position and left padding)
-FORMAT = "7"
+FORMAT = "8"
 _ISA_ORDER = ("DEFAULT", "AVX2", "AVX512")
 # The native kernels' C entry points, declared for AOTInductor's generated code
 # (defined in kernels/*.cpp); without them each call goes through a boxed fallback.
@@ -154,13 +156,13 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     a = model.args
     # Distinct example sizes of at least 2: export would specialize sizes of 1
     # and could tie equal ones together.
-    B, T, slots, S = 2, 5, 4, min(16, a.max_seq_len)  # and n = 3 positions with logits
+    B, T, slots, S = 2, 5, 4, min(16, a.max_seq_len)  # and logits at [R, n] = [3, 6] tokens
     storage, last = kv_storage(model.kv_dtype or model.dtype, a.head_dim)
     cache = [torch.zeros(slots, S, a.n_kv_heads, last, dtype=storage, device=device)
              for _ in range(2 * a.n_layers)]
     example = (torch.zeros(B, T, dtype=torch.long, device=device),
                torch.arange(T, device=device)[None].repeat(B, 1), torch.tensor([3, 1], device=device),
-               torch.tensor([[0, 2, 4], [1, 3, 4]], device=device), cache[:a.n_layers], cache[a.n_layers:])
+               torch.arange(18, device=device).view(3, 6) % (B * T), cache[:a.n_layers], cache[a.n_layers:])
     dyn = torch.export.Dim.DYNAMIC
     per_cache = [{0: dyn, 1: dyn}] * a.n_layers
     shapes = ({0: dyn, 1: dyn}, {0: dyn, 1: dyn}, {0: dyn}, {0: dyn, 1: dyn}, per_cache, per_cache)

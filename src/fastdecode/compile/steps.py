@@ -13,8 +13,9 @@ from typing import Callable, Optional
 
 from torch import Tensor
 
-# (tokens [B, T], input_pos [B, T], rows [B], logits_at [B, n]) -> logits [B, n, V] at those
-# positions of each row (its last token for prefill and decode, every one to verify drafts)
+# (tokens [B, T], input_pos [B, T], rows [B], logits_at [R, n]) -> logits [R, n, V] of those
+# tokens, flat indices b * T + t (each row's last token for prefill and decode, every one to
+# verify drafts, the decode rows and each prompt's last in a mixed step)
 StepFn = Callable[[Tensor, Tensor, Tensor, Tensor], Tensor]
 
 

@@ -45,6 +45,7 @@ def model_logits(steps: Steps, device: torch.device, tokens: list, pos: list, sl
     B, T = len(tokens), len(tokens[0])
     if at is None:
         at = [[T - 1]] * B if last_only else [list(range(T))] * B
+    at = [[b * T + t for t in ts] for b, ts in enumerate(at)]  # the step takes flat token indices
 
     def tensor(values) -> Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)

@@ -2,7 +2,8 @@
 
 Requests join and leave a running batch between steps. Each `step()` admits
 waiting requests into free slots, decodes one token for every running request
-in one batched forward, and prefills one chunk of new prompts. Callers never
+in one batched forward, and prefills one chunk of new prompts (in that same
+forward where the model takes mixed steps: Runner.mixed). Callers never
 touch the model: they `submit` and read their request's outputs, which a
 step hands to the request's sink.
 
@@ -110,6 +111,7 @@ class Engine:
         self.seed_policy = seed_policy
         self.closed = False
         self.steps_run = 0
+        self.mixed_steps = 0  # of those, steps whose decode rows and prompt chunks ran as one forward
 
     @staticmethod
     def _check_stateless(speculative: str, model: torch.nn.Module) -> None:
@@ -273,10 +275,14 @@ class Engine:
                 self.runner.assign(r)
             results = []
             try:
-                if plan.decode:
-                    results += self.runner.decode(plan.decode, plan.drafts)
-                if plan.prefill:
-                    results += self.runner.prefill(plan.prefill, plan.prefill_len)
+                if self.runner.mixes(plan.decode, plan.drafts, plan.prefill):
+                    results += self.runner.mixed(plan.decode, plan.prefill, plan.prefill_len)
+                    self.mixed_steps += 1
+                else:
+                    if plan.decode:
+                        results += self.runner.decode(plan.decode, plan.drafts)
+                    if plan.prefill:
+                        results += self.runner.prefill(plan.prefill, plan.prefill_len)
             except BaseException as e:  # the model failed: fail its requests, keep the engine usable
                 for r in plan.decode + plan.prefill:
                     self._fail(r, e)

@@ -4,7 +4,8 @@ The scheduler decides; the runner executes. A step is a `Plan`: the running
 requests decode one token each (all together; a speculating one verifies the
 drafts chosen here), and then at most one group of prompt chunks is
 prefilled, at most `prefill_chunk` tokens in all, so a long prompt delays
-running streams by one chunk per step, not by its whole length.
+running streams by one chunk per step, not by its whole length. (The runner
+may run both in one forward: Runner.mixes.)
 """
 
 from __future__ import annotations

@@ -159,6 +159,65 @@ fd::KvFormat kv_format(const at::Tensor& k, int64_t D) {
   }
 }
 
+// One attention call's work on the threads: split in phases (attention_split) or in tiles.
+void run_attention(const fd::AttentionArgs& a) {
+  const int threads = at::get_num_threads();
+  thread_local fd::AttentionSplit kept;  // its buffers kept between calls
+  fd::AttentionSplit& split = kept;  // the caller's, not each worker's own thread_local
+  if (fd::attention_split(a, threads, split)) {
+    for (int phase = 0; phase < fd::kAttentionPhases; ++phase) {
+      std::atomic<int64_t> next{0};
+      at::parallel_for(0, std::min<int64_t>(threads, split.parts(phase)), 1,
+                       [&](int64_t, int64_t) { fd::attention_split_run(a, split, phase, next); });
+    }
+    return;
+  }
+  const fd::AttentionTiles tiles = fd::attention_tiles(a, threads);
+  // One task per thread, each taking tiles from a shared counter until none are left.
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min<int64_t>(threads, tiles.count), 1,
+                   [&](int64_t, int64_t) { fd::attention_run(a, tiles, next); });
+}
+
+// Rows b, b + 1 of one token each that continue one sequence (same slot, next position).
+inline bool continues(const fd::AttentionArgs& a, int64_t b) {
+  return a.rows[b + 1] == a.rows[b] && a.pos[b + 1] == a.pos[b] + 1;
+}
+
+// A step of rows of one token each ([B, 1]) may carry a prompt chunk as consecutive rows of its
+// slot, beside other sequences' decode rows (the engine's mixed steps). Each such run is
+// computed as the one row of T tokens it is, [1, T]: its tokens share tiles and so each K/V
+// block read (at 3,000 positions, rows of one apart took 1.4x as long). A row's result is
+// the same either way: only which rows share a tile changes.
+void run_in_runs(const fd::AttentionArgs& a) {
+  const int64_t row = a.H * a.D;  // y's elements per row
+  for (int64_t b0 = 0, b1; b0 < a.B; b0 = b1) {
+    const bool run = b0 + 1 < a.B && continues(a, b0);
+    b1 = b0 + 1;
+    if (run) {
+      while (b1 < a.B && continues(a, b1 - 1)) ++b1;
+    } else {  // rows of their own, up to the next run's first
+      while (b1 < a.B && !(b1 + 1 < a.B && continues(a, b1))) ++b1;
+    }
+    if (b0 == 0 && b1 == a.B && !run) return run_attention(a);
+    fd::AttentionArgs s = a;
+    s.q = a.q + b0 * a.qs[0];
+    s.pos = a.pos + b0;
+    s.rows = a.rows + b0;
+    s.y = a.y + b0 * row;
+    if (run) {
+      s.B = 1, s.T = b1 - b0;
+      s.qs[0] = s.T * a.qs[0], s.qs[1] = a.qs[0];
+    } else {
+      s.B = b1 - b0;
+    }
+    s.L = 0;
+    for (int64_t b = b0; b < b1; ++b) s.L = std::max(s.L, a.pos[b] + 1);
+    if (a.window > 0) s.L = std::min(s.L, a.window);
+    run_attention(s);
+  }
+}
+
 // sinks: [H] float32, each head's sink logit (attention_sinks), or undefined for none.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& input_pos,
                   const at::Tensor& rows, int64_t window, double scale, double softcap, const at::Tensor& sinks) {
@@ -198,22 +257,11 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             {q.stride(0), q.stride(1), q.stride(2), 1}, {k.stride(0), k.stride(1), k.stride(2)},
                             static_cast<float>(scale), static_cast<float>(softcap), kv, L, wide(),
                             sink.defined() ? sink.data_ptr<float>() : nullptr};
-  const int threads = at::get_num_threads();
-  thread_local fd::AttentionSplit kept;  // its buffers kept between calls
-  fd::AttentionSplit& split = kept;  // the caller's, not each worker's own thread_local
-  if (fd::attention_split(a, threads, split)) {
-    for (int phase = 0; phase < fd::kAttentionPhases; ++phase) {
-      std::atomic<int64_t> next{0};
-      at::parallel_for(0, std::min<int64_t>(threads, split.parts(phase)), 1,
-                       [&](int64_t, int64_t) { fd::attention_split_run(a, split, phase, next); });
-    }
-    return y;
+  if (T == 1 && B > 1) {
+    run_in_runs(a);
+  } else {
+    run_attention(a);
   }
-  const fd::AttentionTiles tiles = fd::attention_tiles(a, threads);
-  // One task per thread, each taking tiles from a shared counter until none are left.
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min<int64_t>(threads, tiles.count), 1,
-                   [&](int64_t, int64_t) { fd::attention_run(a, tiles, next); });
   return y;
 }
 

@@ -409,6 +409,14 @@ class Transformer(nn.Module):
         """The activations' dtype (weights may be stored quantized)."""
         return self.norm.weight.dtype
 
+    @property
+    def mixes_steps(self) -> bool:
+        """Whether a step may carry prompt chunks as rows of one token beside decode rows (the
+        engine's mixed steps): the native attention computes a chunk's consecutive rows as one
+        row of its tokens (kernels/ops.cpp), where the portable one would gather a slot per row;
+        and no layer carries state along a row's tokens (LFM2's convolutions)."""
+        return all(isinstance(layer.attention, Attention) and layer.attention.native for layer in self.layers)
+
     # -- buffers and caches -------------------------------------------------
 
     def init_rope(self, device: torch.device | str | None = None, context: Optional[int] = None) -> None:
@@ -470,8 +478,10 @@ class Transformer(nn.Module):
                 logits_at: Optional[Tensor] = None) -> Tensor:
         """tokens: [B, T] -> logits [B, T, V] ([B, 1, V] with last_only).
 
-        logits_at: [B, n] indices into T: only those positions get logits,
-            [B, n, V] (a prefill chunk needs its last, a verify step all).
+        logits_at: [R, n] indices into the B * T tokens, flat (row b's token t
+            is b * T + t): only those get logits, [R, n, V] (a prefill chunk needs
+            each row's last, a verify step all; a mixed step, whose rows of one
+            token carry prompt chunks, the decode rows' and each prompt's last).
 
         input_pos: [B, T] cache positions of the tokens, or None for the
             cache-free reference path (positions 0..T-1, causal).
@@ -507,7 +517,8 @@ class Transformer(nn.Module):
         if last_only:
             x = x[:, -1:]
         elif logits_at is not None:
-            x = x.gather(1, logits_at[:, :, None].expand(-1, -1, x.shape[-1]))  # [B, n, dim]
+            R, n = logits_at.shape
+            x = x.reshape(B * T, x.shape[-1]).index_select(0, logits_at.reshape(R * n)).view(R, n, -1)
         x = self.norm(x)
         logits = self.tok_embeddings.as_linear(x) if self.output is None else self.output(x)
         if self.args.logits_scaling != 1.0:
