@@ -62,7 +62,7 @@ def test_the_runner_returns_outputs_and_leaves_request_state_to_the_engine():
     e.scheduler.add(e._inbox.popleft())
     plan = e.scheduler.schedule()
     e.runner.assign(req)
-    out, = e.runner.prefill(plan.prefill, plan.prefill_len)
+    out, = e.runner.prefill(plan.prefill, plan.chunks[0])
     assert (req.pos, req.prefilled, req.forwards, req.output_ids) == (0, 0, 0, [])  # untouched by the runner
     assert (out.request, out.written, out.prefilled, out.forwards, len(out.tokens)) == (req, 10, 10, 1, 1)
     e._apply(out, 0.0)

@@ -86,6 +86,23 @@ def test_requests_join_and_leave_a_running_batch(eager):
     assert eager.model.mixes_steps and engine.mixed_steps > 0
 
 
+def test_prompts_of_different_lengths_share_a_step(eager):
+    """Where the model takes rows of one token, prompts of any lengths share one step's budget of
+    prefill_chunk tokens (the last cut to what is left), and each gets the tokens it gets alone."""
+    llm = fastdecode.load("tiny", max_batch_size=4, prefill_chunk=64)
+    engine = llm.engine
+    prompts = [list(range(3, 23)), list(range(40, 73)), list(range(80, 130))]  # 20, 33 and 50 tokens
+    params, cfg = split(dict(max_new_tokens=6, temperature=0, ignore_eos=True))
+    reqs = [engine.submit(p, params, cfg) for p in prompts]
+    engine.step()
+    assert [r.prefilled for r in reqs] == [20, 33, 11]  # 64 tokens: the third prompt's first 11
+    assert [len(r.output_ids) for r in reqs] == [1, 1, 0]
+    while engine.has_work():
+        engine.step()
+    expected = [eager.generate([p], max_new_tokens=6, temperature=0, ignore_eos=True)[0].token_ids for p in prompts]
+    assert [r.outputs[-1].completion.token_ids for r in reqs] == expected
+
+
 def test_a_reused_slot_leaks_nothing():
     llm = fastdecode.load("tiny", max_batch_size=1)
     fresh = fastdecode.load("tiny", max_batch_size=1)

@@ -92,7 +92,9 @@ class Engine:
         # and LFM2's convolutions a state that holds no positions (short_conv.py).
         reuse = prefix_cache and cache == "static" and not model.args.conv_layers
         self.prefix = PrefixIndex(max_batch_size) if reuse else None
-        self.scheduler = Scheduler(max_batch_size, prefill_chunk, max_seq_len, self.prefix)
+        # Prompts of different lengths share a step where the runner takes rows of one token.
+        self.scheduler = Scheduler(max_batch_size, prefill_chunk, max_seq_len, self.prefix,
+                                   ragged=model.mixes_steps and steps.chunk is None)
         self.draft: Optional[DraftProposer] = None
         if draft is not None:
             self.draft = DraftProposer(draft, model.args.vocab_size, max_batch_size, max_seq_len)
@@ -276,13 +278,15 @@ class Engine:
             results = []
             try:
                 if self.runner.mixes(plan.decode, plan.drafts, plan.prefill):
-                    results += self.runner.mixed(plan.decode, plan.prefill, plan.prefill_len)
+                    results += self.runner.mixed(plan.decode, plan.prefill, plan.chunks)
                     self.mixed_steps += 1
                 else:
                     if plan.decode:
                         results += self.runner.decode(plan.decode, plan.drafts)
-                    if plan.prefill:
-                        results += self.runner.prefill(plan.prefill, plan.prefill_len)
+                    if len(set(plan.chunks)) == 1:  # a [G, T] group
+                        results += self.runner.prefill(plan.prefill, plan.chunks[0])
+                    elif plan.prefill:  # chunks of several lengths (a ragged group)
+                        results += self.runner.mixed([], plan.prefill, plan.chunks)
             except BaseException as e:  # the model failed: fail its requests, keep the engine usable
                 for r in plan.decode + plan.prefill:
                     self._fail(r, e)

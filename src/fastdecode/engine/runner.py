@@ -19,6 +19,7 @@ from ..sampling.slots import SlotSampling
 from ..structured.mask import Masks, Pending
 from .draft import DraftProposer, model_logits
 from .request import Request, TokenLogprob
+from .scheduler import rows_of_one
 from .speculative import DraftModelRow
 
 Picked = tuple[Request, list[int], Optional[list]]  # (request, its new token, its logprobs)
@@ -98,34 +99,38 @@ class Runner:
         model that takes rows of one token, when no row speculates this step, no chunk is scored
         (prompt logprobs) or mirrored into a draft model, and no K-token chunk graph decodes."""
         return (bool(decode) and bool(prefill) and self.model.mixes_steps and self.steps.chunk is None
-                and not any(d or k for d, k in drafts)
-                and all(r.prompt_logprobs is None and not isinstance(r.spec, DraftModelRow) for r in prefill))
+                and not any(d or k for d, k in drafts) and all(rows_of_one(r) for r in prefill))
 
-    def mixed(self, decode: Sequence[Request], prefill: Sequence[Request], n: int) -> list[RowOutput]:
-        """A decode step and the next n prompt tokens of each prefilling request in one forward:
-        every token a row of its own ([N, 1]; a chunk's are consecutive rows of its slot), logits
-        for the decode rows and each completed prompt's last token only. The weights are read
+    def mixed(self, decode: Sequence[Request], prefill: Sequence[Request], chunks: Sequence[int]) -> list[RowOutput]:
+        """A decode step (maybe of no rows) and the next chunks[i] prompt tokens of each
+        prefilling request i in one forward: every token a row of its own ([N, 1]; a chunk's are
+        consecutive rows of its slot, so chunks may differ in length), logits for the decode rows
+        and each completed prompt's last token only. The weights are read
         once for both, where a decode step alone costs a quarter of the prompt's forward (15
         rows and a prompt of 123 tokens, default model: 93-96 against 104-108 ms,
         benchmarks/serve/README.md). Each row's results are those of the separate steps, bit
         for bit."""
         D = len(decode)
-        done = [i for i, r in enumerate(prefill) if r.prefilled + n >= len(r.prompt)]  # their first token
-        picked = [*decode, *(prefill[i] for i in done)]
+        done = [i for i, (r, n) in enumerate(zip(prefill, chunks)) if r.prefilled + n >= len(r.prompt)]
+        picked = [*decode, *(prefill[i] for i in done)]  # the rows that get a token
         masks = self.masks.start([(i, r.grammar, ()) for i, r in enumerate(picked) if r.grammar is not None])
-        tokens = [r.last_token for r in decode] + [t for r in prefill for t in r.prompt[r.prefilled:r.prefilled + n]]
-        pos = [r.pos for r in decode] + [p for r in prefill for p in range(r.prefilled, r.prefilled + n)]
-        slots = [r.slot for r in decode] + [r.slot for r in prefill for _ in range(n)]
-        at = list(range(D)) + [D + (i + 1) * n - 1 for i in done]  # flat indices of the rows picked from
+        tokens, pos, slots = [r.last_token for r in decode], [r.pos for r in decode], [r.slot for r in decode]
+        ends = []  # each chunk's last row
+        for r, n in zip(prefill, chunks):
+            tokens += r.prompt[r.prefilled:r.prefilled + n]
+            pos += range(r.prefilled, r.prefilled + n)
+            slots += [r.slot] * n
+            ends.append(len(tokens) - 1)
+        at = list(range(D)) + [ends[i] for i in done]  # flat indices of the rows picked from
         t = self._tensor
         with torch.inference_mode():
             logits = self.steps.step(t(tokens)[:, None], t(pos)[:, None], t(slots), t(at)[:, None])[:, 0]
         got = self.pick(picked, logits, allowed=masks.allowed(range(len(picked))))
         out = [RowOutput(r, ids, lps, written=1, forwards=1) for r, ids, lps in got[:D]]
-        chunks = [RowOutput(r, [], written=n, prefilled=n) for r in prefill]
+        fed = [RowOutput(r, [], written=n, prefilled=n) for r, n in zip(prefill, chunks)]
         for i, (_, ids, lps) in zip(done, got[D:]):
-            chunks[i].tokens, chunks[i].logprobs, chunks[i].forwards = ids, lps, 1
-        return out + chunks
+            fed[i].tokens, fed[i].logprobs, fed[i].forwards = ids, lps, 1
+        return out + fed
 
     def _prompt_logprobs(self, reqs: Sequence[Request], logits: Tensor) -> list[list[TokenLogprob]]:
         """Position j of a chunk predicts the prompt token after it: the raw log_softmax's

@@ -4,8 +4,10 @@ The scheduler decides; the runner executes. A step is a `Plan`: the running
 requests decode one token each (all together; a speculating one verifies the
 drafts chosen here), and then at most one group of prompt chunks is
 prefilled, at most `prefill_chunk` tokens in all, so a long prompt delays
-running streams by one chunk per step, not by its whole length. (The runner
-may run both in one forward: Runner.mixes.)
+running streams by one chunk per step, not by its whole length. A group's
+chunks have one length (a `[G, T]` forward), unless the runner takes rows of
+one token (`ragged`: Runner.mixed), where prompts of any lengths share the
+budget.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ class Plan:
     decode: list[Request] = field(default_factory=list)
     # per decode request: its prompt-lookup drafts, and how many the draft model proposes ([], 0: none)
     drafts: list[tuple[list[int], int]] = field(default_factory=list)
-    prefill: list[Request] = field(default_factory=list)  # each prefills `prefill_len` prompt tokens
-    prefill_len: int = 0
+    prefill: list[Request] = field(default_factory=list)
+    chunks: list[int] = field(default_factory=list)  # the prompt tokens each of `prefill` feeds
     admitted: list[Request] = field(default_factory=list)  # took a slot in this step
     # (source slot, destination slot, n): copy KV rows 0..n-1 before the step runs (prefix reuse)
     copies: list[tuple[int, int, int]] = field(default_factory=list)
@@ -38,8 +40,10 @@ class Plan:
 
 
 class Scheduler:
-    def __init__(self, n_slots: int, prefill_chunk: int, max_seq_len: int, prefix: Optional[PrefixIndex] = None):
+    def __init__(self, n_slots: int, prefill_chunk: int, max_seq_len: int, prefix: Optional[PrefixIndex] = None,
+                 ragged: bool = False):
         self.n_slots, self.prefill_chunk, self.max_seq_len = n_slots, prefill_chunk, max_seq_len
+        self.ragged = ragged  # the runner runs chunks of different lengths in one forward (rows of one token)
         # With a prefix index a request goes where its prompt's longest cached prefix
         # is; without, to the lowest free slot.
         self.prefix = prefix
@@ -86,17 +90,22 @@ class Scheduler:
             plan.admitted.append(r)
         plan.decode = [r for r in self.active if not r.prefilling]
         plan.drafts = [self._drafts(r) for r in plan.decode]
-        # One group of prompt chunks of equal length (one [G, T] forward): the
-        # oldest prefilling request sets T, and others join while the budget lasts.
-        for r in self.active:
-            if not r.prefilling:
-                continue
-            n = min(self.prefill_chunk, len(r.prompt) - r.prefilled)
-            if not plan.prefill:
-                plan.prefill_len = n
-            elif n != plan.prefill_len or (len(plan.prefill) + 1) * n > self.prefill_chunk:
+        # One group of prompt chunks, oldest first while the budget lasts: of equal length (one
+        # [G, T] forward; the oldest sets T), or, ragged, each the rest of its prompt or of the
+        # budget. Chunks whose every token has logits (prompt logprobs) or that a draft model
+        # mirrors take the equal-length group, as the runner's `prefill` runs them.
+        prefilling = [r for r in self.active if r.prefilling]
+        ragged = self.ragged and bool(prefilling) and rows_of_one(prefilling[0])
+        budget = self.prefill_chunk
+        for r in prefilling:
+            n = min(budget, len(r.prompt) - r.prefilled)
+            if plan.prefill and not (rows_of_one(r) if ragged else n == plan.chunks[0]):
                 continue
             plan.prefill.append(r)
+            plan.chunks.append(n)
+            budget -= n
+            if budget == 0:
+                break
         return plan
 
     def _drafts(self, r: Request) -> tuple[list[int], int]:
@@ -110,3 +119,9 @@ class Scheduler:
         if isinstance(r.spec, DraftModelRow):
             return [], r.spec.want(limit)
         return [], 0
+
+
+def rows_of_one(r: Request) -> bool:
+    """Whether r's prompt chunks may run as rows of one token (Runner.mixed): not when every
+    token needs logits (prompt logprobs) or a draft model mirrors the chunk (DraftProposer)."""
+    return r.prompt_logprobs is None and not isinstance(r.spec, DraftModelRow)
