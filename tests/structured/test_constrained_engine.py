@@ -172,6 +172,30 @@ def test_seeded_constrained_sampling_does_not_depend_on_the_batch(eager):
     assert re.fullmatch("[a-z]{4,9}", reqs[1].outputs[-1].completion.text)
 
 
+def test_a_constrained_prompt_joining_constrained_decode_rows_keeps_its_tokens(eager):
+    """A prompt that joins running requests is prefilled in their decode step's forward (a mixed
+    step, where the model takes one): its first token's mask (the grammar's start) and the running
+    rows' masks go into one pick, and each request gets the tokens it gets alone."""
+    json_c, regex_c = Constraint.json_schema(PERSON), Constraint.regex("[a-z]{4,9}")
+    opts = dict(temperature=1.2, top_p=0.95, max_new_tokens=120)
+    alone = [eager.generate([p], constraint=c, seed=s, logprobs=l, **opts)[0]
+             for p, c, s, l in (("zzz", regex_c, 9, None), ("alone", json_c, 42, 2), ("more", None, 1, None))]
+    mixed = eager.engine.mixed_steps
+    first = submit(eager, "zzz", constraint=regex_c, seed=9, **opts)
+    for _ in range(2):
+        eager.engine.step()
+    late = [submit(eager, "alone", constraint=json_c, seed=42, logprobs=2, **opts), submit(eager, "more", seed=1, **opts)]
+    drain(eager)
+    assert eager.engine.mixed_steps > mixed or not eager.model.mixes_steps
+    for r, a in zip([first, *late], alone):
+        assert r.outputs[-1].completion.token_ids == a.token_ids
+    # The tiny model's float32 matmuls round a row's last bits by the rows beside it (the
+    # quantized kernels do not): the logprobs agree to float32's precision.
+    got, want = late[0].outputs[-1].completion.logprobs, alone[1].logprobs
+    assert [(x.token_id, [i for i, _ in x.top]) for x in got] == [(x.token_id, [i for i, _ in x.top]) for x in want]
+    assert [x.logprob for x in got] == pytest.approx([x.logprob for x in want], abs=1e-5)
+
+
 def test_unconstrained_rows_build_no_masks(eager):
     masks = eager.engine.runner.masks
     before = masks.built

@@ -108,8 +108,8 @@ class Runner:
         and each completed prompt's last token only. The weights are read
         once for both, where a decode step alone costs a quarter of the prompt's forward (15
         rows and a prompt of 123 tokens, default model: 93-96 against 104-108 ms,
-        benchmarks/serve/README.md). Each row's results are those of the separate steps, bit
-        for bit."""
+        benchmarks/serve/README.md). On the quantized kernels each row's results are those of
+        the separate steps, bit for bit (float32 matmuls round by the rows beside them)."""
         D = len(decode)
         done = [i for i, (r, n) in enumerate(zip(prefill, chunks)) if r.prefilled + n >= len(r.prompt)]
         picked = [*decode, *(prefill[i] for i in done)]  # the rows that get a token
