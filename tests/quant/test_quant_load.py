@@ -86,6 +86,19 @@ def test_float_checkpoint_quantized_at_load(tmp_path, weights):
     assert len(out.token_ids) == 4
 
 
+@pytest.mark.parametrize("preset", ["tiny", "tiny-gemma3"])
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_a_preset_quantized_at_load_has_no_float_matrix(preset, weights):
+    """A preset's random weights come from the built model, whose q/k/v and gate/up are fused:
+    they are quantized as well (they stayed float32 matmuls, which round by the rows beside them)."""
+    llm = fastdecode.load(preset, weights=weights, compiled="none")
+    assert not [n for n, m in llm.model.named_modules() if isinstance(m, torch.nn.Linear)]
+    layer = llm.model.layers[0]
+    assert layer.attention.wqkv.layout == layer.feed_forward.w13.layout == ("q8" if weights == "int8" else "q4")
+    out = llm.generate([1, 2, 3], max_new_tokens=4, temperature=0, ignore_eos=True)[0]
+    assert len(out.token_ids) == 4
+
+
 @pytest.mark.parametrize("weights", ["int8", "int4"])
 def test_a_float_gguf_is_quantized_a_layer_at_a_time(tmp_path, weights):
     """Each converted part (a layer, then the embedding and head) leaves quantized, so the float model

@@ -173,13 +173,27 @@ def check_model_name(name: str) -> None:
         f"{', '.join(sorted(PRESETS))}; checkpoints: {', '.join(checkpoints.CHECKPOINTS)}")
 
 
+def _unfused(state_dict: dict, args: ModelArgs) -> dict:
+    """A built model's state_dict with its fused q/k/v and gate/up split into the checkpoint
+    names (wq, wk, wv; w1, w3) that quantize_state_dict and build_model take: keyed by the
+    fused names, a preset's q/k/v and gate/up were left float32 by weights=int8/int4."""
+    q, kv = args.n_heads * args.head_dim, args.n_kv_heads * args.head_dim
+    for key in [k for k in state_dict if k.rsplit(".", 2)[-2] in ("wqkv", "w13")]:
+        prefix, name, suffix = key.rsplit(".", 2)
+        t = state_dict.pop(key)
+        parts = zip(("wq", "wk", "wv"), t.split([q, kv, kv])) if name == "wqkv" else zip(("w1", "w3"), t.chunk(2))
+        for part, x in parts:
+            state_dict[f"{prefix}.{part}.{suffix}"] = x
+    return state_dict
+
+
 def _load_weights(name: str, device: torch.device, dtype: torch.dtype, weights: str) -> _Part:
     if name in PRESETS:
         args = get_preset(name)
         model = init_random_weights(Transformer(args), seed=0).to(device=device, dtype=dtype)
         summary = "float (random)"
         if weights in ("int8", "int4"):
-            state_dict = model.state_dict()
+            state_dict = _unfused(model.state_dict(), args)
             quantize_state_dict(state_dict, args, weights, f"preset:{name}")
             state_dict = {k: v.to(device) for k, v in state_dict.items()}
             model, _ = build_model(args, state_dict, dtype)
