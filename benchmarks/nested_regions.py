@@ -24,7 +24,8 @@ def measure(nested: bool) -> dict:
 
     if not nested:  # the undecorated function: Dynamo inlines all 30 blocks
         TransformerBlock.forward = TransformerBlock.forward.__marked_compile_region_fn__
-    llm = fastdecode.load("random-smollm2-135m", max_batch_size=1, max_seq_len=256, compiled="none")  # its cache; no package export runs beside the timing
+    # The engine's cache; compiled=none: no package export runs beside the timing.
+    llm = fastdecode.load("random-smollm2-135m", max_batch_size=1, max_seq_len=256, compiled="none")
     steps = CompiledSteps(llm.model)
     steps.warmed_up = True  # compile on the first call below, timed
     # one token at position 3 of slot 0, its logits (flat token index 0)

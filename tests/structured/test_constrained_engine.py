@@ -184,7 +184,8 @@ def test_a_constrained_prompt_joining_constrained_decode_rows_keeps_its_tokens(e
     first = submit(eager, "zzz", constraint=regex_c, seed=9, **opts)
     for _ in range(2):
         eager.engine.step()
-    late = [submit(eager, "alone", constraint=json_c, seed=42, logprobs=2, **opts), submit(eager, "more", seed=1, **opts)]
+    late = [submit(eager, "alone", constraint=json_c, seed=42, logprobs=2, **opts),
+            submit(eager, "more", seed=1, **opts)]
     drain(eager)
     assert eager.engine.mixed_steps > mixed or not eager.model.mixes_steps
     for r, a in zip([first, *late], alone):
