@@ -92,14 +92,15 @@ class Engine:
         # and LFM2's convolutions a state that holds no positions (short_conv.py).
         reuse = prefix_cache and cache == "static" and not model.args.conv_layers
         self.prefix = PrefixIndex(max_batch_size) if reuse else None
-        # Prompts of different lengths share a step where the runner takes rows of one token.
-        self.scheduler = Scheduler(max_batch_size, prefill_chunk, max_seq_len, self.prefix,
-                                   ragged=model.mixes_steps and steps.chunk is None)
+        # Steps of rows of one token (Runner.mixed): decode rows and prompt chunks share a forward,
+        # and prompts of different lengths a step. Not beside the `generate` strategy's K-token graphs.
+        takes_mixed = model.mixes_steps and steps.chunk is None
+        self.scheduler = Scheduler(max_batch_size, prefill_chunk, max_seq_len, self.prefix, ragged=takes_mixed)
         self.draft: Optional[DraftProposer] = None
         if draft is not None:
             self.draft = DraftProposer(draft, model.args.vocab_size, max_batch_size, max_seq_len)
             self._setup_caches(draft.model, cache)
-        self.runner = Runner(model, steps, max_batch_size, max_seq_len, draft=self.draft)
+        self.runner = Runner(model, steps, max_batch_size, max_seq_len, draft=self.draft, takes_mixed=takes_mixed)
         if model.device.type == "cpu":  # a scored chunk's logits [prefill_chunk, V] float32, reused each step
             keep_freed_blocks(prefill_chunk * model.args.vocab_size * 4 * 5 // 4)
         self._lock = threading.RLock()  # held for a whole step

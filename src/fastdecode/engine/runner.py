@@ -42,8 +42,9 @@ class RowOutput:
 
 class Runner:
     def __init__(self, model: torch.nn.Module, steps: Steps, n_slots: int, max_seq_len: int,
-                 draft: Optional[DraftProposer] = None):
+                 draft: Optional[DraftProposer] = None, takes_mixed: bool = False):
         self.model, self.steps = model, steps
+        self.takes_mixed = takes_mixed  # steps may carry rows of one token (`mixed`)
         self.device = model.device
         self.V = model.args.vocab_size
         self.max_seq_len = max_seq_len
@@ -95,11 +96,11 @@ class Runner:
 
     def mixes(self, decode: Sequence[Request], drafts: Sequence[tuple[list[int], int]],
               prefill: Sequence[Request]) -> bool:
-        """Whether this step's decode rows and prompt chunks run as one forward (`mixed`): on a
-        model that takes rows of one token, when no row speculates this step, no chunk is scored
-        (prompt logprobs) or mirrored into a draft model, and no K-token chunk graph decodes."""
-        return (bool(decode) and bool(prefill) and self.model.mixes_steps and self.steps.chunk is None
-                and not any(d or k for d, k in drafts) and all(rows_of_one(r) for r in prefill))
+        """Whether this step's decode rows and prompt chunks run as one forward (`mixed`): where
+        steps take rows of one token, when no row speculates this step and no chunk is scored
+        (prompt logprobs) or mirrored into a draft model."""
+        return (self.takes_mixed and bool(decode) and bool(prefill) and not any(d or k for d, k in drafts)
+                and all(rows_of_one(r) for r in prefill))
 
     def mixed(self, decode: Sequence[Request], prefill: Sequence[Request], chunks: Sequence[int]) -> list[RowOutput]:
         """A decode step (maybe of no rows) and the next chunks[i] prompt tokens of each
