@@ -109,3 +109,5 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.fastdecode.gemv, (x, torch.randn(8, 64)))
     torch.library.opcheck(torch.ops.fastdecode.rms_norm, (torch.randn(2, 3, 64), torch.randn(64), 1e-5))
     torch.library.opcheck(torch.ops.fastdecode.first_max, (torch.randn(3, 100),))
+    torch.library.opcheck(torch.ops.fastdecode.rope, (torch.arange(10).view(2, 5), torch.rand(16)))
+    torch.library.opcheck(torch.ops.fastdecode.silu_mul, (torch.randn(2, 3, 64),))

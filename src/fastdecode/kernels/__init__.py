@@ -396,6 +396,14 @@ def _register_fakes() -> None:
     def _(x, weight, eps):
         return torch.empty_like(x, memory_format=torch.contiguous_format)
 
+    @torch.library.register_fake("fastdecode::rope")
+    def _(pos, inv_freq):
+        return inv_freq.new_empty(*pos.shape, inv_freq.shape[0]), inv_freq.new_empty(*pos.shape, inv_freq.shape[0])
+
+    @torch.library.register_fake("fastdecode::silu_mul")
+    def _(h):
+        return h.new_empty(*h.shape[:-1], h.shape[-1] // 2)
+
     @torch.library.register_fake("fastdecode::first_max")
     def _(x):
         return x.new_empty(x.shape[0], dtype=torch.long)

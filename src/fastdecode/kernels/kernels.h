@@ -19,6 +19,15 @@ void gemv_rows(const float* x, const float* w, float* y, int64_t M, int64_t K, i
 // Rows [m0, m1) of y [M, K] = rms_norm(x [M, K]) * w [K].
 void rms_norm_rows(const float* x, const float* w, float* y, int64_t K, float eps, int64_t m0, int64_t m1);
 
+// Rows [m0, m1) of RoPE's cos and sin [M, H] (each its own array) of the angles pos[m] x f[h]:
+// the angle in float32, its cos and sin in float64, rounded (the model's rope_angles, same bits).
+void rope_rows(const int64_t* pos, const float* f, float* cos, float* sin, int64_t H, int64_t m0, int64_t m1);
+
+// Rows [m0, m1) of y [M, F] = silu(g) * u for h [M, 2F] = [g | u] (SwiGLU): the same bits as
+// torch's F.silu(g) * u on CPU (Sleef's vectorized exp while two 8-lane vectors fit, then std::exp,
+// as torch's AVX2 loop; its AVX-512 loop agrees wherever F is a multiple of 32).
+void silu_mul_rows(const float* h, float* y, int64_t F, int64_t m0, int64_t m1);
+
 // Rows [m0, m1) of x [M, V]: idx[m] = the index of row m's first largest value, a NaN counting as
 // largest (torch's argmax and max(dim).indices).
 void first_max_rows(const float* x, int64_t* idx, int64_t V, int64_t m0, int64_t m1);

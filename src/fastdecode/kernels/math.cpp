@@ -1,7 +1,9 @@
-// The float32 kernels' math (see kernels.h): GEMV and RMSNorm rows (attention: attention.cpp).
+// The float32 kernels' math (see kernels.h): GEMV, RMSNorm, RoPE, SwiGLU and argmax rows
+// (attention: attention.cpp).
 // Plain C++ on raw pointers, no torch headers; ops.cpp checks the arguments,
 // allocates and splits the rows across threads.
 #include <immintrin.h>
+#include <sleef.h>  // torch's copy, its symbols in libtorch_cpu
 #include <cmath>
 
 #include "kernels.h"
@@ -87,6 +89,33 @@ void norm_row(const float* x, const float* w, float* y, int64_t K, float eps) {
 
 void fd::rms_norm_rows(const float* xp, const float* wp, float* yp, int64_t K, float eps, int64_t m0, int64_t m1) {
   for (int64_t m = m0; m < m1; ++m) norm_row(xp + m * K, wp, yp + m * K, K, eps);
+}
+
+void fd::rope_rows(const int64_t* pos, const float* f, float* cos, float* sin, int64_t H, int64_t m0, int64_t m1) {
+  for (int64_t m = m0; m < m1; ++m) {
+    const float p = static_cast<float>(pos[m]);
+    for (int64_t h = 0; h < H; ++h) {
+      const double angle = p * f[h];  // a float32 product, then widened
+      cos[m * H + h] = static_cast<float>(std::cos(angle));
+      sin[m * H + h] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void fd::silu_mul_rows(const float* h, float* y, int64_t F, int64_t m0, int64_t m1) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (int64_t m = m0; m < m1; ++m) {
+    const float *g = h + m * 2 * F, *u = g + F;
+    float* out = y + m * F;
+    // torch's loop: vectors while two fit (16 values), then scalars.
+    const int64_t vec = F / 16 * 16;
+    for (int64_t f = 0; f < vec; f += 8) {
+      const __m256 x = _mm256_loadu_ps(g + f);
+      const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
+      _mm256_storeu_ps(out + f, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + f)));
+    }
+    for (int64_t f = vec; f < F; ++f) out[f] = g[f] / (1.0f + std::exp(-g[f])) * u[f];
+  }
 }
 
 // Two passes, as a row of logits (V = 49,152: 192 KiB) stays in L2: the largest value in 8 lanes,

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <tuple>
 #include <vector>
 
 #include "kernels.h"
@@ -64,6 +65,44 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   at::parallel_for(0, M, 64, [&](int64_t m0, int64_t m1) {
     fd::rms_norm_rows(xp, wp, yp, K, static_cast<float>(eps), m0, m1);
   });
+  return y;
+}
+
+// rope (math.cpp): cos and sin [*pos.shape, H] of positions pos (int64) x inv_freq [H], once a step
+// for every layer: as elementwise code inside each layer's rotation, Inductor recomputed them (in
+// float64) per head and layer.
+
+std::tuple<at::Tensor, at::Tensor> rope(const at::Tensor& pos, const at::Tensor& inv_freq) {
+  TORCH_CHECK(pos.scalar_type() == at::kLong && inv_freq.scalar_type() == at::kFloat && inv_freq.dim() == 1 &&
+                  pos.device().is_cpu() && inv_freq.device().is_cpu(),
+              "rope: int64 positions and float32 inverse frequencies [H], CPU tensors");
+  const at::Tensor pc = pos.contiguous(), fc = inv_freq.contiguous();
+  const int64_t M = pc.numel(), H = fc.numel();
+  std::vector<int64_t> shape(pc.sizes().begin(), pc.sizes().end());
+  shape.push_back(H);
+  at::Tensor cos = at::empty(shape, fc.options()), sin = at::empty(shape, fc.options());
+  const int64_t* pp = pc.data_ptr<int64_t>();
+  const float* fp = fc.data_ptr<float>();
+  float *cp = cos.data_ptr<float>(), *sp = sin.data_ptr<float>();
+  at::parallel_for(0, M, 64, [&](int64_t m0, int64_t m1) { fd::rope_rows(pp, fp, cp, sp, H, m0, m1); });
+  return {cos, sin};
+}
+
+// silu_mul (math.cpp): SwiGLU's silu(g) * u [..., F] of h [..., 2F] = [g | u], one parallel loop
+// of ours (as elementwise code it is a loop of the exported step's, which runs those on one thread).
+
+at::Tensor silu_mul(const at::Tensor& h) {
+  TORCH_CHECK(h.scalar_type() == at::kFloat && h.device().is_cpu() && h.dim() >= 1 && h.size(-1) % 2 == 0,
+              "silu_mul: a float32 CPU tensor [..., 2F]");
+  const at::Tensor hc = h.contiguous();
+  const int64_t F = hc.size(-1) / 2, M = F ? hc.numel() / (2 * F) : 0;
+  std::vector<int64_t> shape(hc.sizes().begin(), hc.sizes().end());
+  shape.back() = F;
+  at::Tensor y = at::empty(shape, hc.options());
+  const float* hp = hc.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)),
+                   [&](int64_t m0, int64_t m1) { fd::silu_mul_rows(hp, yp, F, m0, m1); });
   return y;
 }
 
@@ -655,6 +694,20 @@ extern "C" AOTITorchError aoti_torch_cpu_rms_norm(AtenTensorHandle x, AtenTensor
   });
 }
 
+extern "C" AOTITorchError aoti_torch_cpu_silu_mul(AtenTensorHandle h, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE(
+      { *ret0 = new_tensor_handle(silu_mul(*tensor_handle_to_tensor_pointer(h))); });
+}
+
+extern "C" AOTITorchError aoti_torch_cpu_rope(AtenTensorHandle pos, AtenTensorHandle inv_freq, AtenTensorHandle* ret0,
+                                              AtenTensorHandle* ret1) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
+    auto [cos, sin] = rope(*tensor_handle_to_tensor_pointer(pos), *tensor_handle_to_tensor_pointer(inv_freq));
+    *ret0 = new_tensor_handle(std::move(cos));
+    *ret1 = new_tensor_handle(std::move(sin));
+  });
+}
+
 extern "C" AOTITorchError aoti_torch_cpu_attention(AtenTensorHandle q, AtenTensorHandle k, AtenTensorHandle v,
                                                    AtenTensorHandle pos, AtenTensorHandle rows, int64_t window,
                                                    double scale, double softcap, AtenTensorHandle* ret0) {
@@ -754,6 +807,8 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("q4mx_linear(Tensor x, Tensor qweight, Tensor e) -> Tensor");
   m.def("grouped_linear(str layout, Tensor[] x, Tensor[] w) -> Tensor[]");
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
+  m.def("rope(Tensor pos, Tensor inv_freq) -> (Tensor, Tensor)");
+  m.def("silu_mul(Tensor h) -> Tensor");
   m.def("first_max(Tensor x) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale, "
         "float softcap=0.) -> Tensor");
@@ -776,6 +831,8 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("q4mx_linear", &q4mx_linear);
   m.impl("grouped_linear", &grouped_linear);
   m.impl("rms_norm", &rms_norm);
+  m.impl("rope", &rope);
+  m.impl("silu_mul", &silu_mul);
   m.impl("first_max", &first_max);
   m.impl("attention", &attention);
   m.impl("attention_sinks", &attention_sinks);

@@ -121,14 +121,18 @@ def _yarn_frequencies(powers: Tensor, s: RopeScaling, D: int, theta: float) -> T
     return 1.0 / (s.factor * powers) * (1 - keep) + 1.0 / powers * keep
 
 
-def rope_angles(pos: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+def rope_angles(pos: Tensor, inv_freq: Tensor, native: bool = False) -> tuple[Tensor, Tensor]:
     """cos and sin [B or 1, T, 1, D/2] of the angles pos x inv_freq, for pos [B or 1, T].
 
     The angles in float32, as transformers computes them (positions are exact up to
     2**24); their cos and sin in float64, rounded to float32. A float32 cos differs by a
     last bit between ATen and Inductor's code, enough to flip a near-tie between eager
-    and compiled steps; rounded float64 values agree.
+    and compiled steps; rounded float64 values agree. native: the kernel's op, the same
+    values computed once a step (Inductor would recompute them inside each layer's rotation).
     """
+    if native:
+        cos, sin = torch.ops.fastdecode.rope(pos, inv_freq)  # [B or 1, T, D/2]
+        return cos.unsqueeze(2), sin.unsqueeze(2)
     angles = (pos.to(torch.float32)[..., None] * inv_freq).double()
     return angles.cos().float().unsqueeze(2), angles.sin().float().unsqueeze(2)
 
@@ -302,6 +306,7 @@ class FeedForward(nn.Module):
         # SwiGLU, GeGLU (Gemma) with GELU's tanh form or its exact one, or gpt-oss's clamped SwiGLU
         self.activation = args.activation
         self.alpha, self.limit = args.glu_alpha, args.glu_limit
+        self.native = False  # SwiGLU on the kernels' op (fp32 CPU, silu); set by quant.transform.apply_kernels
         self.register_load_state_dict_pre_hook(_fuse_w13)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -309,6 +314,8 @@ class FeedForward(nn.Module):
 
     def glu(self, h: Tensor) -> Tensor:
         """w13's output [..., 2 * hidden] -> activation(gate) * up [..., hidden]."""
+        if self.native:
+            return torch.ops.fastdecode.silu_mul(h)
         gate, up = h.chunk(2, dim=-1)
         if self.activation == "swiglu_oai":
             gate, up = gate.clamp(max=self.limit), up.clamp(-self.limit, self.limit)
@@ -397,6 +404,7 @@ class Transformer(nn.Module):
         self.register_buffer("rope_local_inv_freq", torch.empty(0), persistent=False)
         # The KV caches' dtype (see kv_cache.py): None is the model's own; load() sets its kv_dtype.
         self.kv_dtype: Optional[KvDtype] = None
+        self.native_rope = False  # cos and sin by the kernels (fp32 CPU); set by quant.transform.apply_kernels
         if self.norm.weight.device.type != "meta":
             self.init_rope()
 
@@ -496,13 +504,13 @@ class Transformer(nn.Module):
             pos = input_pos  # [B, T]
             if rows is None:
                 rows = torch.arange(B, device=tokens.device)
-        cos, sin = rope_angles(pos, self.rope_inv_freq)  # [B or 1, T, 1, D/2]
+        cos, sin = rope_angles(pos, self.rope_inv_freq, self.native_rope)  # [B or 1, T, 1, D/2]
         if self.args.rope_scaling is not None and self.args.rope_scaling.cos_sin_scale != 1.0:
             scale = self.args.rope_scaling.cos_sin_scale  # YaRN's attention factor, on q and k alike
             cos, sin = cos * scale, sin * scale
         local = (cos, sin)  # the sliding layers'
         if self.args.rope_local_theta is not None:
-            local = rope_angles(pos, self.rope_local_inv_freq)
+            local = rope_angles(pos, self.rope_local_inv_freq, self.native_rope)
         q_scale = None
         if self.args.query_scale_beta:  # in transformers' order of operations
             blocks = torch.floor(pos.to(torch.float32) / self.args.query_scale_period)

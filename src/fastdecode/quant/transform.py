@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..model.args import ModelArgs
 from ..model.moe import gated_mlps, routers
 from ..errors import FastDecodeError
-from ..model.transformer import Attention, Embedding, RMSNorm, Transformer, adjacent_rows
+from ..model.transformer import Attention, Embedding, FeedForward, RMSNorm, Transformer, adjacent_rows
 from .formats import PANEL, PANEL_LAYOUTS, SUFFIXES, BlockSizeError, dequantize, layout_of, packed_k, quantize
 from .linear import LAYOUT_OPS, QuantEmbedding, QuantLinear, SplitLinear, _Packed
 
@@ -181,6 +181,10 @@ def native_ops(model: nn.Module) -> list[str]:
             ops.add("rms_norm")
         elif isinstance(m, Attention) and m.native:
             ops.add("attention")
+        elif isinstance(m, Transformer) and m.native_rope:
+            ops.add("rope")
+        elif isinstance(m, FeedForward) and m.native:
+            ops.add("silu_mul")
     return sorted(ops)
 
 
@@ -205,6 +209,9 @@ def apply_kernels(model: Transformer, *, gemv: Optional[bool] = None) -> KernelC
                 m.native = True
             elif isinstance(m, Attention):
                 m.native = select.attention_kernel_fits(m.head_dim)
+            elif isinstance(m, FeedForward):
+                m.native = m.activation == "silu"
+        model.native_rope = True
         # Time the GEMV only when the model has float matrices for it (not a fully packed one).
         has_float = (any(type(m) is nn.Linear for m in model.modules())
                      or (model.output is None and type(model.tok_embeddings) is Embedding))
