@@ -1,6 +1,6 @@
-"""The float ops the exported step calls once where Inductor's code would loop: RoPE's cos and
-sin, and SwiGLU's product. Each gives its PyTorch twin's bits, as the model's eager reference
-path and the golden numbers need."""
+"""The float ops the exported step calls where Inductor's code would loop: RoPE's cos and sin, and
+the gated products of SwiGLU and GeGLU (GELU's tanh form). Each gives its PyTorch twin's bits, as
+the model's eager reference path and the golden numbers need."""
 
 import pytest
 import torch
@@ -29,16 +29,21 @@ def test_rope_equals_rope_angles(theta, head_dim, scaling):
             assert torch.equal(g, w)
 
 
-@pytest.mark.parametrize("hidden", [1536, 8192, 96, 40, 8, 1])
-def test_silu_mul_equals_silu_times_up(hidden):
+GLUS = {"silu_mul": F.silu, "gelu_tanh_mul": lambda x: F.gelu(x, approximate="tanh")}
+
+
+@pytest.mark.parametrize("op", GLUS)
+@pytest.mark.parametrize("hidden", [1536, 8192, 640, 96, 40, 8, 1])
+def test_glu_equals_activation_times_up(op, hidden):
     g = torch.Generator().manual_seed(hidden)
-    h = torch.randn(2, 17, 2 * hidden, generator=g) * torch.tensor([1.0, 30.0])[:, None, None]
+    h = torch.randn(3, 17, 2 * hidden, generator=g) * torch.tensor([1.0, 3.0, 30.0])[:, None, None]
     h[0, 0, :4] = torch.tensor([0.0, -0.0, float("inf"), -float("inf")])[:min(4, hidden)]
     h[0, 2, :1] = float("nan")
     gate, up = h.chunk(2, dim=-1)
-    want = F.silu(gate) * up
+    want = GLUS[op](gate) * up
+    fn = getattr(torch.ops.fastdecode, op)
     # A strided input (a view) is read as its values.
-    for got, w in ((torch.ops.fastdecode.silu_mul(h), want), (torch.ops.fastdecode.silu_mul(h[:, ::2]), want[:, ::2])):
+    for got, w in ((fn(h), want), (fn(h[:, ::2]), want[:, ::2])):
         assert got.shape == w.shape
         assert torch.equal(got.isnan(), w.isnan()) and w.isnan().any()
         assert torch.equal(got.nan_to_num(), w.nan_to_num())

@@ -111,3 +111,4 @@ def test_opcheck():
     torch.library.opcheck(torch.ops.fastdecode.first_max, (torch.randn(3, 100),))
     torch.library.opcheck(torch.ops.fastdecode.rope, (torch.arange(10).view(2, 5), torch.rand(16)))
     torch.library.opcheck(torch.ops.fastdecode.silu_mul, (torch.randn(2, 3, 64),))
+    torch.library.opcheck(torch.ops.fastdecode.gelu_tanh_mul, (torch.randn(2, 3, 64),))

@@ -49,7 +49,8 @@ from ..quant.transform import native_ops, set_gemv
 from ..version import __version__
 from .steps import Steps
 
-# 9: RoPE's cos and sin come from the kernels' op, once a step, and SwiGLU's product (new C entry points);
+# 9: RoPE's cos and sin come from the kernels' op, once a step, and SwiGLU's and GeGLU's products (new
+#    C entry points); the generated loops run serial;
 # 8: logits_at holds flat token indices, [R, n] of any R (a mixed step's rows of one token);
 # 7: the attention kernel takes a logit soft-cap (Gemma 2; its C entry point changed);
 # 6: background exports plan their loops for the parent's threads (5's ran them on one thread);
@@ -78,6 +79,7 @@ _SHIMS = {
     "q4mx_linear": f"AOTITorchError aoti_torch_cpu_q4mx_linear({_H} x, {_H} w, {_H} e, {_H}* ret0)",
     "rms_norm": f"AOTITorchError aoti_torch_cpu_rms_norm({_H} x, {_H} w, double eps, {_H}* ret0)",
     "silu_mul": f"AOTITorchError aoti_torch_cpu_silu_mul({_H} h, {_H}* ret0)",
+    "gelu_tanh_mul": f"AOTITorchError aoti_torch_cpu_gelu_tanh_mul({_H} h, {_H}* ret0)",
     "rope": f"AOTITorchError aoti_torch_cpu_rope({_H} pos, {_H} inv_freq, {_H}* ret0, {_H}* ret1)",
     "attention": (f"AOTITorchError aoti_torch_cpu_attention({_H} q, {_H} k, {_H} v, {_H} pos, {_H} rows, "
                   f"int64_t window, double scale, double softcap, {_H}* ret0)"),
@@ -173,7 +175,7 @@ def export_package(model: Transformer, path: str | os.PathLike) -> dict[str, str
     # each would fork and join its own parallel region at any size, one size planned for decode
     # and prefill alike; at a few rows the region costs more than the loop (the default model runs
     # ~120 of them a step). The heavy ones are our ops, which split by size: RoPE's cos and sin,
-    # SwiGLU (benchmarks/serial_loops.md).
+    # SwiGLU and GeGLU (benchmarks/serial_loops.md).
     configs: dict = {"aot_inductor.package_constants_in_so": False, "aot_inductor.metadata": meta,
                      "cpp.min_chunk_size": 1 << 40}
     ops = native_ops(model)

@@ -404,6 +404,10 @@ def _register_fakes() -> None:
     def _(h):
         return h.new_empty(*h.shape[:-1], h.shape[-1] // 2)
 
+    @torch.library.register_fake("fastdecode::gelu_tanh_mul")
+    def _(h):
+        return h.new_empty(*h.shape[:-1], h.shape[-1] // 2)
+
     @torch.library.register_fake("fastdecode::first_max")
     def _(x):
         return x.new_empty(x.shape[0], dtype=torch.long)

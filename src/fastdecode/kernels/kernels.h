@@ -28,6 +28,10 @@ void rope_rows(const int64_t* pos, const float* f, float* cos, float* sin, int64
 // as torch's AVX2 loop; its AVX-512 loop agrees wherever F is a multiple of 32).
 void silu_mul_rows(const float* h, float* y, int64_t F, int64_t m0, int64_t m1);
 
+// The same for GeGLU with GELU's tanh form (Gemma): y = gelu_tanh(g) * u, torch's F.gelu(g,
+// approximate="tanh") * u bit for bit (its operation order, Sleef's vectorized tanh).
+void gelu_tanh_mul_rows(const float* h, float* y, int64_t F, int64_t m0, int64_t m1);
+
 // Rows [m0, m1) of x [M, V]: idx[m] = the index of row m's first largest value, a NaN counting as
 // largest (torch's argmax and max(dim).indices).
 void first_max_rows(const float* x, int64_t* idx, int64_t V, int64_t m0, int64_t m1);

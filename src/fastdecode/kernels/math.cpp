@@ -102,20 +102,46 @@ void fd::rope_rows(const int64_t* pos, const float* f, float* cos, float* sin, i
   }
 }
 
-void fd::silu_mul_rows(const float* h, float* y, int64_t F, int64_t m0, int64_t m1) {
-  const __m256 one = _mm256_set1_ps(1.0f);
+namespace {
+
+// y = act(g) * u for the rows of h = [g | u], in torch's loop: 8-lane vectors while two fit (16
+// values), then scalars (its vector and scalar activations may differ in the last bit).
+template <class Vec, class Scalar>
+void glu_rows(const float* h, float* y, int64_t F, int64_t m0, int64_t m1, Vec act, Scalar act1) {
   for (int64_t m = m0; m < m1; ++m) {
     const float *g = h + m * 2 * F, *u = g + F;
     float* out = y + m * F;
-    // torch's loop: vectors while two fit (16 values), then scalars.
     const int64_t vec = F / 16 * 16;
-    for (int64_t f = 0; f < vec; f += 8) {
-      const __m256 x = _mm256_loadu_ps(g + f);
-      const __m256 e = Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), x));
-      _mm256_storeu_ps(out + f, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + f)));
-    }
-    for (int64_t f = vec; f < F; ++f) out[f] = g[f] / (1.0f + std::exp(-g[f])) * u[f];
+    for (int64_t f = 0; f < vec; f += 8)
+      _mm256_storeu_ps(out + f, _mm256_mul_ps(act(_mm256_loadu_ps(g + f)), _mm256_loadu_ps(u + f)));
+    for (int64_t f = vec; f < F; ++f) out[f] = act1(g[f]) * u[f];
   }
+}
+
+}  // namespace
+
+void fd::silu_mul_rows(const float* h, float* y, int64_t F, int64_t m0, int64_t m1) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  glu_rows(
+      h, y, F, m0, m1,
+      [&](__m256 x) {
+        return _mm256_div_ps(x, _mm256_add_ps(one, Sleef_expf8_u10avx2(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+      },
+      [](float x) { return x / (1.0f + std::exp(-x)); });
+}
+
+void fd::gelu_tanh_mul_rows(const float* h, float* y, int64_t F, int64_t m0, int64_t m1) {
+  // torch's GELU, tanh form; its build computes x + kappa x^3 in one fused multiply-add.
+  const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = static_cast<float>(0.044715);
+  const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+  const __m256 vbeta = _mm256_set1_ps(beta), vkappa = _mm256_set1_ps(kappa);
+  glu_rows(
+      h, y, F, m0, m1,
+      [&](__m256 x) {
+        const __m256 inner = _mm256_mul_ps(vbeta, _mm256_fmadd_ps(vkappa, _mm256_mul_ps(_mm256_mul_ps(x, x), x), x));
+        return _mm256_mul_ps(_mm256_mul_ps(half, x), _mm256_add_ps(one, Sleef_tanhf8_u10avx2(inner)));
+      },
+      [&](float x) { return 0.5f * x * (1.0f + std::tanh(beta * std::fma(kappa, x * x * x, x))); });
 }
 
 // Two passes, as a row of logits (V = 49,152: 192 KiB) stays in L2: the largest value in 8 lanes,

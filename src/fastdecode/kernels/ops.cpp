@@ -88,12 +88,14 @@ std::tuple<at::Tensor, at::Tensor> rope(const at::Tensor& pos, const at::Tensor&
   return {cos, sin};
 }
 
-// silu_mul (math.cpp): SwiGLU's silu(g) * u [..., F] of h [..., 2F] = [g | u], one parallel loop
-// of ours (as elementwise code it is a loop of the exported step's, which runs those on one thread).
+// silu_mul, gelu_tanh_mul (math.cpp): SwiGLU's silu(g) * u and GeGLU's gelu_tanh(g) * u [..., F] of
+// h [..., 2F] = [g | u], one parallel loop of ours (as elementwise code it is a loop of the exported
+// step's, which runs those on one thread).
 
-at::Tensor silu_mul(const at::Tensor& h) {
+template <void (*Rows)(const float*, float*, int64_t, int64_t, int64_t)>
+at::Tensor glu(const at::Tensor& h) {
   TORCH_CHECK(h.scalar_type() == at::kFloat && h.device().is_cpu() && h.dim() >= 1 && h.size(-1) % 2 == 0,
-              "silu_mul: a float32 CPU tensor [..., 2F]");
+              "glu: a float32 CPU tensor [..., 2F]");
   const at::Tensor hc = h.contiguous();
   const int64_t F = hc.size(-1) / 2, M = F ? hc.numel() / (2 * F) : 0;
   std::vector<int64_t> shape(hc.sizes().begin(), hc.sizes().end());
@@ -102,9 +104,12 @@ at::Tensor silu_mul(const at::Tensor& h) {
   const float* hp = hc.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, M, std::max<int64_t>(1, 16384 / std::max<int64_t>(F, 1)),
-                   [&](int64_t m0, int64_t m1) { fd::silu_mul_rows(hp, yp, F, m0, m1); });
+                   [&](int64_t m0, int64_t m1) { Rows(hp, yp, F, m0, m1); });
   return y;
 }
+
+at::Tensor silu_mul(const at::Tensor& h) { return glu<fd::silu_mul_rows>(h); }
+at::Tensor gelu_tanh_mul(const at::Tensor& h) { return glu<fd::gelu_tanh_mul_rows>(h); }
 
 // first_max (math.cpp): [M, V] float32 -> [M] int64, each row's argmax.
 
@@ -699,6 +704,11 @@ extern "C" AOTITorchError aoti_torch_cpu_silu_mul(AtenTensorHandle h, AtenTensor
       { *ret0 = new_tensor_handle(silu_mul(*tensor_handle_to_tensor_pointer(h))); });
 }
 
+extern "C" AOTITorchError aoti_torch_cpu_gelu_tanh_mul(AtenTensorHandle h, AtenTensorHandle* ret0) {
+  AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE(
+      { *ret0 = new_tensor_handle(gelu_tanh_mul(*tensor_handle_to_tensor_pointer(h))); });
+}
+
 extern "C" AOTITorchError aoti_torch_cpu_rope(AtenTensorHandle pos, AtenTensorHandle inv_freq, AtenTensorHandle* ret0,
                                               AtenTensorHandle* ret1) {
   AOTI_TORCH_CONVERT_EXCEPTION_TO_ERROR_CODE({
@@ -809,6 +819,7 @@ TORCH_LIBRARY_FRAGMENT(fastdecode, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps) -> Tensor");
   m.def("rope(Tensor pos, Tensor inv_freq) -> (Tensor, Tensor)");
   m.def("silu_mul(Tensor h) -> Tensor");
+  m.def("gelu_tanh_mul(Tensor h) -> Tensor");
   m.def("first_max(Tensor x) -> Tensor");
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor input_pos, Tensor rows, int window, float scale, "
         "float softcap=0.) -> Tensor");
@@ -833,6 +844,7 @@ TORCH_LIBRARY_IMPL(fastdecode, CPU, m) {
   m.impl("rms_norm", &rms_norm);
   m.impl("rope", &rope);
   m.impl("silu_mul", &silu_mul);
+  m.impl("gelu_tanh_mul", &gelu_tanh_mul);
   m.impl("first_max", &first_max);
   m.impl("attention", &attention);
   m.impl("attention_sinks", &attention_sinks);

@@ -297,6 +297,10 @@ def attend(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: Optional[float]
     return torch.softmax(s, dim=-1)[..., :-1].to(v.dtype) @ v
 
 
+# The activations whose gated product has an op of the kernels: SwiGLU, GeGLU in GELU's tanh form.
+GLU_OPS = {"silu": "silu_mul", "gelu_tanh": "gelu_tanh_mul"}
+
+
 class FeedForward(nn.Module):
     def __init__(self, args: ModelArgs, hidden_dim: Optional[int] = None, bias: bool = False):
         super().__init__()
@@ -306,7 +310,7 @@ class FeedForward(nn.Module):
         # SwiGLU, GeGLU (Gemma) with GELU's tanh form or its exact one, or gpt-oss's clamped SwiGLU
         self.activation = args.activation
         self.alpha, self.limit = args.glu_alpha, args.glu_limit
-        self.native = False  # SwiGLU on the kernels' op (fp32 CPU, silu); set by quant.transform.apply_kernels
+        self.native = False  # the GLU on the kernels' op (fp32 CPU, GLU_OPS); set by quant.transform.apply_kernels
         self.register_load_state_dict_pre_hook(_fuse_w13)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -315,7 +319,7 @@ class FeedForward(nn.Module):
     def glu(self, h: Tensor) -> Tensor:
         """w13's output [..., 2 * hidden] -> activation(gate) * up [..., hidden]."""
         if self.native:
-            return torch.ops.fastdecode.silu_mul(h)
+            return getattr(torch.ops.fastdecode, GLU_OPS[self.activation])(h)
         gate, up = h.chunk(2, dim=-1)
         if self.activation == "swiglu_oai":
             gate, up = gate.clamp(max=self.limit), up.clamp(-self.limit, self.limit)

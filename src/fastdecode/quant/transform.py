@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from ..model.args import ModelArgs
 from ..model.moe import gated_mlps, routers
 from ..errors import FastDecodeError
-from ..model.transformer import Attention, Embedding, FeedForward, RMSNorm, Transformer, adjacent_rows
+from ..model.transformer import GLU_OPS, Attention, Embedding, FeedForward, RMSNorm, Transformer, adjacent_rows
 from .formats import PANEL, PANEL_LAYOUTS, SUFFIXES, BlockSizeError, dequantize, layout_of, packed_k, quantize
 from .linear import LAYOUT_OPS, QuantEmbedding, QuantLinear, SplitLinear, _Packed
 
@@ -184,7 +184,7 @@ def native_ops(model: nn.Module) -> list[str]:
         elif isinstance(m, Transformer) and m.native_rope:
             ops.add("rope")
         elif isinstance(m, FeedForward) and m.native:
-            ops.add("silu_mul")
+            ops.add(GLU_OPS[m.activation])
     return sorted(ops)
 
 
@@ -210,7 +210,7 @@ def apply_kernels(model: Transformer, *, gemv: Optional[bool] = None) -> KernelC
             elif isinstance(m, Attention):
                 m.native = select.attention_kernel_fits(m.head_dim)
             elif isinstance(m, FeedForward):
-                m.native = m.activation == "silu"
+                m.native = m.activation in GLU_OPS
         model.native_rope = True
         # Time the GEMV only when the model has float matrices for it (not a fully packed one).
         has_float = (any(type(m) is nn.Linear for m in model.modules())
