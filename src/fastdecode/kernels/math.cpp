@@ -1,5 +1,5 @@
-// The float32 kernels' math (see kernels.h): GEMV, RMSNorm, RoPE, SwiGLU and argmax rows
-// (attention: attention.cpp).
+// The float32 kernels' math (see kernels.h): GEMV, RMSNorm, RoPE, the gated products (SwiGLU, GeGLU)
+// and argmax rows (attention: attention.cpp).
 // Plain C++ on raw pointers, no torch headers; ops.cpp checks the arguments,
 // allocates and splits the rows across threads.
 #include <immintrin.h>
