@@ -259,9 +259,9 @@ def test_default_load_generates_at_once_and_exports_the_package_in_the_backgroun
 
 
 def test_the_background_export_plans_its_loops_for_the_parents_threads(tmp_path, monkeypatch):
-    """Inductor parallelizes a loop only if torch's thread count, when it compiles, is above 1:
-    the export child runs on one thread, so it must export with the thread count the parent
-    runs the package on, or every generated loop of the package runs serially."""
+    """Inductor plans its loops by torch's thread count when it compiles (which ones it fuses; the
+    package's loops all run serial): the export child runs on one thread, so it must export with
+    the thread count the parent runs the package on, as the parent's own export would."""
     from fastdecode.cli import export as export_cli
 
     monkeypatch.delenv("FASTDECODE_NO_PACKAGE", raising=False)

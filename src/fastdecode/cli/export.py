@@ -105,9 +105,9 @@ def _export_as_the_parent_loaded(job: ExportJob) -> None:
         llm.model.init_rope(context=job.context)
     if package_path(llm.model) != path:
         raise RuntimeError("the model loaded here does not match the parent's package key")
-    # Inductor decides which of its loops run in parallel by torch's thread count when it
-    # compiles them: on this child's one thread, none would (2026-12-05: serial kernels cost the
-    # default model's prefill 3-11%).
+    # Inductor plans its loops by torch's thread count when it compiles them: every loop runs
+    # serial now (aot.export_package), but which ones it fuses still follows the count, so the
+    # child compiles with the parent's, for the package the parent would have exported.
     torch.set_num_threads(job.threads)
     t0 = time.perf_counter()
     export_package(llm.model, path)
