@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <tuple>
 #include <vector>
 
@@ -336,37 +338,66 @@ at::Tensor attention_sinks(const at::Tensor& q, const at::Tensor& k, const at::T
 // and the same float operations in the same order. Chosen at run time from what the
 // CPU reports; fastdecode_set_isa() forces one (tests run both).
 
+// A buffer that only grows, 64-byte aligned as at::empty's: a thread's quantized activations,
+// kept from one matmul call to the next.
+class Scratch {
+ public:
+  template <class T>
+  T* get(int64_t n) {
+    const size_t bytes = (static_cast<size_t>(n) * sizeof(T) + 63) / 64 * 64;
+    if (bytes > size_) {
+      buf_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)));
+      TORCH_CHECK(buf_, "out of memory for ", bytes, " bytes of quantized activations");
+      size_ = bytes;
+    }
+    return reinterpret_cast<T*>(buf_.get());
+  }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> buf_;
+  size_t size_ = 0;
+};
+
+// quantize_rows' outputs (kernels.h), rows padded to whole groups of 8 blocks, in the calling
+// thread's scratch slot: valid until that slot is quantized into again. A matmul call's activations
+// live only for the call, so a thread reuses them; allocating them per call was 4 of the ~9 tensors
+// each of the ~120 matmuls of a decode step made.
 struct Act {
-  at::Tensor q, d, s, sums;  // quantize_rows' outputs (kernels.h), rows padded to whole groups of 8 blocks
-  at::Tensor rows;  // (by_rows) q's panel layout row by row, [M, K]: what an AMX A tile reads
-  at::Tensor tiles;  // (by_rows) d and s 16 rows a tile (QuantArgs::xt)
+  int8_t* q;
+  float *d, *s;
+  int32_t* sums;
+  int8_t* rows = nullptr;  // (by_rows) q's panel layout row by row, [M, K]: what an AMX A tile reads
+  float* tiles = nullptr;  // (by_rows) d and s 16 rows a tile (QuantArgs::xt)
 };
 
 // by_rows (panels only): also q row by row (QuantArgs::xa) and, but for the K-quants (per256, whose
 // AMX steps read d once a group), d and s by tiles of 16 rows (QuantArgs::xt); each chunk of rows
 // is copied right after it is quantized. The panel layout [G, M, 256] interleaves a group's blocks
-// (block 8 g + j's values 4 w..4 w + 3 at byte 4 j + 32 w of a row's group).
-Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows = false) {
+// (block 8 g + j's values 4 w..4 w + 3 at byte 4 j + 32 w of a row's group). slot: which of the
+// thread's scratch sets (grouped_linear holds one per matmul of its region).
+Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows, size_t slot) {
   const int64_t M = x.size(0), K = x.size(1), G = (K / 32 + 7) / 8;
   const int64_t qrow = panels ? 256 : G * 256, qgroup = panels ? M * 256 : 256;
-  Act a{at::empty({M, G * 256}, x.options().dtype(at::kChar)), at::empty({M, G * 8}, x.options()),
-        at::empty({M, G * 8}, x.options()), at::empty({M, G * 16}, x.options().dtype(at::kInt))};
+  thread_local std::vector<std::array<Scratch, 6>> scratch;
+  if (scratch.size() <= slot) scratch.resize(slot + 1);
+  auto& buf = scratch[slot];
+  Act a{buf[0].get<int8_t>(M * G * 256), buf[1].get<float>(M * G * 8), buf[2].get<float>(M * G * 8),
+        buf[3].get<int32_t>(M * G * 16)};
   auto f = active_isa() == kVnni ? fd::vnni::quantize_rows : fd::avx2::quantize_rows;
   const float* xp = x.data_ptr<float>();
-  int8_t* qp = a.q.data_ptr<int8_t>();
-  float *dp = a.d.data_ptr<float>(), *sp = a.s.data_ptr<float>();
-  int32_t* up = a.sums.data_ptr<int32_t>();
+  int8_t* qp = a.q;
+  float *dp = a.d, *sp = a.s;
+  int32_t* up = a.sums;
   const int64_t nb = K / 32;
   int8_t* rp = nullptr;
   float* tp = nullptr;
   const int64_t T = fd::kAmxTileRows, M16 = M / T * T;
   if (by_rows) {
-    a.rows = at::empty({M, K}, a.q.options());
-    rp = a.rows.data_ptr<int8_t>();
-    if (!per256) {
-      a.tiles = at::empty({2, M16 * nb}, x.options());
-      tp = a.tiles.data_ptr<float>();
-    }
+    rp = a.rows = buf[4].get<int8_t>(M * K);
+    if (!per256) tp = a.tiles = buf[5].get<float>(2 * M16 * nb);
   }
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
     f(xp + m0 * K, m1 - m0, K, per256, qp + m0 * qrow, qrow, qgroup, dp + m0 * G * 8, sp + m0 * G * 8, up + m0 * G * 16);
@@ -413,41 +444,41 @@ bool amx() {
   return ok;
 }
 
-// Sets a's activation and output fields for x: its quantized rows go to the returned Act, which
-// must outlive a's use, and y [M, N] is allocated.
-Act prepare(fd::QuantArgs& a, const at::Tensor& x, int64_t N, at::Tensor& y) {
+// Sets a's activation and output fields for x (its quantized rows in scratch slot `slot`, which
+// must not be quantized into again while a is in use) and allocates y [M, N].
+void prepare(fd::QuantArgs& a, const at::Tensor& x, int64_t N, at::Tensor& y, size_t slot = 0) {
   const bool vnni = active_isa() == kVnni;
   const bool by_rows = vnni && x.size(0) >= (a.layout == fd::kQ8 ? kAmxMinRowsQ8 : kAmxMinRows) &&
                        fd::on_amx(a.layout) && amx();
-  Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout), by_rows);
+  const Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout), by_rows, slot);
   y = at::empty({x.size(0), N}, x.options());
-  a.xq = act.q.data_ptr<int8_t>();
-  a.xd = act.d.data_ptr<float>();
-  a.xs = act.s.data_ptr<float>();
-  a.xsums = act.sums.data_ptr<int32_t>();
+  a.xq = act.q;
+  a.xd = act.d;
+  a.xs = act.s;
+  a.xsums = act.sums;
   a.M = x.size(0);
   a.y = y.data_ptr<float>();
   a.N = N;
-  a.xa = by_rows ? act.rows.data_ptr<int8_t>() : nullptr;
-  a.xt = act.tiles.defined() ? act.tiles.data_ptr<float>() : nullptr;
+  a.xa = act.rows;
+  a.xt = act.tiles;
   a.wide = wide();
   static const bool far = far_prefetch();
   a.far = far;
-  return act;
 }
 
 // Runs the prepared matmuls `as` in one parallel region: each one's tiles in chunks, the threads
 // taking chunks of any of them from one shared counter (several small matmuls, an MoE layer's
 // experts, then stream their weights as one large one would instead of each its own fork, join
 // and prefetch ramp).
-void run(const std::vector<fd::QuantArgs>& as) {
+void run(const fd::QuantArgs* as, int64_t count) {
   const bool vnni = active_isa() == kVnni;
   const int64_t threads = at::get_num_threads();
   struct Task {
     int64_t i, n0, n1;
   };
-  std::vector<Task> tasks;
-  for (int64_t i = 0; i < static_cast<int64_t>(as.size()); ++i) {
+  thread_local std::vector<Task> tasks;  // the caller's, kept: no allocation per call
+  tasks.clear();
+  for (int64_t i = 0; i < count; ++i) {
     const fd::QuantArgs& a = as[i];
     const int64_t rt = fd::in_panels(a.layout) ? fd::kPanelRows : fd::kTileRows;
     const int64_t tiles = (a.N + rt - 1) / rt;
@@ -456,9 +487,10 @@ void run(const std::vector<fd::QuantArgs>& as) {
   }
   const int64_t n = static_cast<int64_t>(tasks.size());
   std::atomic<int64_t> next{0};
+  const Task* all = tasks.data();  // not `tasks` in the workers: their own thread_local is another
   at::parallel_for(0, std::min(threads, n), 1, [&](int64_t, int64_t) {
     for (int64_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
-      const Task& k = tasks[t];
+      const Task& k = all[t];
       if (vnni) fd::vnni::rows(as[k.i], k.n0, k.n1);
       else fd::avx2::rows(as[k.i], k.n0, k.n1);
     }
@@ -467,8 +499,8 @@ void run(const std::vector<fd::QuantArgs>& as) {
 
 at::Tensor launch(fd::QuantArgs a, const at::Tensor& x, int64_t N) {
   at::Tensor y;
-  const Act act = prepare(a, x, N, y);
-  run({a});
+  prepare(a, x, N, y);
+  run(&a, 1);
   return y;
 }
 
@@ -635,9 +667,7 @@ std::vector<at::Tensor> grouped_linear(c10::string_view layout, at::TensorList x
   TORCH_CHECK(static_cast<int64_t>(w.size()) == G * n, "grouped_linear: ", G, " inputs need ", G * n,
               " packed tensors for ", layout, ", got ", w.size());
   std::vector<fd::QuantArgs> as(G);
-  std::vector<Act> acts;
   std::vector<at::Tensor> ys(G);
-  acts.reserve(G);
   for (int64_t i = 0; i < G; ++i) {
     const at::Tensor& x = xs[i];
     const at::Tensor* t = &w[i * n];
@@ -654,9 +684,9 @@ std::vector<at::Tensor> grouped_linear(c10::string_view layout, at::TensorList x
       case fd::kQ4XS: as[i] = klinear_args(fd::kQ4XS, x, t[0], nullptr, t[1], nullptr, t[2], nullptr); break;
       case fd::kQ4MX: as[i] = klinear_args(fd::kQ4MX, x, t[0], nullptr, t[1], nullptr, t[1], nullptr); break;
     }
-    acts.push_back(prepare(as[i], x, t[0].size(0), ys[i]));
+    prepare(as[i], x, t[0].size(0), ys[i], i);
   }
-  run(as);
+  run(as.data(), G);
   return ys;
 }
 
