@@ -39,6 +39,15 @@ BAD_CHAT = {
     "bad role": {"messages": [{"role": "wizard", "content": "x"}]},
     "user message without content": {"messages": [{"role": "user"}]},
     "system message without content": {"messages": [{"role": "system"}, {"role": "user", "content": "x"}]},
+    "user content null": {"messages": [{"role": "user", "content": None}]},
+    "system content null": {"messages": [{"role": "system", "content": None}, {"role": "user", "content": "x"}]},
+    "tool content null": {"messages": USER + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": None}]},
+    "legacy functions": {"messages": USER, "functions": [{"name": "f", "parameters": {"type": "object"}}]},
+    "legacy function_call": {"messages": USER, "function_call": "auto"},
+    "legacy function_call in the history": {"messages": USER + [
+        {"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": "{}"}}]},
     "image part": {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
     "max_tokens negative": {"messages": USER, "max_tokens": -1},
     "max_tokens zero": {"messages": USER, "max_tokens": 0},
@@ -99,6 +108,19 @@ def test_a_lone_prompt_and_a_stop_string_are_named_as_the_api_names_them(http):
         assert err["message"] == "the prompt is empty" and err["param"] == "prompt", err
     err = error_of(post(http, COMPLETIONS_PATH, {"prompt": "a", "max_tokens": 2, "stop": ["x", ""]}))
     assert err["message"] == "stop must be non-empty strings, got ''" and err["param"] == "stop", err
+
+
+def test_the_deprecated_function_fields_name_what_replaced_them(http):
+    err = error_of(post(http, CHAT_PATH, BAD_CHAT["legacy functions"]))
+    assert err["param"] == "functions" and "tools" in err["message"], err
+    err = error_of(post(http, CHAT_PATH, BAD_CHAT["legacy function_call"]))
+    assert err["param"] == "function_call" and "tool_choice" in err["message"], err
+    err = error_of(post(http, CHAT_PATH, BAD_CHAT["legacy function_call in the history"]))
+    assert err["param"] == "messages[1].function_call" and "tool_calls" in err["message"], err
+    # an assistant turn's null content stays accepted (a turn of tool calls only)
+    body = {"messages": USER + [{"role": "assistant", "content": None}, {"role": "user", "content": "x"}],
+            "max_tokens": 2}
+    assert post(http, CHAT_PATH, body).status_code == 200
 
 
 def test_errors_name_the_field(http):

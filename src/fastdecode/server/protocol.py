@@ -142,15 +142,24 @@ class ToolCallIn(_In):
 
 class ChatMessage(_In):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Any = Field(default=None, validate_default=True)  # _text: a missing one reads as ""
+    content: Any = Field(default=None, validate_default=True)  # _text: an assistant's missing one reads as ""
     name: Optional[str] = None
     tool_calls: Optional[list[ToolCallIn]] = None  # assistant messages; content may then be null
     tool_call_id: Optional[StrictStr] = None  # tool messages: the call this is the result of
+    # OpenAI's deprecated form of tool_calls: named so that a history using it fails instead of
+    # losing the call.
+    function_call: Any = None
+
+    @field_validator("function_call")
+    @classmethod
+    def _function_call(cls, v: Any) -> None:
+        if v is not None:
+            raise ValueError('is the deprecated form of tool_calls; accepted: tool_calls [{"id": ..., "type": '
+                             '"function", "function": {"name": ..., "arguments": ...}}]')
+        return v
 
     @model_validator(mode="after")
     def _tool_fields(self) -> "ChatMessage":
-        if self.role != "assistant" and "content" not in self.model_fields_set:
-            raise ValueError(f"a {self.role} message needs content (a string or a list of text parts)")
         if self.role == "tool" and self.tool_call_id is None:
             raise ValueError("a tool message needs tool_call_id: the id of the call it answers")
         if self.tool_calls and self.role != "assistant":
@@ -160,8 +169,12 @@ class ChatMessage(_In):
     @field_validator("content")
     @classmethod
     def _text(cls, v: Any, info: ValidationInfo) -> str:
-        """A string, or a list of text parts joined by newlines (None: an assistant turn with no text).
-        An assistant's refusal parts (OpenAI's, sent back with the history) are its text too."""
+        """A string, or a list of text parts joined by newlines (None, or no content: an assistant
+        turn with no text; any other role's is an error). An assistant's refusal parts (OpenAI's, sent
+        back with the history) are its text too."""
+        role = info.data.get("role")
+        if v is None and role is not None and role != "assistant":
+            raise ValueError(f"a {role} message needs content (a string or a list of text parts)")
         if v is None or isinstance(v, str):
             return v or ""
         if not isinstance(v, list):
@@ -208,6 +221,20 @@ class ChatCompletionRequest(_Sampling):
     parallel_tool_calls: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None  # vLLM's: variables for the template
     reasoning_effort: Optional[ReasoningEffort] = None  # OpenAI's: the template's `reasoning_effort` (gpt-oss's)
+    # OpenAI's deprecated forms of tools and tool_choice: named so that a request using them fails
+    # with where they go now, instead of being answered as if no function were offered.
+    functions: Any = None
+    function_call: Any = None
+
+    @field_validator("functions", "function_call")
+    @classmethod
+    def _legacy_functions(cls, v: Any, info: ValidationInfo) -> None:
+        if v is not None:
+            modern = {"functions": 'tools [{"type": "function", "function": {...}}]',
+                      "function_call": 'tool_choice ("none", "auto", "required" or {"type": "function", '
+                                       '"function": {"name": ...}})'}[info.field_name]
+            raise ValueError(f"is the deprecated form of {modern.split(' ')[0]}; accepted: {modern}")
+        return v
 
 
 def _short(value: Any) -> str:
