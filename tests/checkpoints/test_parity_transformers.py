@@ -85,6 +85,13 @@ def test_special_ids_and_template(ours, reference):
         text = ref_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         assert tok.apply_chat_template(messages) == text
         assert ours.chat_prompt(messages) == ref_tok(text, add_special_tokens=False)["input_ids"]
+        text = ref_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=False)
+        assert tok.apply_chat_template(messages, add_generation_prompt=False) == text
+        for partial in ("Paris is", "The sea, ", "Well:\n"):
+            ask = messages + [{"role": "assistant", "content": partial}]
+            text = ref_tok.apply_chat_template(ask, tokenize=False, add_generation_prompt=False,
+                                               continue_final_message=True)
+            assert tok.apply_chat_template(ask, add_generation_prompt=False, continue_final_message=True) == text
 
 
 def test_prefill_logits_agree(ours, reference):

@@ -146,3 +146,31 @@ def test_chat_template_kwargs_reach_the_template(thinking_llm):
     assert r.status_code == 400 and "chat_template_kwargs may not set 'tools'" in error_of(r)["message"]
     r = call(app, "POST", "/v1/chat/completions", json={"messages": USER, "chat_template_kwargs": ["x"]})
     assert r.status_code == 400 and "chat_template_kwargs" in error_of(r)["message"]
+
+
+def test_a_chat_can_continue_its_final_message():
+    """vLLM's add_generation_prompt and continue_final_message, on /v1/chat/completions and /tokenize
+    alike: the prompt ends after the final message's text, and the reply continues it."""
+    llm = fastdecode.load("tiny", max_batch_size=2)
+    app = app_serving(llm)
+    partial = USER + [{"role": "assistant", "content": "Once upon"}]
+
+    def prompt(messages, **flags):
+        chat = call(app, "POST", "/v1/chat/completions", json={"messages": messages, "max_tokens": 2, **flags})
+        counted = call(app, "POST", "/tokenize", json={"messages": messages, **flags})
+        assert chat.status_code == 200 and counted.status_code == 200, (chat.text, counted.text)
+        assert chat.json()["usage"]["prompt_tokens"] == counted.json()["count"]
+        return llm.tokenizer.decode(counted.json()["tokens"], skip_special_tokens=False)
+
+    try:
+        assert prompt(partial, continue_final_message=True) == "<|user|>hi\n<|assistant|>Once upon"
+        assert prompt(partial, continue_final_message=True, add_generation_prompt=False) == \
+            "<|user|>hi\n<|assistant|>Once upon"
+        assert prompt(USER, add_generation_prompt=False) == "<|user|>hi\n"
+        assert prompt(partial) == "<|user|>hi\n<|assistant|>Once upon\n<|assistant|>"
+        body = {"messages": partial, "continue_final_message": True, "add_generation_prompt": True}
+        for path in ("/v1/chat/completions", "/tokenize"):
+            r = call(app, "POST", path, json=body)
+            assert r.status_code == 400 and error_of(r)["param"] == "continue_final_message", r.text
+    finally:
+        llm.engine.close()

@@ -98,6 +98,39 @@ def test_chat_template_is_rendered_by_the_sandboxed_renderer():
         render_chat_template(tok, messages, add_generation_prompt=False)
 
 
+def test_a_continued_final_message_ends_the_prompt():
+    tok = ByteTokenizer(chat_template=BYTE_CHAT_TEMPLATE)
+    asked = [{"role": "user", "content": "hi"}]
+    for text, kept in [("The answer is ", "The answer is "), ("", ""), ("  ", ""), ("a\nb", "a\nb")]:
+        messages = asked + [{"role": "assistant", "content": text}]
+        got = tok.apply_chat_template(messages, add_generation_prompt=False, continue_final_message=True)
+        # the turn as the template opens it, then the text, and no end of turn (the template's "\n")
+        assert got == "<|user|>hi\n<|assistant|>" + kept, text
+    # A template that trims the text (Llama 3's): cut after the text as written, as transformers cuts.
+    trims = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] | trim }}<end>{% endfor %}"
+    got = render_chat_template(ByteTokenizer(chat_template=trims), asked + [{"role": "assistant", "content": " so "}],
+                               add_generation_prompt=False, continue_final_message=True)
+    assert got == "[user] hi<end>[assistant] so"
+
+
+@pytest.mark.parametrize("case, messages, flags, match", [
+    ("both flags", [{"role": "user", "content": "x"}], {"add_generation_prompt": True}, "add_generation_prompt false"),
+    ("not text", [{"role": "user", "content": ["x"]}], {"add_generation_prompt": False}, "content as text"),
+])
+def test_continuing_needs_the_generation_prompt_off_and_text(case, messages, flags, match):
+    tok = ByteTokenizer(chat_template=BYTE_CHAT_TEMPLATE)
+    with pytest.raises(FastDecodeError, match=match):
+        tok.apply_chat_template(messages, continue_final_message=True, **flags)
+
+
+def test_a_template_that_drops_the_final_message_cannot_continue_it():
+    drops = "{% for m in messages[:-1] %}{{ m['content'] }}{% endfor %}"
+    tok = ByteTokenizer(chat_template=drops)
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+    with pytest.raises(FastDecodeError, match="does not write the final assistant message's text"):
+        tok.apply_chat_template(messages, add_generation_prompt=False, continue_final_message=True)
+
+
 def test_no_chat_template():
     with pytest.raises(FastDecodeError, match="no chat template"):
         ByteTokenizer().apply_chat_template([{"role": "user", "content": "x"}])

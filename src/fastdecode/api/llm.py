@@ -173,11 +173,16 @@ class LLM:
         return dataclasses.replace(out, text=text, reasoning=reasoning)
 
     def chat_prompt(self, messages: list[dict], tools: Optional[list[dict]] = None,
-                    template_kwargs: Optional[dict[str, Any]] = None) -> list[int]:
-        """Token ids of `messages` rendered with the chat template, ready for the reply;
-        `tools` (OpenAI's tool definitions) reach the template as its `tools` variable, and
-        `template_kwargs` as variables of their own (Qwen 3: {"enable_thinking": False})."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
+                    template_kwargs: Optional[dict[str, Any]] = None, *, add_generation_prompt: bool = True,
+                    continue_final_message: bool = False) -> list[int]:
+        """Token ids of `messages` rendered with the chat template, ready for the reply (the
+        assistant's header, or without it when `add_generation_prompt` is false; with
+        `continue_final_message`, and add_generation_prompt false, the final message left open for
+        the reply to continue); `tools` (OpenAI's tool definitions) reach the template as its
+        `tools` variable, and `template_kwargs` as variables of their own (Qwen 3:
+        {"enable_thinking": False})."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                                  continue_final_message=continue_final_message, tools=tools,
                                                   variables=template_kwargs)
         return self.tokenizer.encode(text, add_special_tokens=False)
 

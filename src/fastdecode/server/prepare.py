@@ -98,7 +98,8 @@ def prepare_chat(req: ChatCompletionRequest, llm: LLM, max_tokens_limit: Optiona
     answer = _tool_answer(spec, request_constraint(req), fmt)
     messages, tools = template_input(req.messages, fmt, spec)
     try:
-        prompt = llm.chat_prompt(messages, tools=tools, template_kwargs=template_kwargs(req))
+        prompt = llm.chat_prompt(messages, tools=tools, template_kwargs=template_kwargs(req),
+                                 **template_flags(req))
     except FastDecodeError as e:
         raise APIError(400, str(e), param="messages") from None
     if not prompt:
@@ -145,6 +146,18 @@ def _tool_answer(spec: Optional[ToolSpec], asked: Optional[Constraint], fmt: Too
 
 # What the server itself hands every chat template.
 _RESERVED = ("messages", "tools", "add_generation_prompt")
+
+
+def template_flags(req: Union[ChatCompletionRequest, TokenizeRequest]) -> dict[str, bool]:
+    """add_generation_prompt and continue_final_message as the renderer takes them (null: the default)."""
+    add = req.add_generation_prompt is not False
+    cont = bool(req.continue_final_message)
+    if add and cont:
+        if "add_generation_prompt" in req.model_fields_set:
+            raise APIError(400, "continue_final_message continues the final message, so it needs "
+                           "add_generation_prompt false; accepted: one of them true", param="continue_final_message")
+        add = False  # asked only to continue: the generation prompt is off by that alone
+    return {"add_generation_prompt": add, "continue_final_message": cont}
 
 
 def template_kwargs(req: Union[ChatCompletionRequest, TokenizeRequest]) -> dict[str, Any]:

@@ -221,6 +221,9 @@ class ChatCompletionRequest(_Sampling):
     parallel_tool_calls: Optional[bool] = None
     chat_template_kwargs: Optional[dict[str, Any]] = None  # vLLM's: variables for the template
     reasoning_effort: Optional[ReasoningEffort] = None  # OpenAI's: the template's `reasoning_effort` (gpt-oss's)
+    # vLLM's: the template's generation prompt, or the final message left open to be continued
+    add_generation_prompt: Optional[bool] = True
+    continue_final_message: Optional[bool] = False
     # OpenAI's deprecated forms of tools and tool_choice: named so that a request using them fails
     # with where they go now, instead of being answered as if no function were offered.
     functions: Any = None
@@ -425,8 +428,8 @@ class ModelList(BaseModel):
 
 
 class TokenizeRequest(_In):
-    """POST /tokenize: `prompt` (text) or `messages` (rendered with the chat template and
-    the generation prompt), exactly one."""
+    """POST /tokenize: `prompt` (text) or `messages` (rendered with the chat template as
+    /v1/chat/completions renders them), exactly one."""
 
     model: Optional[str] = None
     prompt: Optional[StrictStr] = None
@@ -434,6 +437,8 @@ class TokenizeRequest(_In):
     tools: Optional[list[ToolDefinition]] = None  # with messages: offered as /v1/chat/completions offers them
     chat_template_kwargs: Optional[dict[str, Any]] = None  # with messages: as /v1/chat/completions takes them
     reasoning_effort: Optional[ReasoningEffort] = None
+    add_generation_prompt: Optional[bool] = True  # with messages: as /v1/chat/completions takes them
+    continue_final_message: Optional[bool] = False
     add_special_tokens: Optional[bool] = True
 
 

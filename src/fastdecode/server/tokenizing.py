@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from ..errors import FastDecodeError
 from ..text.tokenizer import ByteTokenizer, Tokenizer
 from .errors import APIError
-from .prepare import template_kwargs
+from .prepare import template_flags, template_kwargs
 from .protocol import (DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse, TokenizerInfo)
 from .serving import parse, read_body
 from .state import ServerState
@@ -56,8 +56,8 @@ def tokenizer_router(state: ServerState) -> APIRouter:
             spec = tool_spec(req.tools, None, None)
             messages, tools = template_input(req.messages, detect_format(tok.template_for(spec is not None)), spec)
             try:
-                text = tok.apply_chat_template(messages, add_generation_prompt=True, tools=tools,
-                                               variables=template_kwargs(req))
+                text = tok.apply_chat_template(messages, tools=tools, variables=template_kwargs(req),
+                                               **template_flags(req))
             except FastDecodeError as e:
                 raise APIError(400, str(e), param="messages") from None
             # The template writes the special tokens it wants: add_special_tokens adds BOS only if asked.

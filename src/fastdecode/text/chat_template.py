@@ -99,10 +99,18 @@ def special_token_strings(tokenizer: "Tokenizer") -> dict[str, str]:
     return {k: v for k, v in mapping.items() if v is not None}
 
 
+# Stands in for an empty final message when a chat continues it (where its text would go):
+# private-use characters that no template writes.
+_CONTINUED = "\ue000fastdecode:continued\ue001"
+
+
 def render_chat_template(tokenizer: "Tokenizer", messages: list[dict], *, add_generation_prompt: bool = True,
-                         template: Optional[str] = None, variables: Optional[dict[str, Any]] = None,
-                         **extra: Any) -> str:
-    """The prompt text for `messages`, ending with the assistant header when `add_generation_prompt`.
+                         continue_final_message: bool = False, template: Optional[str] = None,
+                         variables: Optional[dict[str, Any]] = None, **extra: Any) -> str:
+    """The prompt text for `messages`, ending with the assistant header when `add_generation_prompt`,
+    or, with `continue_final_message`, cut right after the final message's text (no end of turn),
+    so that the reply continues it (a partly written assistant answer): as transformers cuts it,
+    after the text's last appearance, with its trailing whitespace where the template kept it.
 
     `template` overrides the tokenizer's; `variables` (a caller's, e.g. enable_thinking) and
     then `extra` (e.g. `tools=[...]`) reach the template as variables, as in transformers.
@@ -111,13 +119,23 @@ def render_chat_template(tokenizer: "Tokenizer", messages: list[dict], *, add_ge
     if source is None:
         raise FastDecodeError("this model has no chat template; use plain prompts instead")
     _check_messages(messages)
+    if continue_final_message and add_generation_prompt:
+        raise FastDecodeError("continue_final_message continues the final message, so it needs "
+                              "add_generation_prompt false: give one of them")
     taken = sorted({"messages", "add_generation_prompt"} & set(variables or {}))
     if taken:
         raise FastDecodeError(f"template variables may not set {', '.join(taken)}: they are arguments of their own")
     variables = {"tools": None, "documents": None, **special_token_strings(tokenizer), **(variables or {}), **extra}
     template = compile_template(source)  # its syntax errors are one line of their own
+    final = messages[-1].get("content")
+    if continue_final_message:
+        if not isinstance(final, str):
+            raise FastDecodeError("continue_final_message needs the final message's content as text, "
+                                  f"got {type(final).__name__}")
+        if not final.strip():  # nothing to find: the stand-in marks where the reply starts
+            messages = [*messages[:-1], {**messages[-1], "content": _CONTINUED}]
     try:
-        return template.render(messages=_with_reasoning_names(messages), add_generation_prompt=add_generation_prompt,
+        text = template.render(messages=_with_reasoning_names(messages), add_generation_prompt=add_generation_prompt,
                                **variables)
     except jinja2.TemplateError as e:
         raise FastDecodeError(f"chat template failed: {e.message or type(e).__name__}") from None
@@ -127,3 +145,14 @@ def render_chat_template(tokenizer: "Tokenizer", messages: list[dict], *, add_ge
         # calls itself.
         detail = " ".join(str(e).split())
         raise FastDecodeError(f"chat template failed on these messages: {type(e).__name__}: {detail}") from None
+    if not continue_final_message:
+        return text
+    key = final.strip() or _CONTINUED
+    at = text.rfind(key)
+    if at < 0:
+        raise FastDecodeError(f"the chat template does not write the final {messages[-1]['role']} message's text "
+                              "as given, so continue_final_message cannot continue it")
+    if key is _CONTINUED:
+        return text[:at]
+    kept = final.lstrip()
+    return text[:at + (len(kept) if text.startswith(kept, at) else len(key))]

@@ -56,16 +56,18 @@ class Tokenizer:
         return self.tool_template if tools and self.tool_template is not None else self.chat_template
 
     def apply_chat_template(self, messages: list[dict], *, add_generation_prompt: bool = True,
-                            tools: Optional[list[dict]] = None, variables: Optional[dict[str, Any]] = None) -> str:
-        """Render `messages` as the model's prompt text; `tools` reach the template as `tools`,
-        `variables` as themselves (e.g. Qwen 3's {"enable_thinking": False})."""
+                            continue_final_message: bool = False, tools: Optional[list[dict]] = None,
+                            variables: Optional[dict[str, Any]] = None) -> str:
+        """Render `messages` as the model's prompt text (render_chat_template); `tools` reach the
+        template as `tools`, `variables` as themselves (e.g. Qwen 3's {"enable_thinking": False})."""
         template = self.template_for(tools is not None)
         if template is None:
             raise FastDecodeError("this model has no chat template; use plain prompts instead")
         from .chat_template import render_chat_template
 
-        return render_chat_template(self, messages, add_generation_prompt=add_generation_prompt, tools=tools,
-                                    template=template, variables=variables)
+        return render_chat_template(self, messages, add_generation_prompt=add_generation_prompt,
+                                    continue_final_message=continue_final_message, tools=tools, template=template,
+                                    variables=variables)
 
 
 # A minimal ChatML-like template for the byte-level presets, so chat paths can be
