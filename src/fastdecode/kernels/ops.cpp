@@ -363,8 +363,9 @@ class Scratch {
 
 // quantize_rows' outputs (kernels.h), rows padded to whole groups of 8 blocks, in the calling
 // thread's scratch slot: valid until that slot is quantized into again. A matmul call's activations
-// live only for the call, so a thread reuses them; allocating them per call was 4 of the ~9 tensors
-// each of the ~120 matmuls of a decode step made.
+// live only for the call, so a thread reuses them: as tensors they were 4 of each matmul's 5
+// tensors (y the fifth), ~120 matmuls a decode step (benchmarks/step_overhead.md: batch 1
+// 1.05-1.13x).
 struct Act {
   int8_t* q;
   float *d, *s;
