@@ -70,6 +70,18 @@ def test_chat_streamed_text_equals_the_whole_answer(client, tiny_llm):
     assert reasons == [choice.finish_reason] and body[-1].choices[0].finish_reason == choice.finish_reason
 
 
+def test_a_chat_continues_its_final_message_through_the_client(client, tiny_llm):
+    """vLLM's continue_final_message through the openai client (extra_body): the reply continues
+    the assistant text the client began, as the library renders it."""
+    partial = CHAT + [{"role": "assistant", "content": "Why did the"}]
+    got = client.chat.completions.create(model="tiny", messages=partial, max_tokens=8, temperature=0,
+                                         extra_body={"continue_final_message": True})
+    prompt = tiny_llm.chat_prompt(partial, add_generation_prompt=False, continue_final_message=True)
+    assert tiny_llm.tokenizer.decode(prompt).endswith("<|assistant|>Why did the")
+    assert got.usage.prompt_tokens == len(prompt)
+    assert got.choices[0].message.content == tiny_llm.generate([prompt], temperature=0, max_new_tokens=8)[0].text
+
+
 def test_completion_streamed_text_equals_the_whole_answer(client, tiny_llm):
     whole = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=10, temperature=0)
     assert whole.id.startswith("cmpl-") and whole.object == "text_completion"
