@@ -151,3 +151,13 @@ def test_iterating_a_run_does_not_leak_inference_mode(tiny_llm):
     assert not torch.is_inference_mode_enabled()
     for _ in run:
         assert not torch.is_inference_mode_enabled()
+
+
+def test_chat_continues_the_final_message(tiny_llm):
+    partial = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Once upon"}]
+    prompt = tiny_llm.chat_prompt(partial, add_generation_prompt=False, continue_final_message=True)
+    assert tiny_llm.tokenizer.decode(prompt) == "<|user|>hi\n<|assistant|>Once upon"
+    got = tiny_llm.chat(partial, continue_final_message=True, temperature=0, max_new_tokens=6)
+    assert got.text == tiny_llm.generate([prompt], temperature=0, max_new_tokens=6)[0].text
+    # without it the final message is a finished turn, and a new one opens
+    assert tiny_llm.tokenizer.decode(tiny_llm.chat_prompt(partial)).endswith("Once upon\n<|assistant|>")

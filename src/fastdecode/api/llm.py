@@ -162,13 +162,16 @@ class LLM:
             if step.pieces[0]:
                 yield step.pieces[0]
 
-    def chat(self, messages: list[dict], **options: Any) -> Completion:
-        """Render `messages` with the checkpoint's chat template and return the assistant's reply.
+    def chat(self, messages: list[dict], *, continue_final_message: bool = False, **options: Any) -> Completion:
+        """Render `messages` with the checkpoint's chat template and return the assistant's reply
+        (with `continue_final_message`, the rest of the final message, whose text it continues).
         A harmony reply (gpt-oss) is read apart: `text` is its answer, `reasoning` its analysis."""
+        prompt = self.chat_prompt(messages, add_generation_prompt=not continue_final_message,
+                                  continue_final_message=continue_final_message)
         if not is_harmony(self.tokenizer.chat_template):
-            return self.generate([self.chat_prompt(messages)], **options)[0]
+            return self.generate([prompt], **options)[0]
         # Decoded with its channel markers, which the splitter takes out.
-        out = self.generate([self.chat_prompt(messages)], **{**options, "skip_special_tokens": False})[0]
+        out = self.generate([prompt], **{**options, "skip_special_tokens": False})[0]
         reasoning, text = HarmonySplitter().feed(out.text, finished=True)
         return dataclasses.replace(out, text=text, reasoning=reasoning)
 
