@@ -361,45 +361,32 @@ class Scratch {
   size_t size_ = 0;
 };
 
-// quantize_rows' outputs (kernels.h), rows padded to whole groups of 8 blocks, in the calling
-// thread's scratch slot: valid until that slot is quantized into again. A matmul call's activations
-// live only for the call, so a thread reuses them: as tensors they were 4 of each matmul's 5
-// tensors (y the fifth), ~120 matmuls a decode step (benchmarks/step_overhead.md: batch 1
-// 1.05-1.13x).
-struct Act {
-  int8_t* q;
-  float *d, *s;
-  int32_t* sums;
-  int8_t* rows = nullptr;  // (by_rows) q's panel layout row by row, [M, K]: what an AMX A tile reads
-  float* tiles = nullptr;  // (by_rows) d and s 16 rows a tile (QuantArgs::xt)
-};
-
+// Sets a's activation fields (xq, xd, xs, xsums: quantize_rows' outputs, kernels.h, rows padded to
+// whole groups of 8 blocks; by_rows: xa and xt) to x quantized into the calling thread's scratch
+// slot `slot`, valid until that slot is quantized into again. A matmul call's activations live
+// only for the call, so a thread reuses them: as tensors they were 4 of each matmul's 5 tensors
+// (y the fifth), ~120 matmuls a decode step (benchmarks/step_overhead.md: batch 1 1.05-1.13x).
 // by_rows (panels only): also q row by row (QuantArgs::xa) and, but for the K-quants (per256, whose
 // AMX steps read d once a group), d and s by tiles of 16 rows (QuantArgs::xt); each chunk of rows
 // is copied right after it is quantized. The panel layout [G, M, 256] interleaves a group's blocks
-// (block 8 g + j's values 4 w..4 w + 3 at byte 4 j + 32 w of a row's group). slot: which of the
-// thread's scratch sets (grouped_linear holds one per matmul of its region).
-Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows, size_t slot) {
+// (block 8 g + j's values 4 w..4 w + 3 at byte 4 j + 32 w of a row's group). grouped_linear holds
+// one slot per matmul of its region.
+void quantize(fd::QuantArgs& a, const at::Tensor& x, bool by_rows, size_t slot) {
+  const bool per256 = fd::in_super(a.layout), panels = fd::in_panels(a.layout);
   const int64_t M = x.size(0), K = x.size(1), G = (K / 32 + 7) / 8;
   const int64_t qrow = panels ? 256 : G * 256, qgroup = panels ? M * 256 : 256;
   thread_local std::vector<std::array<Scratch, 6>> scratch;
   if (scratch.size() <= slot) scratch.resize(slot + 1);
   auto& buf = scratch[slot];
-  Act a{buf[0].get<int8_t>(M * G * 256), buf[1].get<float>(M * G * 8), buf[2].get<float>(M * G * 8),
-        buf[3].get<int32_t>(M * G * 16)};
   auto f = active_isa() == kVnni ? fd::vnni::quantize_rows : fd::avx2::quantize_rows;
   const float* xp = x.data_ptr<float>();
-  int8_t* qp = a.q;
-  float *dp = a.d, *sp = a.s;
-  int32_t* up = a.sums;
+  int8_t* qp = buf[0].get<int8_t>(M * G * 256);
+  float *dp = buf[1].get<float>(M * G * 8), *sp = buf[2].get<float>(M * G * 8);
+  int32_t* up = buf[3].get<int32_t>(M * G * 16);
   const int64_t nb = K / 32;
-  int8_t* rp = nullptr;
-  float* tp = nullptr;
   const int64_t T = fd::kAmxTileRows, M16 = M / T * T;
-  if (by_rows) {
-    rp = a.rows = buf[4].get<int8_t>(M * K);
-    if (!per256) tp = a.tiles = buf[5].get<float>(2 * M16 * nb);
-  }
+  int8_t* rp = by_rows ? buf[4].get<int8_t>(M * K) : nullptr;
+  float* tp = by_rows && !per256 ? buf[5].get<float>(2 * M16 * nb) : nullptr;
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
     f(xp + m0 * K, m1 - m0, K, per256, qp + m0 * qrow, qrow, qgroup, dp + m0 * G * 8, sp + m0 * G * 8, up + m0 * G * 16);
     for (int64_t m = m0; rp && m < m1; ++m)
@@ -412,7 +399,12 @@ Act quantize(const at::Tensor& x, bool per256, bool panels, bool by_rows, size_t
         tp[M16 * nb + at] = sp[m * G * 8 + b];
       }
   });
-  return a;
+  a.xq = qp;
+  a.xd = dp;
+  a.xs = sp;
+  a.xsums = up;
+  a.xa = rp;
+  a.xt = tp;
 }
 
 // y = x w^T for a packed weight described by `a` (its weight fields set): quantizes x,
@@ -451,17 +443,11 @@ void prepare(fd::QuantArgs& a, const at::Tensor& x, int64_t N, at::Tensor& y, si
   const bool vnni = active_isa() == kVnni;
   const bool by_rows = vnni && x.size(0) >= (a.layout == fd::kQ8 ? kAmxMinRowsQ8 : kAmxMinRows) &&
                        fd::on_amx(a.layout) && amx();
-  const Act act = quantize(x.contiguous(), fd::in_super(a.layout), fd::in_panels(a.layout), by_rows, slot);
+  quantize(a, x.contiguous(), by_rows, slot);
   y = at::empty({x.size(0), N}, x.options());
-  a.xq = act.q;
-  a.xd = act.d;
-  a.xs = act.s;
-  a.xsums = act.sums;
   a.M = x.size(0);
   a.y = y.data_ptr<float>();
   a.N = N;
-  a.xa = act.rows;
-  a.xt = act.tiles;
   a.wide = wide();
   static const bool far = far_prefetch();
   a.far = far;

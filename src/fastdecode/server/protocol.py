@@ -153,10 +153,8 @@ class ChatMessage(_In):
     @field_validator("function_call")
     @classmethod
     def _function_call(cls, v: Any) -> None:
-        if v is not None:
-            raise ValueError('is the deprecated form of tool_calls; accepted: tool_calls [{"id": ..., "type": '
-                             '"function", "function": {"name": ..., "arguments": ...}}]')
-        return v
+        return _refuse_deprecated(v, "tool_calls", '[{"id": ..., "type": "function", "function": '
+                                  '{"name": ..., "arguments": ...}}]')
 
     @model_validator(mode="after")
     def _tool_fields(self) -> "ChatMessage":
@@ -229,15 +227,23 @@ class ChatCompletionRequest(_Sampling):
     functions: Any = None
     function_call: Any = None
 
-    @field_validator("functions", "function_call")
+    @field_validator("functions")
     @classmethod
-    def _legacy_functions(cls, v: Any, info: ValidationInfo) -> None:
-        if v is not None:
-            modern = {"functions": 'tools [{"type": "function", "function": {...}}]',
-                      "function_call": 'tool_choice ("none", "auto", "required" or {"type": "function", '
-                                       '"function": {"name": ...}})'}[info.field_name]
-            raise ValueError(f"is the deprecated form of {modern.split(' ')[0]}; accepted: {modern}")
-        return v
+    def _functions(cls, v: Any) -> None:
+        return _refuse_deprecated(v, "tools", '[{"type": "function", "function": {...}}]')
+
+    @field_validator("function_call")
+    @classmethod
+    def _function_call(cls, v: Any) -> None:
+        return _refuse_deprecated(v, "tool_choice", '("none", "auto", "required" or {"type": "function", '
+                                  '"function": {"name": ...}})')
+
+
+def _refuse_deprecated(v: Any, modern: str, form: str) -> None:
+    """A field OpenAI deprecated in favour of `modern` (given as `form`): only its absence is accepted."""
+    if v is not None:
+        raise ValueError(f"is the deprecated form of {modern}; accepted: {modern} {form}")
+    return v
 
 
 def _short(value: Any) -> str:
