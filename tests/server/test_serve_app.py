@@ -166,6 +166,8 @@ def test_a_chat_can_continue_its_final_message():
         assert prompt(partial, continue_final_message=True) == "<|user|>hi\n<|assistant|>Once upon"
         assert prompt(partial, continue_final_message=True, add_generation_prompt=False) == \
             "<|user|>hi\n<|assistant|>Once upon"
+        assert prompt(partial, continue_final_message=True, add_generation_prompt=None) == \
+            "<|user|>hi\n<|assistant|>Once upon"  # null: the default, which continuing turns off
         assert prompt(USER, add_generation_prompt=False) == "<|user|>hi\n"
         assert prompt(partial) == "<|user|>hi\n<|assistant|>Once upon\n<|assistant|>"
         body = {"messages": partial, "continue_final_message": True, "add_generation_prompt": True}

@@ -153,7 +153,7 @@ def template_flags(req: Union[ChatCompletionRequest, TokenizeRequest]) -> dict[s
     add = req.add_generation_prompt is not False
     cont = bool(req.continue_final_message)
     if add and cont:
-        if "add_generation_prompt" in req.model_fields_set:
+        if req.add_generation_prompt is not None and "add_generation_prompt" in req.model_fields_set:
             raise APIError(400, "continue_final_message continues the final message, so it needs "
                            "add_generation_prompt false; accepted: one of them true", param="continue_final_message")
         add = False  # asked only to continue: the generation prompt is off by that alone
